@@ -1,0 +1,180 @@
+# Developer entry points: `make run` starts everything, `make test` is what CI runs (.ci/run).
+# Every target installs what it needs first; PostgreSQL and Redis come from
+# `python -m sasproject.devservices env` (the machine's, or embedded ones under .devdata/).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.ONESHELL:
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+REQUIREMENTS := requirements.txt requirements-dev.txt requirements-embedded.txt
+
+export WEB_PORT ?= 8000
+export FLOWER_PORT ?= 5555
+export SIMULATOR_PORT ?= 8055
+export SIMULATOR_URL ?= http://127.0.0.1:$(SIMULATOR_PORT)
+export PYTHONUNBUFFERED := 1
+# Procfile commands (python, celery) resolve to the virtualenv.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+# Exports DATABASE_URL / REDIS_URL into the recipe's shell. The assignment fails the recipe
+# (set -e) when devservices fails; a bare `eval "$(...)"` would not.
+define DEVSERVICES_ENV
+devservices_env="$$($(PY) -m sasproject.devservices env)"
+eval "$$devservices_env"
+endef
+
+# pytest, with "no tests collected" (exit 5) turned into a failure.
+define PYTEST
+set +e
+$(VENV)/bin/pytest $(PYTEST_ARGS)
+code=$$?
+set -e
+if [ "$$code" -eq 5 ]; then
+	echo "error: pytest collected no tests (exit 5); treating that as a failure" >&2
+	exit 1
+fi
+exit "$$code"
+endef
+
+.PHONY: help venv install run test test-fast lint format chromium bench services-status stop-services clean-devdata
+
+help:
+	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start"
+	echo "make test           install, lint (ruff, mypy) and pytest -- what CI runs"
+	echo "make lint           ruff check, ruff format --check, mypy"
+	echo "make test-fast      pytest only (PYTEST_ARGS='-k foo' to narrow)"
+	echo "make format         ruff format + ruff check --fix"
+	echo "make bench          python bench/run_all.py (BENCH_ARGS=...)"
+	echo "make venv           create $(VENV) and install requirements (only when they changed)"
+	echo "make services-status / stop-services / clean-devdata   embedded PostgreSQL/Redis"
+
+# ---------------------------------------------------------------------------------------------
+# Virtualenv. The stamp is newer than the requirement files once they are installed, so pip
+# only runs again when one of them changes.
+# ---------------------------------------------------------------------------------------------
+$(PY):
+	@py=""
+	for candidate in python3.11 python3; do
+		if command -v "$$candidate" >/dev/null 2>&1 \
+			&& "$$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+			py="$$candidate"
+			break
+		fi
+	done
+	if [ -z "$$py" ]; then
+		echo "error: Python 3.11 is required (python3.11, or python3 that is 3.11)" >&2
+		exit 1
+	fi
+	echo "creating $(VENV) with $$(command -v "$$py") ($$("$$py" --version))"
+	if ! "$$py" -m venv "$(VENV)"; then
+		echo "error: '$$py -m venv' failed (on Debian/Ubuntu: apt-get install python3.11-venv)" >&2
+		rm -rf "$(VENV)"
+		exit 1
+	fi
+
+$(STAMP): $(REQUIREMENTS) | $(PY)
+	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+		echo "error: $(VENV) is not Python 3.11; remove it (rm -rf $(VENV)) and run make again" >&2
+		exit 1
+	fi
+	echo "installing requirements into $(VENV)"
+	$(PY) -m pip install --disable-pip-version-check --quiet \
+		-r requirements-dev.txt -r requirements-embedded.txt
+	touch "$@"
+
+venv install: $(STAMP)
+
+# ---------------------------------------------------------------------------------------------
+# Run everything
+# ---------------------------------------------------------------------------------------------
+run: $(STAMP)
+	@$(DEVSERVICES_ENV)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo_setup
+	line="=================================================================="
+	echo "$$line"
+	echo " sasproject is starting -- Ctrl-C stops every process"
+	echo
+	echo "   Web          http://127.0.0.1:$(WEB_PORT)/"
+	echo "   Admin        http://127.0.0.1:$(WEB_PORT)/admin/     login: admin / admin"
+	echo "   API schema   http://127.0.0.1:$(WEB_PORT)/api/schema/"
+	echo "   Flower       http://127.0.0.1:$(FLOWER_PORT)/"
+	echo "   Simulator    http://127.0.0.1:$(SIMULATOR_PORT)/"
+	echo
+	echo "   DATABASE_URL $$DATABASE_URL"
+	echo "   REDIS_URL    $$REDIS_URL"
+	echo "$$line"
+	exec $(VENV)/bin/honcho start -f Procfile
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+test: $(STAMP) chromium
+	@$(DEVSERVICES_ENV)
+	echo "== ruff check"
+	$(VENV)/bin/ruff check .
+	echo "== ruff format --check"
+	$(VENV)/bin/ruff format --check .
+	echo "== mypy"
+	$(VENV)/bin/mypy .
+	echo "== pytest"
+	$(PYTEST)
+
+test-fast: $(STAMP)
+	@$(DEVSERVICES_ENV)
+	$(PYTEST)
+
+lint: $(STAMP)
+	@$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+format: $(STAMP)
+	@$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+# Browser tests drive Debian's Chromium. Installed once, when missing and we are root.
+chromium:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+		exit 0
+	fi
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "warning: /usr/bin/chromium or /usr/bin/chromedriver missing and cannot apt-get install" \
+			"(not root or no apt-get); browser tests need Debian's chromium and chromium-driver" >&2
+		exit 0
+	fi
+	echo "== installing Debian chromium + chromium-driver for browser tests (apt-get)"
+	apt_log="$$(mktemp)"
+	if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
+		>"$$apt_log" 2>&1; then
+		echo "installed: $$(/usr/bin/chromium --version 2>/dev/null || echo chromium)"
+	else
+		tail -n 20 "$$apt_log" >&2
+		echo "warning: apt-get could not install chromium/chromium-driver; browser tests will fail" >&2
+	fi
+	rm -f "$$apt_log"
+
+# ---------------------------------------------------------------------------------------------
+# Benchmarks and services
+# ---------------------------------------------------------------------------------------------
+bench: $(STAMP)
+	@$(DEVSERVICES_ENV)
+	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+services-status:
+	@if [ -x $(PY) ]; then $(PY) -m sasproject.devservices status; else echo "no $(VENV) yet"; fi
+
+stop-services:
+	@if [ -x $(PY) ]; then $(PY) -m sasproject.devservices stop; fi
+
+# Stops the embedded servers and deletes their data (the machine's servers are untouched).
+clean-devdata: stop-services
+	@rm -rf .devdata

@@ -1,0 +1,239 @@
+"""The agent: one Celery task per remote operation, all sharing this base.
+
+An agent request carries step id, lease, complete-by, idempotency key and payload. The agent:
+- drops the request unread if complete-by has passed;
+- calls the remote service with the idempotency key, an HTTP timeout bounded by the time left;
+- retries transient faults (timeouts, connection errors, 5xx, 429) with exponential backoff and
+  jitter, never past complete-by;
+- fails fast while the service's circuit breaker (shared through Redis) is open;
+- replies success or a permanent fault (4xx: a declined card) to the scheduler; replies
+  "transient" only when its own retries are spent with time still left (so the scheduler can
+  retry sooner than the supervisor would); and, once complete-by has passed, stops and replies
+  nothing - by then the supervisor may have handed the step to another agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+from celery import Task, current_app
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.utils import timezone
+
+from scheduler.services import scheduler_instance_id, step_reply
+
+from .breaker import CircuitBreaker
+
+logger = logging.getLogger(__name__)
+
+
+class TransientFault(Exception):
+    """Worth retrying: the service may succeed next time."""
+
+
+class PermanentFault(Exception):
+    """The service refused for good (4xx): retrying cannot help."""
+
+
+TRANSIENT_STATUSES = {408, 425, 429}
+
+_local = threading.local()
+
+
+def _http_client() -> httpx.Client:
+    """One pooled client per process (created after fork; prefork children must not share)."""
+    client: httpx.Client | None = getattr(_local, "client", None)
+    if client is None or getattr(_local, "pid", None) != os.getpid():
+        client = httpx.Client(limits=httpx.Limits(max_connections=20, max_keepalive_connections=10))
+        _local.client = client
+        _local.pid = os.getpid()
+    return client
+
+
+def close_http_client() -> None:
+    """Close this thread's pooled client (worker shutdown, tests)."""
+    client: httpx.Client | None = getattr(_local, "client", None)
+    if client is not None:
+        client.close()
+        _local.client = None
+
+
+def remote_post(
+    *, service: str, path: str, body: dict[str, Any], idempotency_key: str, timeout: float
+) -> Any:
+    """POST to a remote service. Returns the JSON body; raises TransientFault/PermanentFault."""
+    url = settings.SAS["REMOTE_URLS"][service].rstrip("/") + path
+    try:
+        response = _http_client().post(
+            url, json=body, headers={"Idempotency-Key": idempotency_key}, timeout=httpx.Timeout(timeout)
+        )
+    except httpx.TimeoutException as exc:
+        raise TransientFault(f"{service} timed out after {timeout:.2f}s") from exc
+    except httpx.TransportError as exc:
+        raise TransientFault(f"{service} unreachable: {exc.__class__.__name__}: {exc}") from exc
+    if response.status_code >= 500 or response.status_code in TRANSIENT_STATUSES:
+        raise TransientFault(f"{service} answered {response.status_code}: {response.text[:200]}")
+    if response.status_code >= 400:
+        raise PermanentFault(f"{service} refused ({response.status_code}): {response.text[:500]}")
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise TransientFault(f"{service} sent a body that is not JSON") from exc
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries inside one attempt (one claim). Between attempts the scheduler's backoff applies."""
+
+    max_tries: int = 4
+    base: float = 0.1
+    cap: float = 2.0
+    # Don't start a call with less time than this left: it could only time out.
+    min_call_window: float = 0.05
+
+    def delay(self, tries: int) -> float:
+        # Full jitter: https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/
+        return random.uniform(0, min(self.cap, self.base * (2 ** (tries - 1))))
+
+
+class AgentTask(Task):
+    """Base for agent tasks. Subclasses set `service` (the remote service and breaker name)."""
+
+    service: str = ""
+    retry_policy = RetryPolicy()
+    # Upper bound of one HTTP call even when the step's window is longer.
+    http_timeout_cap = 30.0
+    # Replies are our own protocol, not Celery retries: never let Celery retry an agent.
+    max_retries = 0
+    ignore_result = True
+
+    def perform(
+        self,
+        *,
+        path: str,
+        step_id: int,
+        lease: str,
+        complete_by: str,
+        idempotency_key: str,
+        payload: dict[str, Any],
+        attempt: int = 1,
+    ) -> str:
+        deadline = datetime.fromisoformat(complete_by)
+        if timezone.now() >= deadline:
+            logger.info("step %s: request expired before it was read; dropped", step_id)
+            return "dropped"
+        breaker = CircuitBreaker(self.breaker_name(payload))
+        policy = self.retry_policy
+        tries = 0
+        last_error = ""
+        try:
+            while True:
+                remaining = (deadline - timezone.now()).total_seconds()
+                if remaining <= policy.min_call_window:
+                    logger.info("step %s: deadline reached after %d tries; no reply", step_id, tries)
+                    return "deadline"
+                decision = breaker.allow()
+                if not decision.allowed:
+                    # Fail fast, and ask to be retried no sooner than the breaker's next probe.
+                    return self._reply(
+                        step_id,
+                        lease,
+                        deadline,
+                        "transient",
+                        error=f"circuit open for {self.service}",
+                        retry_after=decision.retry_after,
+                    )
+                tries += 1
+                try:
+                    result = self.call_remote(
+                        path=path,
+                        payload=payload,
+                        idempotency_key=idempotency_key,
+                        timeout=min(self.http_timeout_cap, remaining - policy.min_call_window / 2),
+                    )
+                except PermanentFault as exc:
+                    breaker.record_success()  # the service is up; it just said no
+                    return self._reply(step_id, lease, deadline, "permanent", error=str(exc))
+                except TransientFault as exc:
+                    breaker.record_failure()
+                    last_error = str(exc)
+                    logger.info("step %s try %d: %s", step_id, tries, exc)
+                    pause = policy.delay(tries)
+                    left = (deadline - timezone.now()).total_seconds()
+                    if tries >= policy.max_tries:
+                        if left > policy.min_call_window:
+                            return self._reply(step_id, lease, deadline, "transient", error=last_error)
+                        return "deadline"
+                    if pause + policy.min_call_window >= left:
+                        logger.info("step %s: no time left for another try; no reply", step_id)
+                        return "deadline"
+                    time.sleep(pause)
+                    continue
+                breaker.record_success()
+                return self._reply(step_id, lease, deadline, "success", result=result)
+        except SoftTimeLimitExceeded:
+            logger.warning("step %s: soft time limit hit at the deadline; no reply", step_id)
+            return "deadline"
+
+    # Extension points for agents that call something other than a configured service (the
+    # webhook agent posts signed bodies to each subscriber's URL): everything else in `perform`
+    # - deadline, retries with jitter, breaker, fenced reply - stays the same.
+    def breaker_name(self, payload: dict[str, Any]) -> str:
+        """The circuit breaker this call goes through; one per remote service by default."""
+        return self.service
+
+    def call_remote(self, *, path: str, payload: dict[str, Any], idempotency_key: str, timeout: float) -> Any:
+        """One call to the remote; raises TransientFault / PermanentFault. Returns the result."""
+        return remote_post(
+            service=self.service, path=path, body=payload, idempotency_key=idempotency_key, timeout=timeout
+        )
+
+    def _reply(
+        self,
+        step_id: int,
+        lease: str,
+        deadline: datetime,
+        outcome: str,
+        *,
+        result: Any = None,
+        error: str = "",
+        retry_after: float = 0.0,
+    ) -> str:
+        if timezone.now() >= deadline:
+            # The pattern's rule: past complete-by the agent says nothing, not even an error.
+            return "deadline"
+        worker = scheduler_instance_id()
+        if settings.SAS["REPLY_MODE"] == "queue":
+            current_app.send_task(
+                "scheduler.reply",
+                kwargs={
+                    "step_id": step_id,
+                    "lease": lease,
+                    "outcome": outcome,
+                    "result": result,
+                    "error": error,
+                    "worker": worker,
+                    "retry_after": retry_after,
+                },
+                expires=deadline,
+                ignore_result=True,
+            )
+            return outcome
+        return step_reply(
+            step_id=step_id,
+            lease=lease,
+            outcome=outcome,  # type: ignore[arg-type]
+            result=result,
+            error=error,
+            worker=worker,
+            retry_after=retry_after,
+        )

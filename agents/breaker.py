@@ -1,0 +1,145 @@
+"""A circuit breaker per remote service, shared by every worker process through Redis.
+
+States: closed (calls flow; consecutive failures are counted), open (calls fail fast until
+`reset_timeout` has passed), half-open (exactly one probe call is let through; its success closes
+the breaker, its failure opens it again). Every transition is one Lua script, so concurrent
+workers agree, and time comes from Redis's clock (`TIME`), so workers' clocks do not matter.
+
+If Redis itself cannot be reached the breaker fails open (lets calls through) and logs: losing
+the breaker must not stop work that the remote service could still do.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from sasproject.redis_client import get_redis
+
+logger = logging.getLogger(__name__)
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+# KEYS[1] = breaker hash. ARGV[1] = probe timeout. Returns {allowed (0/1), state, retry_after}
+# where retry_after (a string, seconds) says when a call may be let through again.
+_ALLOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
+if state == 'closed' then return {1, state, '0'} end
+if state == 'open' then
+  local until_ = tonumber(redis.call('HGET', KEYS[1], 'open_until') or '0')
+  if now < until_ then return {0, state, tostring(until_ - now)} end
+  redis.call('HSET', KEYS[1], 'state', 'half_open', 'probe_until', tostring(now + tonumber(ARGV[1])))
+  return {1, 'half_open', '0'}
+end
+-- half_open: one probe at a time; a probe that never reported (worker died) expires.
+local probe_until = tonumber(redis.call('HGET', KEYS[1], 'probe_until') or '0')
+if now >= probe_until then
+  redis.call('HSET', KEYS[1], 'probe_until', tostring(now + tonumber(ARGV[1])))
+  return {1, 'half_open', '0'}
+end
+return {0, 'half_open', tostring(math.min(probe_until - now, tonumber(ARGV[2])))}
+"""
+
+# ARGV[1] = failure threshold, ARGV[2] = reset timeout (s). Returns the new state.
+_FAILURE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
+if state == 'half_open' then
+  redis.call('HSET', KEYS[1], 'state', 'open', 'open_until', tostring(now + tonumber(ARGV[2])), 'failures', 0)
+  redis.call('HINCRBY', KEYS[1], 'opened', 1)
+  return 'open'
+end
+if state == 'open' then return 'open' end
+local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+if failures >= tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'state', 'open', 'open_until', tostring(now + tonumber(ARGV[2])), 'failures', 0)
+  redis.call('HINCRBY', KEYS[1], 'opened', 1)
+  return 'open'
+end
+return 'closed'
+"""
+
+_SUCCESS = """
+local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
+if state ~= 'closed' or redis.call('HGET', KEYS[1], 'failures') ~= '0' then
+  redis.call('HSET', KEYS[1], 'state', 'closed', 'failures', 0)
+end
+return state
+"""
+
+
+def _redis() -> redis.Redis:
+    return get_redis()
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    state: str
+    # When refused: seconds until the breaker may let a call through again.
+    retry_after: float = 0.0
+
+
+class CircuitBreaker:
+    def __init__(
+        self,
+        service: str,
+        *,
+        failure_threshold: int | None = None,
+        reset_timeout: float | None = None,
+        probe_timeout: float = 30.0,
+    ) -> None:
+        self.service = service
+        self.key = f"{settings.REDIS_PREFIX}sas:breaker:{service}"
+        self.failure_threshold = failure_threshold or settings.SAS["BREAKER_FAILURE_THRESHOLD"]
+        self.reset_timeout = reset_timeout or settings.SAS["BREAKER_RESET_TIMEOUT"]
+        self.probe_timeout = probe_timeout
+
+    def _eval(self, script: str, *args: Any) -> Any:
+        return _redis().eval(script, 1, self.key, *args)
+
+    def allow(self) -> Decision:
+        try:
+            allowed, state, retry_after = self._eval(_ALLOW, self.probe_timeout, self.reset_timeout)
+        except redis.RedisError:
+            logger.warning("breaker %s: Redis unreachable, failing open", self.service, exc_info=True)
+            return Decision(True, CLOSED)
+        state = state.decode() if isinstance(state, bytes) else str(state)
+        return Decision(bool(allowed), state, max(0.0, float(retry_after)))
+
+    def record_failure(self) -> str:
+        try:
+            state = self._eval(_FAILURE, self.failure_threshold, self.reset_timeout)
+        except redis.RedisError:
+            logger.warning("breaker %s: Redis unreachable, failure not counted", self.service)
+            return CLOSED
+        state = state.decode() if isinstance(state, bytes) else str(state)
+        if state == OPEN:
+            logger.warning("breaker %s is open: failing fast for %.1fs", self.service, self.reset_timeout)
+        return state
+
+    def record_success(self) -> None:
+        try:
+            previous = self._eval(_SUCCESS)
+        except redis.RedisError:
+            return
+        previous = previous.decode() if isinstance(previous, bytes) else str(previous)
+        if previous != CLOSED:
+            logger.warning("breaker %s closed again (was %s)", self.service, previous)
+
+    def snapshot(self) -> dict[str, str]:
+        """Current state for admin/metrics: state, failures, open_until, opened (count)."""
+        raw: dict[bytes, bytes] = _redis().hgetall(self.key)  # type: ignore[assignment]
+        data = {k.decode(): v.decode() for k, v in raw.items()}
+        data.setdefault("state", CLOSED)
+        return data
+
+    def reset(self) -> None:
+        _redis().delete(self.key)

@@ -1,0 +1,65 @@
+"""Orders in the admin: read-only; their processing state is their run's."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from scheduler.admin import ReadOnlyAdmin, compact_time, parse_uuid, run_link, state_badge
+
+from .models import Order
+
+
+@admin.register(Order)
+class OrderAdmin(ReadOnlyAdmin):
+    list_display = ("short_id", "owner", "amount", "currency", "run_state", "run_short", "created")
+    list_display_links = ("short_id",)
+    list_filter = ("run__state",)
+    list_select_related = ("owner", "run")
+    search_fields = ("id", "run__id", "owner__username")
+    search_help_text = "Exact order id, run id or owner username."
+    ordering = ("-created_at",)
+    fields = readonly_fields = (
+        "id",
+        "owner",
+        "run_full",
+        "run_state",
+        "items",
+        "amount",
+        "currency",
+        "card_token",
+        "created_at",
+    )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Order], search_term: str
+    ) -> tuple[QuerySet[Order], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        parsed = parse_uuid(term)
+        if parsed is not None:
+            return queryset.filter(Q(pk=parsed) | Q(run_id=parsed)), False
+        return queryset.filter(owner__username=term), False
+
+    @admin.display(description="order", ordering="id")
+    def short_id(self, obj: Order) -> str:
+        return str(obj.id)[:8]
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Order) -> SafeString:
+        return compact_time(obj.created_at)
+
+    @admin.display(description="run state", ordering="run__state")
+    def run_state(self, obj: Order) -> SafeString:
+        return state_badge(obj.run.state, obj.run.get_state_display())
+
+    @admin.display(description="run", ordering="run_id")
+    def run_short(self, obj: Order) -> str:
+        return run_link(obj.run_id)
+
+    @admin.display(description="run")
+    def run_full(self, obj: Order) -> str:
+        return run_link(obj.run_id, full=True)

@@ -1,0 +1,89 @@
+// Live status of one order: polls the status endpoint every second until the run is terminal,
+// and redraws the steps, the state badge and the event log. No framework; text only (no
+// innerHTML with data), so nothing a remote service says can inject markup.
+(function () {
+  "use strict";
+  var config = JSON.parse(document.getElementById("status-config").textContent);
+  var initial = JSON.parse(document.getElementById("status-initial").textContent);
+  var POLL_MS = 1000;
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (key) {
+      if (key === "text") node.textContent = attrs[key];
+      else node.setAttribute(key, attrs[key]);
+    });
+    (children || []).forEach(function (child) { if (child) node.appendChild(child); });
+    return node;
+  }
+
+  function time(iso) {
+    if (!iso) return "—";
+    var d = new Date(iso);
+    return isNaN(d) ? iso : d.toISOString().slice(11, 19);
+  }
+
+  function badge(state, label) {
+    return el("span", { "class": "badge badge-" + state, text: label });
+  }
+
+  function renderSteps(steps) {
+    var body = document.querySelector("#steps tbody");
+    var rows = steps.map(function (s) {
+      var name = el("td", {}, [
+        s.kind === "compensation" ? el("span", { "class": "undo", title: "Compensation", text: "↺ " }) : null,
+        document.createTextNode(s.name),
+      ]);
+      return el("tr", { "data-step": s.name, "data-state": s.state }, [
+        name,
+        el("td", {}, [badge(s.state, s.state_label)]),
+        el("td", { "class": "num", text: String(s.attempts) }),
+        el("td", { "class": "mono small", text: time(s.complete_by) }),
+        el("td", { "class": "error-cell", text: s.last_error || "" }),
+      ]);
+    });
+    body.replaceChildren.apply(body, rows);
+  }
+
+  function renderEvents(events) {
+    var list = document.getElementById("events");
+    list.replaceChildren.apply(list, events.map(function (e) {
+      return el("li", {}, [
+        el("time", { text: time(e.at) }),
+        document.createTextNode(" "),
+        el("span", { "class": "event-type", text: e.type_label }),
+        e.step ? document.createTextNode(" ") : null,
+        e.step ? el("span", { "class": "mono", text: e.step }) : null,
+      ]);
+    }));
+  }
+
+  function render(data) {
+    var state = document.getElementById("run-state");
+    state.dataset.state = data.state;
+    state.replaceChildren(badge(data.state, data.state_label));
+    renderSteps(data.steps);
+    renderEvents(data.events);
+    var error = document.getElementById("run-error");
+    error.textContent = data.error || "";
+    error.classList.toggle("hidden", !data.error);
+    document.getElementById("cancel-form").classList.toggle("hidden", !data.cancellable);
+    document.getElementById("live").classList.toggle("hidden", data.terminal);
+  }
+
+  function poll() {
+    fetch(config.url, { headers: { Accept: "application/json" }, credentials: "same-origin", cache: "no-store" })
+      .then(function (response) {
+        if (!response.ok) throw new Error("status " + response.status);
+        return response.json();
+      })
+      .then(function (data) {
+        render(data);
+        if (!data.terminal) window.setTimeout(poll, POLL_MS);
+      })
+      .catch(function () { window.setTimeout(poll, POLL_MS * 3); });
+  }
+
+  render(initial);
+  if (!initial.terminal) window.setTimeout(poll, POLL_MS);
+})();

@@ -1,0 +1,138 @@
+"""The order pages. Thin: forms parse, selectors read (scoped by the user), services write."""
+
+from __future__ import annotations
+
+import uuid
+from typing import cast
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from scheduler.models import Run
+from scheduler.services import RunNotCancellable
+from scheduler.workflows import WorkflowInputError
+
+from .api import OrderSubmitThrottle
+from .forms import BaseItemFormSet, ItemFormSet, OrderForm
+from .models import Order
+from .selectors import OrderStatus, order_get, order_list, order_status
+from .services import order_cancel, order_submit
+
+PAGE_SIZE = 20
+
+
+def _user_id(request: HttpRequest) -> int:
+    user_id = request.user.pk
+    assert isinstance(user_id, int), "login_required guarantees a signed-in user"
+    return user_id
+
+
+@login_required
+@require_GET
+def order_list_view(request: HttpRequest) -> HttpResponse:
+    state = request.GET.get("state") or ""
+    if state not in Run.State.values:
+        state = ""
+    page = Paginator(order_list(user=request.user, state=state or None), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    return render(
+        request,
+        "orders/order_list.html",
+        {"page": page, "state": state, "states": Run.State.choices},
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def order_create_view(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        form = OrderForm(request.POST)
+        items = cast(BaseItemFormSet, ItemFormSet(request.POST, prefix="items"))
+        if form.is_valid() and items.is_valid():
+            throttle = OrderSubmitThrottle()
+            if not throttle.allow_request(request, None):
+                wait = throttle.wait()
+                response = render(
+                    request,
+                    "orders/order_form.html",
+                    {
+                        "form": form,
+                        "items": items,
+                        "throttled": f"Too many orders; try again in {int(wait or 1) + 1} seconds.",
+                    },
+                    status=429,
+                )
+                response["Retry-After"] = str(int(wait or 1) + 1)
+                return response
+            data = {
+                "items": items.items(),
+                "amount": str(form.cleaned_data["amount"]),
+                "currency": form.cleaned_data["currency"],
+                "card": form.cleaned_data["card"],
+            }
+            try:
+                order = order_submit(
+                    owner_id=_user_id(request),
+                    data=data,
+                    callback_url=form.cleaned_data["callback_url"] or "",
+                )
+            except WorkflowInputError as exc:
+                # The workflow's own checks (the form's mirror them, so this is rare): show each
+                # message next to its field, item errors above the item rows.
+                for field, errors in exc.errors.items():
+                    for error in errors:
+                        form.add_error(field if field in form.fields else None, error)
+            else:
+                messages.success(request, "Order placed. It is being processed now.")
+                return redirect("orders:detail", order_id=order.pk)
+    else:
+        form = OrderForm()
+        items = cast(BaseItemFormSet, ItemFormSet(prefix="items"))
+    return render(request, "orders/order_form.html", {"form": form, "items": items})
+
+
+def _status_or_404(request: HttpRequest, order_id: uuid.UUID) -> OrderStatus:
+    try:
+        return order_status(user=request.user, order_id=order_id)
+    except Order.DoesNotExist:
+        raise Http404("No such order.") from None
+
+
+@login_required
+@require_GET
+def order_detail_view(request: HttpRequest, order_id: uuid.UUID) -> HttpResponse:
+    found = _status_or_404(request, order_id)
+    return render(
+        request, "orders/order_detail.html", {"status": found, "order": found.order, "data": found.as_dict()}
+    )
+
+
+@login_required
+@require_GET
+def order_status_view(request: HttpRequest, order_id: uuid.UUID) -> JsonResponse:
+    """What the status page polls (same shape as the API's detail, minus the order fields)."""
+    found = _status_or_404(request, order_id)
+    response = JsonResponse(found.as_dict())
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def order_cancel_view(request: HttpRequest, order_id: uuid.UUID) -> HttpResponse:
+    try:
+        order = order_get(user=request.user, order_id=order_id)
+    except Order.DoesNotExist:
+        raise Http404("No such order.") from None
+    try:
+        order_cancel(order=order, actor=f"user {request.user.get_username()} (web)")
+    except RunNotCancellable as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.info(request, "Cancellation requested: completed steps are being undone.")
+    return redirect("orders:detail", order_id=order.pk)

@@ -1,0 +1,313 @@
+"""Django settings for sasproject.
+
+Everything that differs between a laptop, CI and production comes from the environment, with
+defaults that run locally (cookiecutter-django style). `DATABASE_URL` and `REDIS_URL` choose the
+PostgreSQL and Redis to use; `make run` / `make test` fill them in (starting embedded servers when
+the machine has none, see `sasproject/devservices.py`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value in (None, "") else float(value)
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-secret-key-change-me-in-production")
+DEBUG = env_bool("DJANGO_DEBUG", True)
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "scheduler",
+    "agents",
+    "supervisor",
+    "orders",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "sasproject.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "sasproject.wsgi.application"
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sasproject")
+DATABASES = {
+    # Persistent connections: a Celery worker runs thousands of short tasks; reconnecting per
+    # task would dominate the cost of a step. Health checks drop a connection that PostgreSQL
+    # closed (restart, failover) instead of failing the next task with it.
+    # https://docs.djangoproject.com/en/5.2/ref/databases/#persistent-connections
+    "default": dj_database_url.parse(
+        DATABASE_URL,
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "300")),
+        conn_health_checks=True,
+    ),
+}
+DATABASES["default"].setdefault("TEST", {})
+DATABASES["default"]["TEST"]["NAME"] = os.environ.get("DATABASE_TEST_NAME") or None
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".staticfiles"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # Operator alerts are logged at ERROR on this logger besides being stored as rows.
+        "sas.alerts": {"level": "WARNING"},
+        # One INFO line per HTTP request is noise at agent volume.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
+}
+
+# --------------------------------------------------------------------------------------------
+# Celery. Every non-default setting says why. Reference:
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html
+# --------------------------------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+# No result backend: agents reply through the state store, never through AsyncResult, and
+# storing results would only fill Redis. (task_ignore_result below.)
+# (bench/ sets CELERY_RESULT_BACKEND to time the bare Celery round trip with AsyncResult.get().)
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
+CELERY_TASK_IGNORE_RESULT = True
+
+# JSON only: tasks carry ids, leases and plain payloads; pickle would let a broker write run
+# code. https://docs.celeryq.dev/en/stable/userguide/security.html#serializers
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+
+# Ack after the task ran, not when it was received, so a worker that dies mid-task leaves the
+# message to be delivered again. https://docs.celeryq.dev/en/stable/faq.html#faq-acks-late-vs-retry
+CELERY_TASK_ACKS_LATE = True
+# ...and when the pool child is killed (-9, OOM) the parent rejects+requeues instead of acking.
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html#task-reject-on-worker-lost
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# One message in hand per process: with late acks a prefetched message waits behind a slow call
+# and can run past its step deadline. https://docs.celeryq.dev/en/stable/userguide/optimizing.html#prefetch-limits
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A lost broker connection cancels running late-ack tasks rather than letting them ack on a
+# new connection that never delivered them (Celery 5.1+ recommended setting).
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Time limits nest: an agent's per-call soft/hard limits are set at dispatch from the step's
+# complete-by window (always below it); these global limits are the ceiling for any task, and the
+# broker's visibility timeout sits above them all so Redis never redelivers a task that is still
+# legitimately running. https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
+CELERY_TASK_SOFT_TIME_LIMIT = int(os.environ.get("CELERY_TASK_SOFT_TIME_LIMIT", "240"))
+CELERY_TASK_TIME_LIMIT = int(os.environ.get("CELERY_TASK_TIME_LIMIT", "300"))
+# An optional key prefix isolates several deployments (or test sessions) on one Redis.
+# https://docs.celeryq.dev/projects/kombu/en/stable/reference/kombu.transport.redis.html
+REDIS_PREFIX = os.environ.get("SAS_REDIS_PREFIX", "")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+    "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", "3600")),
+}
+if REDIS_PREFIX:
+    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = REDIS_PREFIX
+
+# Explicit queues: one for the scheduler, one for the supervisor, one per remote service (so a
+# slow payment provider cannot starve inventory calls). Routing is by task name prefix.
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {
+    "scheduler.*": {"queue": "scheduler"},
+    "supervisor.*": {"queue": "supervisor"},
+    "agents.inventory.*": {"queue": "agent.inventory"},
+    "agents.payment.*": {"queue": "agent.payment"},
+    "agents.shipping.*": {"queue": "agent.shipping"},
+    "agents.webhook.*": {"queue": "agent.webhook"},
+    "bench.*": {"queue": "bench"},
+}
+# Flower and `celery events` need task events; sent events let Flower show queued tasks.
+# https://docs.celeryq.dev/en/stable/userguide/monitoring.html#events
+CELERY_WORKER_SEND_TASK_EVENTS = True
+CELERY_TASK_SEND_SENT_EVENT = True
+
+# django-celery-beat keeps the schedule in the database so operators edit intervals in the admin.
+# https://django-celery-beat.readthedocs.io/en/latest/#usage
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# How often beat re-reads the schedule; bounds how late a 1-second sweep can start.
+CELERY_BEAT_MAX_LOOP_INTERVAL = 1
+
+# --------------------------------------------------------------------------------------------
+# The engine.
+# --------------------------------------------------------------------------------------------
+SAS: dict[str, Any] = {
+    # How agents deliver replies: "inline" calls the scheduler's reply service in the agent's
+    # process in one fenced transaction; "queue" sends a message to the scheduler queue.
+    # Both are fenced by the lease. See bench/README.md for the measurement behind the default.
+    "REPLY_MODE": os.environ.get("SAS_REPLY_MODE", "inline"),
+    # Supervisor sweep and scheduler safety tick periods (seconds); written into the
+    # django-celery-beat rows on setup, editable in the admin afterwards.
+    "SUPERVISOR_INTERVAL": env_float("SAS_SUPERVISOR_INTERVAL", 1.0),
+    "SCHEDULER_TICK_INTERVAL": env_float("SAS_SCHEDULER_TICK_INTERVAL", 2.0),
+    "SWEEP_BATCH": int(os.environ.get("SAS_SWEEP_BATCH", "500")),
+    "CLAIM_BATCH": int(os.environ.get("SAS_CLAIM_BATCH", "100")),
+    # Backpressure: at most this many steps of one agent operation Processing at once (a soft
+    # cap: one claim batch may pass it). Size it to the agents' capacity within a step window.
+    "MAX_IN_FLIGHT_PER_OPERATION": int(os.environ.get("SAS_MAX_IN_FLIGHT", "50")),
+    # Claim a new run's first step in the submit transaction when there is room (no kick hop).
+    "CLAIM_ON_SUBMIT": env_bool("SAS_CLAIM_ON_SUBMIT", True),
+    # Circuit breaker (per remote service, shared by all workers through Redis).
+    "BREAKER_FAILURE_THRESHOLD": int(os.environ.get("SAS_BREAKER_FAILURE_THRESHOLD", "5")),
+    "BREAKER_RESET_TIMEOUT": env_float("SAS_BREAKER_RESET_TIMEOUT", 5.0),
+    "BREAKER_REDIS_URL": os.environ.get("SAS_BREAKER_REDIS_URL", REDIS_URL),
+    # Where the remote services live. The simulator serves all three under one base URL.
+    "REMOTE_URLS": {
+        "inventory": os.environ.get(
+            "SAS_INVENTORY_URL", os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")
+        ),
+        "payment": os.environ.get(
+            "SAS_PAYMENT_URL", os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")
+        ),
+        "shipping": os.environ.get(
+            "SAS_SHIPPING_URL", os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")
+        ),
+    },
+}
+
+# The order workflow's step policy (seconds / attempts). Short windows in tests come from here.
+SAS["ORDER_STEP_TIMEOUT"] = env_float("SAS_ORDER_STEP_TIMEOUT", 10.0)
+SAS["ORDER_MAX_FAILURES"] = int(os.environ.get("SAS_ORDER_MAX_FAILURES", "3"))
+SAS["ORDER_BACKOFF_BASE"] = env_float("SAS_ORDER_BACKOFF_BASE", 0.5)
+SAS["ORDER_BACKOFF_MAX"] = env_float("SAS_ORDER_BACKOFF_MAX", 10.0)
+
+# --------------------------------------------------------------------------------------------
+# --- web and API (issue 3) ---
+# The order pages, the JSON API (Django REST framework, OpenAPI by drf-spectacular) and
+# webhooks. Everything below is owned by that feature; see docs/api.md and docs/web.md.
+# --------------------------------------------------------------------------------------------
+INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular", "webhooks"]
+
+# The cache backs the API rate limits, so it must be shared by every web process: Redis.
+# https://docs.djangoproject.com/en/5.2/topics/cache/#redis
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": os.environ.get("CACHE_REDIS_URL", REDIS_URL),
+        "KEY_PREFIX": f"{REDIS_PREFIX}cache",
+    }
+}
+
+# Request bodies above this are refused (the API answers 413). An order is a few kB at most.
+# https://docs.djangoproject.com/en/5.2/ref/settings/#data-upload-max-memory-size
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SAS_MAX_BODY_BYTES", str(64 * 1024)))
+
+# https://www.django-rest-framework.org/api-guide/settings/
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 20,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "orders.api_base.exception_handler",
+}
+
+# https://drf-spectacular.readthedocs.io/en/latest/settings.html
+SPECTACULAR_SETTINGS = {
+    "TITLE": "sasproject orders API",
+    "DESCRIPTION": "Submit orders, follow their runs, cancel them. See docs/api.md.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The schema is public (it documents, it grants nothing).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "orders.schema.close_request_objects",
+    ],
+    "ENUM_NAME_OVERRIDES": {
+        "RunStateEnum": "scheduler.models.RunState",
+        "StepStateEnum": "scheduler.models.StepState",
+    },
+}
+
+# Order submissions per user (web form and API share the budget), DRF rate syntax: N/second,
+# N/minute, N/hour, N/day. Read at request time, so tests can override it.
+SAS_SUBMIT_RATE = os.environ.get("SAS_SUBMIT_RATE", "60/minute")
+
+# The webhook_delivery workflow's step policy: one attempt's window, attempts before giving up,
+# backoff between attempts (seconds).
+SAS_WEBHOOKS = {
+    "STEP_TIMEOUT": env_float("SAS_WEBHOOK_STEP_TIMEOUT", 10.0),
+    "MAX_FAILURES": int(os.environ.get("SAS_WEBHOOK_MAX_FAILURES", "5")),
+    "BACKOFF_BASE": env_float("SAS_WEBHOOK_BACKOFF_BASE", 1.0),
+    "BACKOFF_MAX": env_float("SAS_WEBHOOK_BACKOFF_MAX", 60.0),
+}
+
+# No SAS_TEST_TRUNCATE entry for the webhooks tables: they reference scheduler_run, so the test
+# fixtures' `TRUNCATE ... CASCADE` of the engine tables empties them anyway, and locks them after
+# the engine tables - the order a worker's transaction takes them in (naming them first could
+# deadlock with a worker that is still recording an event).

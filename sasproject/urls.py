@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import SimpleRouter
+
+from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
+
+router = SimpleRouter()
+router.register("orders", OrderViewSet, basename="api-order")
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/webhook-secret/", webhook_secret, name="api-webhook-secret"),
+    path("api/webhook-secret/rotate/", webhook_secret_rotate_view, name="api-webhook-secret-rotate"),
+    path("api/", include(router.urls)),
+    path("", include("orders.urls")),
+]

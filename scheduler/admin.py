@@ -1,0 +1,730 @@
+"""The operator's admin for runs, steps and the execution history, plus the engine-health page.
+
+Everything here is read-only: a run's state changes only through the scheduler's services
+(`run_cancel`, `run_resume_compensation`), which the actions and buttons call. Queries live in
+`scheduler/selectors.py`. Lists of big tables avoid whole-table work: per-row counts are
+subqueries evaluated for the page only, filter choices come from the workflow registry (not a
+DISTINCT over the table), and result counts are capped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.http import require_POST
+
+from agents.breaker import CircuitBreaker
+from orders.models import Order
+
+from . import selectors
+from .models import Run, RunEvent, Step, TaskExecutionHistory
+from .services import RunNotCancellable, run_cancel, run_resume_compensation
+
+logger = logging.getLogger(__name__)
+
+# The permission that lets a staff user act on runs (cancel, resume compensation, reset a
+# breaker). Nobody edits a run's fields; "change" is reused as "may operate".
+OPERATE_PERMISSION = "scheduler.change_run"
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared display helpers (also used by the orders and supervisor admins)
+# ---------------------------------------------------------------------------------------------
+
+
+def state_badge(state: str, label: str | None = None) -> SafeString:
+    """A colored pill for a run/step state or an alert severity (CSS in admin/base_site.html)."""
+    return format_html('<span class="sas-badge sas-{}">{}</span>', state, label or state)
+
+
+def run_link(run_id: uuid.UUID | str | None, *, full: bool = False) -> str:
+    """A link to a run's admin page, built from the id alone (no query)."""
+    if run_id is None:
+        return "-"
+    url = reverse("admin:scheduler_run_change", args=[run_id])
+    text = str(run_id) if full else str(run_id)[:8]
+    return format_html('<a href="{}" title="{}"><code>{}</code></a>', url, run_id, text)
+
+
+# In lists minutes are enough to scan; in a run's inlines the year is noise.
+LIST_TIME = "%Y-%m-%d %H:%M"
+INLINE_TIME = "%m-%d %H:%M:%S"
+
+
+def compact_time(value: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> SafeString:
+    """A timestamp in one short line (UTC, like the database), full precision on hover."""
+    if value is None:
+        return mark_safe('<span class="sas-muted">-</span>')
+    return format_html(
+        '<span class="sas-nowrap" title="{}">{}</span>', value.isoformat(), value.strftime(fmt)
+    )
+
+
+def parse_uuid(term: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(term.strip())
+    except ValueError:
+        return None
+
+
+def actor_name(request: HttpRequest) -> str:
+    """How an operator is named in the history and events."""
+    return f"admin:{request.user.get_username()}"
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most `cap` rows: `COUNT(*)` over a big table's whole filter is the slow part of
+    a changelist. Past the cap an operator narrows the filters instead of paging."""
+
+    cap = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        # A sliced queryset counts as SELECT COUNT(*) FROM (... LIMIT cap): bounded work.
+        return int(self.object_list[: self.cap].count())  # type: ignore[attr-defined]
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """No add, no edit, no delete: the rows are the engine's state and audit log. Staff see the
+    detail pages in Django's view-only mode."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False
+    # Facet counts run one COUNT per filter choice over the table: not on these tables.
+    show_facets = admin.ShowFacets.NEVER
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Filters
+# ---------------------------------------------------------------------------------------------
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in selectors.workflow_names()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(workflow=value) if value else queryset
+
+
+class AttentionFilter(admin.SimpleListFilter):
+    title = "attention"
+    parameter_name = "attention"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("needs", "Needs attention (failed or open alerts)"),
+            ("stuck", "Step overdue (past complete-by)"),
+            ("active", "Not finished"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == "needs":
+            return queryset.filter(selectors.run_needs_attention_q())
+        if value == "stuck":
+            return queryset.filter(selectors.run_has_overdue_step_q())
+        if value == "active":
+            return queryset.exclude(state__in=Run.TERMINAL_STATES)
+        return queryset
+
+
+class StepNameFilter(admin.SimpleListFilter):
+    title = "step name"
+    parameter_name = "name"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in selectors.workflow_step_names()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(name=value) if value else queryset
+
+
+class StepOverdueFilter(admin.SimpleListFilter):
+    title = "deadline"
+    parameter_name = "overdue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Processing past complete-by")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "yes":
+            return queryset.filter(pk__in=selectors.step_overdue_queryset().values("pk"))
+        return queryset
+
+
+# ---------------------------------------------------------------------------------------------
+# Run
+# ---------------------------------------------------------------------------------------------
+
+
+class StepInline(ReadOnlyInline):
+    model = Step
+    verbose_name_plural = "steps (forward, then compensations)"
+    fields = readonly_fields = (
+        "seq",
+        "step_link",
+        "kind",
+        "state",
+        "attempts",
+        "failures",
+        "locked_by",
+        "complete_by_short",
+        "not_before_short",
+        "last_error_short",
+    )
+
+    @admin.display(description="name")
+    def step_link(self, obj: Step) -> SafeString:
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:scheduler_step_change", args=[obj.pk]), obj.name
+        )
+
+    @admin.display(description="complete by")
+    def complete_by_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.complete_by, INLINE_TIME)
+
+    @admin.display(description="not before")
+    def not_before_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.not_before, INLINE_TIME)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Step]:
+        return super().get_queryset(request).order_by("seq")
+
+    @admin.display(description="state")
+    def state(self, obj: Step) -> SafeString:
+        return state_badge(obj.process_state, obj.get_process_state_display())
+
+    @admin.display(description="failures / max")
+    def failures(self, obj: Step) -> str:
+        return f"{obj.failure_count}/{obj.max_failures}"
+
+    @admin.display(description="last error")
+    def last_error_short(self, obj: Step) -> str:
+        return obj.last_error[:200] or "-"
+
+
+class RunEventInline(ReadOnlyInline):
+    model = RunEvent
+    verbose_name_plural = "event log"
+    fields = readonly_fields = ("at", "type", "step_name", "data_json")
+
+    @admin.display(description="at")
+    def at(self, obj: RunEvent) -> SafeString:
+        return compact_time(obj.created_at, INLINE_TIME)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RunEvent]:
+        return super().get_queryset(request).order_by("id")
+
+    @admin.display(description="step")
+    def step_name(self, obj: RunEvent) -> str:
+        # From the event's data, not the step FK: no query per row.
+        return str(obj.data.get("step") or "-")
+
+    @admin.display(description="data")
+    def data_json(self, obj: RunEvent) -> SafeString:
+        data = {k: v for k, v in obj.data.items() if k != "step"}
+        return (
+            format_html("<code>{}</code>", json.dumps(data, sort_keys=True)[:300]) if data else mark_safe("-")
+        )
+
+
+class HistoryInline(ReadOnlyInline):
+    model = TaskExecutionHistory
+    verbose_name_plural = "execution history"
+    fields = readonly_fields = (
+        "started",
+        "ended",
+        "step_name",
+        "kind",
+        "status",
+        "retry_count",
+        "worker",
+        "error_short",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskExecutionHistory]:
+        return super().get_queryset(request).select_related("step").order_by("started_at", "id")
+
+    @admin.display(description="step")
+    def step_name(self, obj: TaskExecutionHistory) -> str:
+        return obj.step.name
+
+    @admin.display(description="started")
+    def started(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.started_at, INLINE_TIME)
+
+    @admin.display(description="ended")
+    def ended(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.ended_at, INLINE_TIME)
+
+    @admin.display(description="error")
+    def error_short(self, obj: TaskExecutionHistory) -> str:
+        return obj.error[:200] or "-"
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = (
+        "short_id",
+        "state_badge",
+        "progress",
+        "alerts",
+        "created",
+        "finished",
+        "workflow",
+        "owner",
+        "prio",
+        "correlation",
+    )
+    list_display_links = ("short_id",)
+    list_filter = ("state", WorkflowFilter, AttentionFilter, ("created_at", admin.DateFieldListFilter))
+    list_select_related = ("owner",)
+    search_fields = ("id", "correlation_id", "owner__username")
+    search_help_text = "Exact run id, correlation id (order id) or owner username."
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    list_per_page = 50
+    actions = ("cancel_runs", "resume_compensation")
+    inlines = (StepInline, RunEventInline, HistoryInline)
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "state_full",
+                    "workflow",
+                    "owner",
+                    "priority",
+                    "deadline",
+                    "correlation_detail",
+                    "cancel_requested",
+                    "error",
+                )
+            },
+        ),
+        ("Progress", {"fields": ("progress", "alerts", "history_link")}),
+        ("Input", {"fields": ("input_json",)}),
+        ("Timing (UTC)", {"fields": ("created_precise", "updated_precise", "finished_precise")}),
+    )
+    readonly_fields = (
+        "id",
+        "state_full",
+        "workflow",
+        "owner",
+        "priority",
+        "deadline",
+        "correlation_detail",
+        "cancel_requested",
+        "error",
+        "progress",
+        "alerts",
+        "history_link",
+        "input_json",
+        "created_precise",
+        "updated_precise",
+        "finished_precise",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        return selectors.run_list_annotated(queryset=super().get_queryset(request))
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
+    ) -> tuple[QuerySet[Run], bool]:
+        """Exact matches only, so each is an index lookup: a UUID is a run id or an order id;
+        anything else a correlation id or a username."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        parsed = parse_uuid(term)
+        if parsed is not None:
+            return queryset.filter(Q(pk=parsed) | Q(correlation_id=str(parsed))), False
+        return queryset.filter(Q(correlation_id=term) | Q(owner__username=term)), False
+
+    # -- permissions: operating a run is not editing it -----------------------------------------
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return bool(
+            request.user.is_active and request.user.is_staff and request.user.has_perm(OPERATE_PERMISSION)
+        )
+
+    # -- columns ---------------------------------------------------------------------------------
+
+    @admin.display(description="run", ordering="id")
+    def short_id(self, obj: Run) -> SafeString:
+        return format_html('<code title="{}">{}</code>', obj.id, str(obj.id)[:8])
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, obj: Run) -> SafeString:
+        # The short word in lists; the full label ("Failed (needs operator)") on hover and on the
+        # detail page.
+        return format_html(
+            '<span class="sas-badge sas-{}" title="{}">{}</span>',
+            obj.state,
+            obj.get_state_display(),
+            obj.state.title(),
+        )
+
+    @admin.display(description="state")
+    def state_full(self, obj: Run) -> SafeString:
+        return state_badge(obj.state, obj.get_state_display())
+
+    @admin.display(description="created")
+    def created_precise(self, obj: Run) -> SafeString:
+        return compact_time(obj.created_at, "%Y-%m-%d %H:%M:%S.%f")
+
+    @admin.display(description="updated")
+    def updated_precise(self, obj: Run) -> SafeString:
+        return compact_time(obj.updated_at, "%Y-%m-%d %H:%M:%S.%f")
+
+    @admin.display(description="finished")
+    def finished_precise(self, obj: Run) -> SafeString:
+        return compact_time(obj.finished_at, "%Y-%m-%d %H:%M:%S.%f")
+
+    @admin.display(description="correlation id", ordering="correlation_id")
+    def correlation(self, obj: Run) -> SafeString:
+        value = obj.correlation_id
+        if not value:
+            return mark_safe("-")
+        short = value if len(value) <= 13 else value[:8] + "\u2026"
+        return format_html('<code title="{}">{}</code>', value, short)
+
+    @admin.display(description="correlation id")
+    def correlation_detail(self, obj: Run) -> SafeString:
+        order = Order.objects.filter(run_id=obj.pk).only("pk").first()
+        if order is None:
+            return format_html("<code>{}</code>", obj.correlation_id or "-")
+        url = reverse("admin:orders_order_change", args=[order.pk])
+        return format_html('<code>{}</code> (<a href="{}">order</a>)', obj.correlation_id, url)
+
+    @admin.display(description="prio", ordering="priority")
+    def prio(self, obj: Run) -> int:
+        return obj.priority
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Run) -> SafeString:
+        return compact_time(obj.created_at, LIST_TIME)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, obj: Run) -> SafeString:
+        return compact_time(obj.finished_at, LIST_TIME)
+
+    @admin.display(description="steps")
+    def progress(self, obj: Run) -> SafeString:
+        done = getattr(obj, "steps_done", None)
+        total = getattr(obj, "steps_total", None)
+        if done is None or total is None:
+            return mark_safe("-")
+        css = "sas-progress-done" if total and done == total else "sas-progress"
+        return format_html('<span class="{}">{}/{}</span>', css, done, total)
+
+    @admin.display(description="alerts", ordering="open_alerts")
+    def alerts(self, obj: Run) -> SafeString:
+        count = getattr(obj, "open_alerts", 0) or 0
+        if not count:
+            return mark_safe('<span class="sas-muted">0</span>')
+        url = reverse("admin:supervisor_alert_changelist") + f"?run__id__exact={obj.id}&status=open"
+        return format_html('<a class="sas-badge sas-critical" href="{}">{}</a>', url, count)
+
+    @admin.display(description="execution history")
+    def history_link(self, obj: Run) -> SafeString:
+        url = reverse("admin:scheduler_taskexecutionhistory_changelist") + f"?run__id__exact={obj.id}"
+        return format_html('<a href="{}">All attempts and decisions of this run</a>', url)
+
+    @admin.display(description="input")
+    def input_json(self, obj: Run) -> SafeString:
+        return format_html("<pre class='sas-json'>{}</pre>", json.dumps(obj.input, indent=2, sort_keys=True))
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    @admin.action(description="Cancel selected runs", permissions=["operate"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        self._per_run(request, queryset, verb="Cancelled", call=run_cancel)
+
+    @admin.action(description="Resume compensation of selected failed runs", permissions=["operate"])
+    def resume_compensation(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        self._per_run(request, queryset, verb="Resumed compensation of", call=run_resume_compensation)
+
+    def _per_run(self, request: HttpRequest, queryset: QuerySet[Run], *, verb: str, call: Any) -> None:
+        """Call a service once per run (each its own transaction) and report every outcome."""
+        done: list[str] = []
+        for run_id in queryset.order_by().values_list("pk", flat=True):
+            try:
+                call(run_id=run_id, actor=actor_name(request))
+            except (RunNotCancellable, Run.DoesNotExist) as exc:
+                self.message_user(request, f"Run {str(run_id)[:8]}: {exc}", messages.ERROR)
+            else:
+                done.append(str(run_id)[:8])
+                self._audit(request, run_id, f"{verb} run (admin action).")
+        if done:
+            self.message_user(request, f"{verb} {len(done)} run(s): {', '.join(done)}", messages.SUCCESS)
+
+    def _audit(self, request: HttpRequest, run_id: Any, message: str) -> None:
+        """An admin LogEntry, so the run's "History" and the index's recent actions show who
+        acted (the engine's own history rows are written by the service)."""
+        run = Run.objects.filter(pk=run_id).first()
+        if run is not None:
+            self.log_change(request, run, message)
+
+    # -- extra pages: per-run buttons and engine health -------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        extra = [
+            path("health/", wrap(self.health_view), name="scheduler_run_health"),
+            path(
+                "health/breaker/<str:service>/reset/",
+                wrap(require_POST(self.breaker_reset_view)),
+                name="scheduler_run_breaker_reset",
+            ),
+            path(
+                "<uuid:object_id>/operate/<str:operation>/",
+                wrap(require_POST(self.operate_view)),
+                name="scheduler_run_operate",
+            ),
+        ]
+        return extra + super().get_urls()
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        run = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if run is not None:
+            context["can_operate"] = self.has_operate_permission(request)
+            context["can_cancel"] = run.state in (Run.State.PENDING, Run.State.RUNNING)
+            context["can_resume"] = run.state == Run.State.FAILED
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def operate_view(self, request: HttpRequest, object_id: uuid.UUID, operation: str) -> HttpResponse:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(Run, pk=object_id)
+        calls = {
+            "cancel": (run_cancel, "Cancelled"),
+            "resume": (run_resume_compensation, "Resumed compensation of"),
+        }
+        if operation not in calls:
+            raise PermissionDenied
+        call, verb = calls[operation]
+        try:
+            call(run_id=run.pk, actor=actor_name(request))
+        except RunNotCancellable as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, f"{verb} run {str(run.pk)[:8]}.", messages.SUCCESS)
+            self._audit(request, run.pk, f"{verb} run (detail page).")
+        return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[run.pk]))
+
+    def health_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        health = selectors.engine_health()
+        changelist = reverse("admin:scheduler_run_changelist")
+        states = [
+            {
+                "value": value,
+                "label": label,
+                "count": health.run_states.get(value, 0),
+                "url": f"{changelist}?state__exact={value}",
+            }
+            for value, label in Run.State.choices
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Engine health",
+            "opts": self.opts,
+            "health": health,
+            "states": states,
+            "can_operate": self.has_operate_permission(request),
+            "runs_attention_url": f"{changelist}?attention=needs",
+            "runs_stuck_url": f"{changelist}?attention=stuck",
+            "steps_overdue_url": reverse("admin:scheduler_step_changelist") + "?overdue=yes",
+            "alerts_open_url": reverse("admin:supervisor_alert_changelist") + "?status=open",
+            "periodic_tasks_url": reverse("admin:django_celery_beat_periodictask_changelist"),
+        }
+        return TemplateResponse(request, "admin/scheduler/run/health.html", context)
+
+    def breaker_reset_view(self, request: HttpRequest, service: str) -> HttpResponse:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        if not selectors.breaker_is_known(name=service):
+            raise PermissionDenied
+        CircuitBreaker(service).reset()
+        logger.warning("breaker %s reset by %s", service, actor_name(request))
+        self.message_user(
+            request,
+            f"Circuit breaker for {service} reset to closed. If the service is still down it opens "
+            "again after the failure threshold.",
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:scheduler_run_health"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Step
+# ---------------------------------------------------------------------------------------------
+
+
+@admin.register(Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "run_short",
+        "name",
+        "kind",
+        "state",
+        "attempts",
+        "failures",
+        "locked_by",
+        "complete_by_short",
+        "not_before_short",
+    )
+    list_filter = ("process_state", "kind", StepNameFilter, StepOverdueFilter)
+    search_fields = ("run__id", "idempotency_key")
+    search_help_text = "Exact run id or idempotency key (<run id>:<step name>)."
+    raw_id_fields = ("run", "compensates")
+    ordering = ("-id",)
+    list_per_page = 100
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Step], search_term: str
+    ) -> tuple[QuerySet[Step], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        parsed = parse_uuid(term)
+        if parsed is not None:
+            return queryset.filter(run_id=parsed), False
+        return queryset.filter(idempotency_key=term), False
+
+    @admin.display(description="run", ordering="run_id")
+    def run_short(self, obj: Step) -> str:
+        return run_link(obj.run_id)
+
+    @admin.display(description="state", ordering="process_state")
+    def state(self, obj: Step) -> SafeString:
+        return state_badge(obj.process_state, obj.get_process_state_display())
+
+    @admin.display(description="failures / max", ordering="failure_count")
+    def failures(self, obj: Step) -> str:
+        return f"{obj.failure_count}/{obj.max_failures}"
+
+    @admin.display(description="complete by", ordering="complete_by")
+    def complete_by_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.complete_by)
+
+    @admin.display(description="not before", ordering="not_before")
+    def not_before_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.not_before)
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution history (an audit log: big, append-only)
+# ---------------------------------------------------------------------------------------------
+
+
+@admin.register(TaskExecutionHistory)
+class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "started",
+        "ended",
+        "run_short",
+        "step_name",
+        "kind",
+        "status",
+        "retry_count",
+        "worker",
+        "error_short",
+    )
+    list_filter = ("kind", "status")
+    list_select_related = ("step",)
+    search_fields = ("run__id", "worker")
+    search_help_text = "Exact run id or worker (host:pid, or admin:<user> for operator actions)."
+    raw_id_fields = ("run", "step")
+    # The primary key follows insertion order: newest first without a sort over the table.
+    ordering = ("-id",)
+    list_per_page = 100
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[TaskExecutionHistory], search_term: str
+    ) -> tuple[QuerySet[TaskExecutionHistory], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        parsed = parse_uuid(term)
+        if parsed is not None:
+            return queryset.filter(run_id=parsed), False
+        return queryset.filter(worker=term), False
+
+    @admin.display(description="run", ordering="run_id")
+    def run_short(self, obj: TaskExecutionHistory) -> str:
+        return run_link(obj.run_id)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.started_at)
+
+    @admin.display(description="ended", ordering="ended_at")
+    def ended(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.ended_at)
+
+    @admin.display(description="step")
+    def step_name(self, obj: TaskExecutionHistory) -> str:
+        return obj.step.name
+
+    @admin.display(description="error")
+    def error_short(self, obj: TaskExecutionHistory) -> str:
+        return obj.error[:120] or "-"

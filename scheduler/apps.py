@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class SchedulerConfig(AppConfig):
+    name = "scheduler"
+    verbose_name = "Scheduler (state store)"

@@ -1,0 +1,289 @@
+"""The state store: runs, their steps, the execution history and the run event log.
+
+One `Step` row is the seed's state record (ProcessState, LockedBy, CompleteBy, FailureCount) plus
+what a real implementation needs beside it: a lease token per claim (fencing), a `not_before` for
+backoff, and an idempotency key that stays the same across attempts.
+
+Hot-path queries are served by partial indexes that hold only the rows they act on:
+`step_pending_claim_idx` (the scheduler's claim) and `step_processing_deadline_idx` (the
+supervisor's sweep). Both stay small however large the table grows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class RunState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    COMPENSATING = "compensating", "Compensating"
+    COMPENSATED = "compensated", "Compensated"
+    CANCELLED = "cancelled", "Cancelled"
+    # Terminal, and asks an operator to act: a compensation kept failing, so the run could
+    # neither finish nor be fully undone. An Alert row says what is left.
+    FAILED = "failed", "Failed (needs operator)"
+
+
+class Run(models.Model):
+    """One execution of a workflow."""
+
+    State = RunState
+
+    TERMINAL_STATES = (RunState.COMPLETED, RunState.COMPENSATED, RunState.CANCELLED, RunState.FAILED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow = models.CharField(max_length=100)
+    input = models.JSONField(default=dict)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+    )
+    # Higher runs first. Copied onto each step so the claim index can order by it.
+    priority = models.SmallIntegerField(default=0)
+    # Optional business deadline for the whole run: among equal priorities, earliest first.
+    deadline = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=RunState.PENDING)
+    cancel_requested = models.BooleanField(default=False)
+    # Free text a caller correlates with (the order id for orders).
+    correlation_id = models.CharField(max_length=100, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=RunState.values),
+                name="run_state_valid",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"], name="run_owner_created_idx"),
+            models.Index(fields=["state", "-created_at"], name="run_state_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} {self.id} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL_STATES
+
+
+class StepState(models.TextChoices):
+    # Not yet claimable: waits for the step before it (or, for a compensation, the one after).
+    WAITING = "waiting", "Waiting"
+    PENDING = "pending", "Pending"
+    PROCESSING = "processing", "Processing"
+    PROCESSED = "processed", "Processed"
+    ERROR = "error", "Error"
+    # A processed forward step whose compensation has been scheduled / has finished.
+    COMPENSATING = "compensating", "Compensating"
+    COMPENSATED = "compensated", "Compensated"
+    # Never ran (or was stopped mid-flight) because the run was compensated or cancelled.
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class StepKind(models.TextChoices):
+    FORWARD = "forward", "Forward"
+    COMPENSATION = "compensation", "Compensation"
+
+
+class Step(models.Model):
+    """The state record of one step of a run (forward work or its compensation)."""
+
+    State = StepState
+
+    Kind = StepKind
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FORWARD)
+    # Order inside the run: forward steps 0..n-1, compensations from 1000 upwards.
+    seq = models.PositiveIntegerField()
+    # Celery task name of the agent operation, e.g. "agents.payment.charge".
+    operation = models.CharField(max_length=100)
+    compensates = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="compensation"
+    )
+
+    process_state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    # The seed's LockedBy: null (not "") while nobody holds the step.
+    locked_by = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    complete_by = models.DateTimeField(null=True, blank=True)
+    failure_count = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField()
+    lease = models.UUIDField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+
+    # Step policy, copied from the workflow definition at submit so an edited definition does
+    # not change runs already in flight.
+    timeout = models.DurationField(default=timedelta(seconds=30))
+    max_failures = models.PositiveIntegerField(default=3)
+    backoff_base = models.FloatField(default=1.0)
+    backoff_max = models.FloatField(default=60.0)
+
+    priority = models.SmallIntegerField(default=0)
+    deadline = models.DateTimeField(null=True, blank=True)
+
+    attempts = models.PositiveIntegerField(default=0)
+    # Request body for the agent, built from the run input and earlier results when the step
+    # becomes Pending (so a claim needs no extra reads).
+    payload = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    # The remote said no (declined card): its effect did not happen, so nothing to compensate.
+    error_permanent = models.BooleanField(default=False)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "seq"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(process_state__in=StepState.values),
+                name="step_state_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=StepKind.values),
+                name="step_kind_valid",
+            ),
+            # A claimed step always carries its fence and its deadline...
+            models.CheckConstraint(
+                condition=~Q(process_state="processing")
+                | (Q(lease__isnull=False) & Q(complete_by__isnull=False) & Q(locked_by__isnull=False)),
+                name="step_processing_is_leased",
+            ),
+            # ...and an unclaimed one is owned by nobody.
+            models.CheckConstraint(
+                condition=~Q(process_state="pending") | Q(locked_by__isnull=True),
+                name="step_pending_is_unlocked",
+            ),
+            models.UniqueConstraint(fields=["run", "seq"], name="step_run_seq_unique"),
+        ]
+        indexes = [
+            # The scheduler's claim: only Pending rows, in claim order.
+            models.Index(
+                models.F("priority").desc(),
+                models.F("deadline").asc(nulls_last=True),
+                "not_before",
+                name="step_pending_claim_idx",
+                condition=Q(process_state="pending"),
+            ),
+            # The supervisor's sweep: only Processing rows, by deadline.
+            models.Index(
+                fields=["complete_by"],
+                name="step_processing_deadline_idx",
+                condition=Q(process_state="processing"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.process_state}] of run {self.run_id}"
+
+
+class HistoryStatus(models.TextChoices):
+    STARTED = "started", "Started"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED_TRANSIENT = "failed_transient", "Failed (transient)"
+    FAILED_PERMANENT = "failed_permanent", "Failed (permanent)"
+    TIMED_OUT = "timed_out", "Timed out"
+    CANCELLED = "cancelled", "Cancelled"
+    IGNORED = "ignored", "Ignored (stale lease)"
+    RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
+    ERRORED = "errored", "Marked Error"
+    ACTION = "action", "Action"
+
+
+class TaskExecutionHistory(models.Model):
+    """One row per attempt of a step, plus rows for ignored replies and supervisor decisions."""
+
+    class Kind(models.TextChoices):
+        ATTEMPT = "attempt", "Attempt"
+        LATE_REPLY = "late_reply", "Ignored reply"
+        SUPERVISOR = "supervisor", "Supervisor decision"
+        SCHEDULER = "scheduler", "Scheduler decision"
+        OPERATOR = "operator", "Operator action"
+
+    Status = HistoryStatus
+
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="history")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="history")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ATTEMPT)
+    status = models.CharField(max_length=20, choices=Status.choices)
+    lease = models.UUIDField(null=True, blank=True)
+    retry_count = models.PositiveIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "task execution history"
+        ordering = ["started_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=HistoryStatus.values),
+                name="history_status_valid",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["run", "started_at"], name="history_run_started_idx"),
+            # The open attempt for a lease is looked up on every reply.
+            models.Index(fields=["lease"], name="history_lease_idx", condition=Q(lease__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.status} step={self.step_id}"
+
+
+class RunEvent(models.Model):
+    """A state change of a run, kept in order; the source for the status page and webhooks."""
+
+    class Type(models.TextChoices):
+        RECEIVED = "received", "Received"
+        STARTED = "started", "Started"
+        STEP_STARTED = "step_started", "Step started"
+        STEP_COMPLETED = "step_completed", "Step completed"
+        STEP_RETRYING = "step_retrying", "Step retrying"
+        STEP_FAILED = "step_failed", "Step failed"
+        COMPLETED = "completed", "Completed"
+        COMPENSATING = "compensating", "Compensating"
+        COMPENSATED = "compensated", "Compensated"
+        CANCELLED = "cancelled", "Cancelled"
+        FAILED = "failed", "Failed"
+
+    event_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    type = models.CharField(max_length=30, choices=Type.choices)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "id"], name="event_run_id_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.type} run={self.run_id}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "event_id": str(self.event_id),
+            "run_id": str(self.run_id),
+            "type": self.type,
+            "step": self.data.get("step"),
+            "data": self.data,
+            "at": self.created_at.isoformat(),
+        }

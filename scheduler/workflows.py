@@ -1,0 +1,113 @@
+"""Declarative workflow definitions.
+
+A workflow is an ordered list of steps; each step names the agent operation (a Celery task name)
+that performs it, its complete-by window, failure limit, backoff and optional compensation.
+Adding a workflow means writing a `Workflow(...)` and calling `register()` - the engine does not
+change. Example (see `orders/workflows.py` for the real one)::
+
+    register(Workflow(
+        name="greeting",
+        validate=validate_greeting,
+        steps=[StepDef(name="send", operation="agents.mail.send", timeout=10,
+                       payload=lambda ctx: {"to": ctx.input["to"]})],
+    ))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class WorkflowInputError(ValueError):
+    """Bad input for a workflow. `errors` maps field names to messages, like a form's errors."""
+
+    def __init__(self, errors: Mapping[str, list[str] | str]) -> None:
+        self.errors: dict[str, list[str]] = {
+            key: [value] if isinstance(value, str) else list(value) for key, value in errors.items()
+        }
+        super().__init__("; ".join(f"{k}: {', '.join(v)}" for k, v in self.errors.items()))
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a payload builder sees: the run input, earlier steps' results and idempotency keys."""
+
+    run_id: str
+    input: Mapping[str, Any]
+    results: Mapping[str, Any]
+    keys: Mapping[str, str]
+
+
+PayloadBuilder = Callable[[StepContext], dict[str, Any]]
+
+
+def _empty_payload(ctx: StepContext) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class StepDef:
+    name: str
+    # The agent operation: a Celery task name; its queue comes from CELERY_TASK_ROUTES.
+    operation: str
+    # The complete-by window of one attempt, in seconds.
+    timeout: float = 30.0
+    # Attempts that may time out or fail transiently before the step is marked Error.
+    max_failures: int = 3
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+    payload: PayloadBuilder = _empty_payload
+    compensation: StepDef | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0:
+            raise ValueError(f"step {self.name}: timeout must be positive")
+        if self.max_failures < 1:
+            raise ValueError(f"step {self.name}: max_failures must be at least 1")
+
+
+@dataclass(frozen=True)
+class Workflow:
+    name: str
+    steps: list[StepDef]
+    # Cleans the input or raises WorkflowInputError. Runs before anything is written.
+    validate: Callable[[Mapping[str, Any]], dict[str, Any]] = field(default=lambda data: dict(data))
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.steps] + [s.compensation.name for s in self.steps if s.compensation]
+        if len(names) != len(set(names)):
+            raise ValueError(f"workflow {self.name}: step names must be unique")
+        if not self.steps:
+            raise ValueError(f"workflow {self.name}: needs at least one step")
+
+    def step(self, name: str) -> StepDef:
+        for s in self.steps:
+            if s.name == name:
+                return s
+            if s.compensation and s.compensation.name == name:
+                return s.compensation
+        raise KeyError(f"workflow {self.name} has no step {name!r}")
+
+
+_registry: dict[str, Workflow] = {}
+
+
+def register(workflow: Workflow) -> Workflow:
+    existing = _registry.get(workflow.name)
+    if existing is not None and existing is not workflow:
+        raise ValueError(f"workflow {workflow.name!r} is already registered")
+    _registry[workflow.name] = workflow
+    return workflow
+
+
+def get_workflow(name: str) -> Workflow:
+    try:
+        return _registry[name]
+    except KeyError:
+        raise WorkflowInputError({"workflow": f"unknown workflow {name!r}"}) from None
+
+
+def registered_workflows() -> list[str]:
+    return sorted(_registry)

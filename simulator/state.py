@@ -1,0 +1,185 @@
+"""In-memory state of the simulator: ledger, idempotency store, effects, tombstones and stats.
+
+Nothing here is persisted: a restart of the simulator starts from an empty state.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import datetime as dt
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class KeyedLocks:
+    """One `threading.Lock` per key, created on demand and dropped when nobody holds or waits on it.
+
+    `hold` takes several keys at once, always in sorted order, so two requests that need the same
+    pair of keys cannot deadlock.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    def _checkout(self, key: str) -> threading.Lock:
+        with self._guard:
+            lock, users = self._locks.get(key, (None, 0))
+            if lock is None:
+                lock = threading.Lock()
+            self._locks[key] = (lock, users + 1)
+            return lock
+
+    def _checkin(self, key: str) -> None:
+        with self._guard:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    @contextlib.contextmanager
+    def hold(self, *keys: str) -> Iterator[None]:
+        ordered = sorted(set(keys))
+        with contextlib.ExitStack() as stack:
+            for key in ordered:
+                lock = self._checkout(key)
+                stack.callback(self._checkin, key)
+                lock.acquire()
+                stack.callback(lock.release)
+            yield
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._locks)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredResponse:
+    """The first response given for an idempotency key, replayed for later calls with that key."""
+
+    service: str
+    operation: str
+    status: int
+    body: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Effect:
+    """A forward effect (reservation, charge, shipment) that a compensation may undo."""
+
+    effect_id: str
+    compensated_by: str | None = None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
+
+
+class SimulatorState:
+    """All mutable state. Every method is thread-safe; `key_locks` serialises work per key."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.key_locks = KeyedLocks()
+        self._ledger: list[dict[str, Any]] = []
+        self._seq = 0
+        self._responses: dict[str, StoredResponse] = {}
+        self._effects: dict[tuple[str, str], Effect] = {}
+        self._tombstones: set[tuple[str, str]] = set()
+        self._stats: collections.Counter[tuple[str, str, str]] = collections.Counter()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._ledger = []
+            self._seq = 0
+            self._responses = {}
+            self._effects = {}
+            self._tombstones = set()
+            self._stats = collections.Counter()
+
+    # -- idempotency -----------------------------------------------------------------------------
+
+    def stored_response(self, key: str) -> StoredResponse | None:
+        with self._lock:
+            return self._responses.get(key)
+
+    def store_response(self, key: str, response: StoredResponse) -> None:
+        with self._lock:
+            self._responses.setdefault(key, response)
+
+    # -- effects and tombstones -------------------------------------------------------------------
+
+    def effect(self, service: str, key: str) -> Effect | None:
+        with self._lock:
+            return self._effects.get((service, key))
+
+    def add_effect(self, service: str, key: str, effect: Effect) -> None:
+        with self._lock:
+            self._effects[(service, key)] = effect
+
+    def compensate(self, service: str, key: str, by_key: str) -> Effect | None:
+        """Mark the forward effect of ``key`` as undone by ``by_key``; None if nothing to undo."""
+        with self._lock:
+            effect = self._effects.get((service, key))
+            if effect is None or effect.compensated_by is not None:
+                return None
+            effect.compensated_by = by_key
+            return effect
+
+    def is_voided(self, service: str, key: str) -> bool:
+        with self._lock:
+            return (service, key) in self._tombstones
+
+    def void(self, service: str, key: str) -> None:
+        with self._lock:
+            self._tombstones.add((service, key))
+
+    # -- ledger ------------------------------------------------------------------------------------
+
+    def append_ledger(
+        self, service: str, operation: str, key: str, effect_id: str, payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._seq += 1
+            entry = {
+                "seq": self._seq,
+                "service": service,
+                "operation": operation,
+                "key": key,
+                "effect_id": effect_id,
+                "payload": payload,
+                "at": _now(),
+            }
+            self._ledger.append(entry)
+            return entry
+
+    def ledger(
+        self, service: str | None = None, operation: str | None = None, key: str | None = None
+    ) -> list[dict[str, Any]]:
+        with self._lock:
+            entries = list(self._ledger)
+        return [
+            entry
+            for entry in entries
+            if (service is None or entry["service"] == service)
+            and (operation is None or entry["operation"] == operation)
+            and (key is None or entry["key"] == key)
+        ]
+
+    # -- stats -------------------------------------------------------------------------------------
+
+    def count(self, service: str, operation: str, outcome: str) -> None:
+        with self._lock:
+            self._stats[(service, operation, outcome)] += 1
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            counts = dict(self._stats)
+        services: dict[str, dict[str, dict[str, int]]] = {}
+        for (service, operation, outcome), n in sorted(counts.items()):
+            services.setdefault(service, {}).setdefault(operation, {})[outcome] = n
+        return {"total": sum(counts.values()), "services": services}

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from supervisor.periodic import periodic_tasks_ensure
+
+
+class Command(BaseCommand):
+    help = "Create the supervisor sweep and scheduler tick periodic tasks (django-celery-beat)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--reset", action="store_true", help="restore intervals an operator changed")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        touched = periodic_tasks_ensure(
+            interval_model=IntervalSchedule,
+            task_model=PeriodicTask,
+            intervals=settings.SAS,
+            reset=options["reset"],
+        )
+        self.stdout.write(f"periodic tasks created/reset: {', '.join(touched) or 'none (already present)'}")

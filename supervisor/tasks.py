@@ -1,0 +1,29 @@
+"""The supervisor's periodic task, run by django-celery-beat (interval editable in the admin)."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+from django.db import DatabaseError, OperationalError
+
+from scheduler.services import scheduler_instance_id
+
+from .services import step_expire_sweep
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="supervisor.sweep", ignore_result=True)
+def supervisor_sweep() -> dict[str, int]:
+    """Sweep expired Processing steps. Survives a database outage: logs and returns, the next
+    beat tick tries again (a sweep that ran half-way committed its finished batches)."""
+    try:
+        result = step_expire_sweep(
+            batch=settings.SAS["SWEEP_BATCH"], instance=f"supervisor@{scheduler_instance_id()}"
+        )
+    except (DatabaseError, OperationalError):
+        logger.exception("supervisor sweep failed; next tick retries")
+        return {"examined": 0, "retried": 0, "errored": 0}
+    return {"examined": result.examined, "retried": result.retried, "errored": result.errored}

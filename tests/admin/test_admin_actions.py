@@ -1,0 +1,192 @@
+"""Operator actions: they call the services, and say what happened to each run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.messages import get_messages
+from django.test import Client
+from django.urls import reverse
+
+from agents.breaker import CircuitBreaker
+from scheduler.models import Run, Step, TaskExecutionHistory
+from supervisor.models import Alert
+from supervisor.operator import alert_acknowledge
+
+from .factories import order_completed, order_failed, order_pending, order_running
+
+pytestmark = pytest.mark.django_db
+
+RUNS = "/admin/scheduler/run/"
+
+
+def _messages(response: Any) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def _action(client: Client, url: str, action: str, ids: list[Any]) -> Any:
+    return client.post(url, {"action": action, "_selected_action": [str(i) for i in ids]}, follow=True)
+
+
+def test_cancel_action__running_and_pending__compensating_and_cancelled(
+    staff_client: Client, customer: Any
+) -> None:
+    running = order_running(customer)
+    pending = order_pending(customer)
+    completed = order_completed(customer)
+
+    response = _action(staff_client, RUNS, "cancel_runs", [running.run_id, pending.run_id, completed.run_id])
+
+    assert response.status_code == 200
+    run = Run.objects.get(pk=running.run_id)
+    # Reserve was done and charge was in flight: both are undone, in reverse order.
+    assert run.state == Run.State.COMPENSATING
+    assert run.cancel_requested
+    comps = list(Step.objects.filter(run_id=run.id, kind=Step.Kind.COMPENSATION).order_by("seq"))
+    assert [c.name for c in comps] == ["refund_payment", "release_inventory"]
+    assert Run.objects.get(pk=pending.run_id).state == Run.State.CANCELLED  # nothing ran: nothing to undo
+    assert Run.objects.get(pk=completed.run_id).state == Run.State.COMPLETED
+    texts = _messages(response)
+    assert any(t.startswith("Cancelled 2 run(s)") for t in texts), texts
+    assert any(str(completed.run_id)[:8] in t and "only pending or running" in t for t in texts), texts
+
+
+def test_resume_compensation_action__failed_run__compensating_again(
+    staff_client: Client, customer: Any
+) -> None:
+    failed = order_failed(customer)
+    running = order_running(customer)
+
+    response = _action(staff_client, RUNS, "resume_compensation", [failed.run_id, running.run_id])
+
+    run = Run.objects.get(pk=failed.run_id)
+    assert run.state == Run.State.COMPENSATING
+    release = Step.objects.get(run_id=run.id, name="release_inventory")
+    assert release.process_state == Step.State.PENDING
+    assert release.failure_count == 0
+    audit = TaskExecutionHistory.objects.get(run_id=run.id, kind=TaskExecutionHistory.Kind.OPERATOR)
+    assert audit.worker == "admin:ops"
+    texts = _messages(response)
+    assert any(t.startswith("Resumed compensation of 1 run(s)") for t in texts), texts
+    assert any("only failed runs" in t for t in texts), texts
+    assert Run.objects.get(pk=running.run_id).state == Run.State.RUNNING
+
+
+def test_run_detail_buttons__cancel_then_not_offered(staff_client: Client, customer: Any) -> None:
+    running = order_running(customer)
+    url = reverse("admin:scheduler_run_change", args=[running.run_id])
+    assert "Cancel run" in staff_client.get(url).content.decode()
+
+    response = staff_client.post(
+        reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"]), follow=True
+    )
+
+    assert response.redirect_chain[-1][0] == url
+    assert Run.objects.get(pk=running.run_id).state == Run.State.COMPENSATING
+    from django.contrib.admin.models import LogEntry
+
+    entry = LogEntry.objects.get(object_id=str(running.run_id))
+    assert entry.user.username == "ops" and "Cancelled" in entry.get_change_message()
+    html = response.content.decode()
+    assert "Cancelled run" in html
+    assert "Cancel run</button>" not in html
+    # A second POST (stale page, double click) is refused with a message, not an error page.
+    response = staff_client.post(
+        reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"]), follow=True
+    )
+    assert any("only pending or running" in t for t in _messages(response))
+
+
+def test_operate_view__get__not_allowed(staff_client: Client, customer: Any) -> None:
+    running = order_running(customer)
+    response = staff_client.get(reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"]))
+    assert response.status_code == 405
+    assert Run.objects.get(pk=running.run_id).state == Run.State.RUNNING
+
+
+def test_acknowledge_action__open_alerts__acknowledged_by_operator(
+    staff_client: Client, operator: Any, customer: Any
+) -> None:
+    failed = order_failed(customer)
+    alerts = list(Alert.objects.filter(run_id=failed.run_id))
+    assert len(alerts) == 2 and all(a.acknowledged_at is None for a in alerts)
+
+    url = reverse("admin:supervisor_alert_changelist")
+    response = _action(staff_client, url, "acknowledge", [a.pk for a in alerts])
+
+    assert any("Acknowledged 2 alert(s)" in t for t in _messages(response))
+    for alert in Alert.objects.filter(run_id=failed.run_id):
+        assert alert.acknowledged_at is not None
+        assert alert.acknowledged_by_id == operator.pk
+    html = staff_client.get(url, {"status": "open"}).content.decode()
+    assert 'name="_selected_action"' not in html
+
+
+def test_alert_acknowledge__twice__first_operator_kept(operator: Any, customer: Any) -> None:
+    from django.contrib.auth import get_user_model
+
+    failed = order_failed(customer)
+    ids = list(Alert.objects.filter(run_id=failed.run_id).values_list("pk", flat=True))
+    other = get_user_model().objects.create_user("bob", is_staff=True)
+    assert alert_acknowledge(alert_ids=ids, user=operator) == 2
+    first = {a.pk: a.acknowledged_at for a in Alert.objects.filter(pk__in=ids)}
+    assert alert_acknowledge(alert_ids=ids, user=other) == 0
+    for alert in Alert.objects.filter(pk__in=ids):
+        assert alert.acknowledged_by_id == operator.pk
+        assert alert.acknowledged_at == first[alert.pk]
+
+
+def test_alert_changelist__open_first(staff_client: Client, operator: Any, customer: Any) -> None:
+    old = order_failed(customer)
+    new = order_failed(customer)
+    alert_acknowledge(
+        alert_ids=Alert.objects.filter(run_id=new.run_id).values_list("pk", flat=True), user=operator
+    )
+    html = staff_client.get(reverse("admin:supervisor_alert_changelist")).content.decode()
+    # The older run's alerts are open, so they come before the newer, acknowledged ones.
+    assert html.index(str(old.run_id)[:8]) < html.index(str(new.run_id)[:8])
+
+
+def test_health_page__counts_breakers_and_periodic_tasks(staff_client: Client, customer: Any) -> None:
+    order_failed(customer)
+    order_running(customer)
+    breaker = CircuitBreaker("payment", failure_threshold=2)
+    breaker.reset()
+    breaker.record_failure()
+    breaker.record_failure()
+    try:
+        html = staff_client.get(reverse("admin:scheduler_run_health")).content.decode()
+    finally:
+        breaker.reset()
+    assert "Engine health" in html
+    assert '<span class="sas-badge sas-open">open</span>' in html
+    assert html.count("Reset breaker") == 3  # inventory, payment, shipping
+    assert "sas: supervisor sweep" in html
+    assert "/admin/django_celery_beat/periodictask/" in html
+    assert 'href="/admin/scheduler/run/?state__exact=failed">1</a>' in html
+    assert 'href="/admin/scheduler/run/?state__exact=running">1</a>' in html
+
+
+def test_breaker_reset__post__closes_breaker(staff_client: Client) -> None:
+    breaker = CircuitBreaker("inventory", failure_threshold=1)
+    breaker.reset()
+    breaker.record_failure()
+    assert breaker.snapshot()["state"] == "open"
+    url = reverse("admin:scheduler_run_breaker_reset", args=["inventory"])
+
+    assert staff_client.get(url).status_code == 405
+    assert breaker.snapshot()["state"] == "open"
+    response = staff_client.post(url, follow=True)
+
+    assert breaker.snapshot()["state"] == "closed"
+    assert any("inventory reset" in t for t in _messages(response))
+    assert (
+        staff_client.post(reverse("admin:scheduler_run_breaker_reset", args=["nonsense"])).status_code == 403
+    )
+
+
+def test_admin_index__links_engine_health(staff_client: Client) -> None:
+    html = staff_client.get(reverse("admin:index")).content.decode()
+    assert reverse("admin:scheduler_run_health") in html
+    assert "?attention=needs" in html

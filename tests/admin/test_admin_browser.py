@@ -1,0 +1,115 @@
+"""The admin in a real browser: Debian's headless Chromium, driven by Playwright, against
+`manage.py runserver` on the test database. Screenshots go to the artifacts folder."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..harness import REPO, Proc
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+PASSWORD = "ops-browser-password"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def admin_server(live_db: None, worker_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    proc = Proc(
+        name="web",
+        args=[sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        log_path=tmp_path / "web.log",
+        env=worker_env,
+    )
+    assert (REPO / "manage.py").exists()
+    proc.start(ready_marker="Quit the server with")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def browser_data(live_db: None) -> dict[str, Any]:
+    """Committed data: an operator, and orders in every interesting state."""
+    from django.contrib.auth import get_user_model
+
+    from .factories import order_completed, order_failed, order_pending, order_running
+
+    user_model = get_user_model()
+    ops, _ = user_model.objects.get_or_create(username="ops-browser", defaults={"is_staff": True})
+    ops.is_staff = ops.is_superuser = True
+    ops.set_password(PASSWORD)
+    ops.save()
+    customer, _ = user_model.objects.get_or_create(username="alice")
+    data: dict[str, Any] = {"ops": ops}
+    for _ in range(2):
+        order_completed(customer)
+    data["pending"] = order_pending(customer)
+    data["running"] = order_running(customer)
+    data["failed"] = order_failed(customer)
+    return data
+
+
+def test_admin__in_chromium__runs_detail_and_health(
+    admin_server: str, browser_data: dict[str, Any], artifacts_dir: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    failed_run = str(browser_data["failed"].run_id)
+    shots = artifacts_dir / "admin"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.goto(f"{admin_server}/admin/login/?next=/admin/")
+            page.fill("#id_username", "ops-browser")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_selector("#sas-engine-panel")
+            page.screenshot(path=str(shots / "01-admin-index.png"), full_page=True)
+
+            page.click("#sas-engine-panel >> text=Runs needing attention")
+            page.wait_for_selector("#result_list")
+            assert page.locator("#result_list tbody tr").count() == 1
+            page.goto(f"{admin_server}/admin/scheduler/run/")
+            rows = page.locator("#result_list tbody tr")
+            assert rows.count() == 5
+            assert page.locator("#result_list .sas-badge.sas-failed").count() == 1
+            page.screenshot(path=str(shots / "02-run-changelist.png"), full_page=True)
+
+            page.click(f"#result_list code[title='{failed_run}']")
+            page.wait_for_selector("#steps-group")
+            assert page.locator("text=Resume compensation").count() >= 1
+            page.screenshot(path=str(shots / "03-run-detail-failed.png"), full_page=True)
+
+            page.goto(f"{admin_server}/admin/scheduler/run/health/")
+            page.wait_for_selector("text=Circuit breakers")
+            assert page.locator("input[value='Reset breaker']").count() == 3
+            page.screenshot(path=str(shots / "04-engine-health.png"), full_page=True)
+
+            page.goto(f"{admin_server}/admin/supervisor/alert/")
+            page.wait_for_selector("#result_list")
+            page.screenshot(path=str(shots / "05-alerts.png"), full_page=True)
+        finally:
+            browser.close()

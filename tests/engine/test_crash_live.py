@@ -1,0 +1,43 @@
+"""Crashes: a worker killed with SIGKILL in the middle of a remote call."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from scheduler.models import Run, Step, TaskExecutionHistory
+
+from ..harness import wait_for
+from .helpers import step, submit_order, wait_run, wait_step_state
+
+
+def test_agent_worker_killed_mid_charge__order_completes_with_exactly_one_payment(engine, demo_user):
+    # The charge takes 1.5 s at the payment service, so the kill lands while the agent waits on it.
+    engine.sim.set_faults("payment", latency_ms=1500)
+    order = submit_order(demo_user)
+    charging = wait_step_state(order.run_id, "charge_payment", Step.State.PROCESSING)
+    wait_for(
+        lambda: "agents.payment.charge" in engine.agents.log() and _charge_started(engine.agents.log()),
+        timeout=10,
+        what="the agent to start the charge",
+    )
+    time.sleep(0.3)
+
+    engine.agents.kill(signal.SIGKILL)  # parent and pool children, no goodbye
+    engine.sim.set_faults("payment", latency_ms=0)
+    engine.agents.start(ready_marker=" ready.")
+
+    run = wait_run(order.run_id, (Run.State.COMPLETED,), timeout=40)
+
+    charge = step(run.id, "charge_payment")
+    assert charge.attempts == 2 and charge.failure_count == 1
+    assert charging.lease != charge.lease
+    # The remote side effect happened once, however often the step ran.
+    charges = engine.sim.ledger(service="payment", operation="charge")
+    assert len(charges) == 1 and charges[0]["key"] == charge.idempotency_key
+    history = TaskExecutionHistory.objects.filter(step=charge).order_by("id")
+    assert [h.status for h in history if h.kind == "attempt"] == ["timed_out", "succeeded"]
+
+
+def _charge_started(log: str) -> bool:
+    return "Task agents.payment.charge" in log and "received" in log

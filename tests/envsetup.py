@@ -1,0 +1,56 @@
+"""Loaded with `-p tests.envsetup` (pyproject addopts) before pytest-django imports settings.
+
+Sets the environment the test process AND the worker subprocesses it starts share:
+- a Redis database of its own (db 15 unless REDIS_TEST_URL says otherwise), flushed per session,
+  so tests never read or purge the broker that `make run` uses;
+- short step windows and backoffs so crash/deadline scenarios finish in seconds;
+- a free port for the simulator the session starts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _test_redis_url() -> str:
+    if os.environ.get("REDIS_TEST_URL"):
+        return os.environ["REDIS_TEST_URL"]
+    base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    head, _, tail = base.rpartition("/")
+    if tail.isdigit() and head.count("/") >= 2:
+        return f"{head}/15"
+    return base.rstrip("/") + "/15"
+
+
+os.environ["REDIS_URL"] = _test_redis_url()
+# Several test sessions may share one machine (developers, CI): each gets its own database and
+# its own Redis key prefix (broker queues and breaker keys), so they never see each other.
+os.environ["DATABASE_TEST_NAME"] = f"test_sasproject_{os.getpid()}"
+os.environ["SAS_REDIS_PREFIX"] = f"test{os.getpid()}:"
+os.environ.pop("CELERY_BROKER_URL", None)
+os.environ.pop("SAS_BREAKER_REDIS_URL", None)
+# The session starts its own simulator on a free port (never the one `make run` uses).
+os.environ["SIMULATOR_URL"] = f"http://127.0.0.1:{_free_port()}"
+for service in ("INVENTORY", "PAYMENT", "SHIPPING"):
+    os.environ.pop(f"SAS_{service}_URL", None)
+TEST_ENV = {
+    "SAS_ORDER_STEP_TIMEOUT": "3",
+    "SAS_ORDER_MAX_FAILURES": "3",
+    "SAS_ORDER_BACKOFF_BASE": "0.2",
+    "SAS_ORDER_BACKOFF_MAX": "1",
+    "SAS_SUPERVISOR_INTERVAL": "1",
+    "SAS_SCHEDULER_TICK_INTERVAL": "1",
+    "SAS_BREAKER_FAILURE_THRESHOLD": "5",
+    "SAS_BREAKER_RESET_TIMEOUT": "2",
+    "DATABASE_CONN_MAX_AGE": "0",
+    "LOG_LEVEL": "INFO",
+}
+for key, value in TEST_ENV.items():
+    os.environ[key] = value

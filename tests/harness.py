@@ -1,0 +1,144 @@
+"""Real processes for tests: Celery workers, beat and the simulator, started as subprocesses
+that a test can kill. Nothing here is a stand-in: they talk to the same PostgreSQL test database
+and the same Redis as the test process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+CONTROL_QUEUES = "scheduler,supervisor,default"
+AGENT_QUEUES = "agent.inventory,agent.payment,agent.shipping,agent.webhook"
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.05, what: str = "") -> Any:
+    """Poll until `predicate()` is truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last={last!r})")
+
+
+@dataclass
+class Proc:
+    name: str
+    args: list[str]
+    log_path: Path
+    env: dict[str, str]
+    popen: subprocess.Popen[bytes] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def start(self, *, ready_marker: str | None, timeout: float = 40.0) -> Proc:
+        offset = len(self.log())
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                self.args,
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: kill() takes the pool children too
+            )
+        if ready_marker:
+            wait_for(
+                lambda: (
+                    ready_marker in self.log()[offset:] or self.popen is None or self.popen.poll() is not None
+                ),
+                timeout=timeout,
+                what=f"{self.name} to print {ready_marker!r}",
+            )
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.log()[-4000:]}")
+        return self
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (the Celery parent and its pool children)."""
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.kill(signal.SIGTERM)
+
+
+def celery_worker(
+    *, name: str, queues: str, log_dir: Path, env: dict[str, str], concurrency: int = 2, pool: str = "prefork"
+) -> Proc:
+    args = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "sasproject",
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(concurrency),
+        "-P",
+        pool,
+        "-n",
+        f"{name}@%h",
+        "--without-mingle",
+        "--without-gossip",
+        "-l",
+        "INFO",
+    ]
+    return Proc(name=name, args=args, log_path=log_dir / f"{name}.log", env=env)
+
+
+def celery_beat(*, log_dir: Path, env: dict[str, str]) -> Proc:
+    args = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "sasproject",
+        "beat",
+        "-l",
+        "INFO",
+        "--pidfile=",
+    ]
+    return Proc(name="beat", args=args, log_path=log_dir / "beat.log", env=env)
+
+
+def simulator_process(*, url: str, log_dir: Path, env: dict[str, str]) -> Proc:
+    port = url.rsplit(":", 1)[1]
+    args = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", port]
+    return Proc(name="simulator", args=args, log_path=log_dir / "simulator.log", env=env)

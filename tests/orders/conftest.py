@@ -1,0 +1,54 @@
+"""Fixtures for the order API and pages: users with tokens, API clients, a generous submit rate
+(the 429 test lowers it)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+_names = itertools.count()
+
+ORDER = {"items": [{"sku": "SKU-1", "quantity": 2}], "amount": "25.00", "currency": "EUR"}
+
+
+@pytest.fixture(autouse=True)
+def _generous_submit_rate(settings: Any) -> None:
+    settings.SAS_SUBMIT_RATE = "10000/minute"
+
+
+def make_user(prefix: str = "user") -> Any:
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user(username=f"{prefix}{next(_names)}", password="pw-for-tests-1")
+
+
+def token_client(user: Any) -> APIClient:
+    from rest_framework.authtoken.models import Token
+
+    token, _ = Token.objects.get_or_create(user=user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def user(db: None) -> Any:
+    return make_user("alice")
+
+
+@pytest.fixture
+def other_user(db: None) -> Any:
+    return make_user("bob")
+
+
+@pytest.fixture
+def api(user: Any) -> APIClient:
+    return token_client(user)
+
+
+@pytest.fixture
+def other_api(other_user: Any) -> APIClient:
+    return token_client(other_user)

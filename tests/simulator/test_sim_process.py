@@ -1,0 +1,69 @@
+"""The simulator as a process: CLI, environment, signals, logging."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from simulator.client import SimulatorControl
+
+from .support import CHARGE, Api, start_simulator
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal__clean_shutdown_exit_code_0(tmp_path: Path, sig: int) -> None:
+    proc = start_simulator(tmp_path / "stderr.log")
+    assert SimulatorControl(proc.url).health() == {"status": "ok"}
+
+    returncode = proc.stop(sig)
+
+    assert returncode == 0
+    assert proc.stderr() == ""
+
+
+def test_signal__shutdown_while_a_request_hangs__exit_code_0(tmp_path: Path) -> None:
+    proc = start_simulator(tmp_path / "stderr.log")
+    SimulatorControl(proc.url).set_faults("payment", hang=True)
+    with pytest.raises(TimeoutError):
+        Api(proc.url).post("/payment/charge", CHARGE, key="ch-1", timeout=0.3)
+
+    assert proc.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in proc.stderr()
+
+
+def test_port_from_environment__simulator_port_0__listens_on_free_port(tmp_path: Path) -> None:
+    proc = start_simulator(tmp_path / "stderr.log", args=(), env={"SIMULATOR_PORT": "0"})
+    try:
+        assert proc.url.startswith("http://127.0.0.1:")
+        assert not proc.url.endswith(":8055")
+        assert SimulatorControl(proc.url).health() == {"status": "ok"}
+    finally:
+        assert proc.stop() == 0
+
+
+def test_logging__quiet_by_default_and_verbose_logs_requests(tmp_path: Path) -> None:
+    quiet = start_simulator(tmp_path / "quiet.log")
+    verbose = start_simulator(tmp_path / "verbose.log", args=("--port", "0", "--verbose"))
+    try:
+        for proc in (quiet, verbose):
+            assert Api(proc.url).post("/payment/charge", CHARGE, key="ch-1").status == 200
+    finally:
+        quiet.stop()
+        verbose.stop()
+
+    assert quiet.stderr() == ""
+    assert '"POST /payment/charge HTTP/1.1" 200' in verbose.stderr()
+
+
+def test_port_in_use__exits_non_zero_with_message(tmp_path: Path) -> None:
+    first = start_simulator(tmp_path / "first.log")
+    port = first.url.rsplit(":", 1)[1]
+    try:
+        with pytest.raises(pytest.fail.Exception, match="did not start"):
+            start_simulator(tmp_path / "second.log", args=("--port", port))
+    finally:
+        first.stop()
+
+    assert "cannot listen" in (tmp_path / "second.log").read_text()

@@ -1,0 +1,108 @@
+"""The webhook outbox on the real database (rolled back), driving the engine's services by hand."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from orders.services import order_submit
+from scheduler.models import Run, RunEvent
+from scheduler.services import run_cancel, step_claim_due, step_reply
+from webhooks.models import WebhookDelivery, WebhookSubscription
+from webhooks.services import webhook_deliveries_retry, webhook_secret_get_or_create
+from webhooks.signing import signature_compute, signature_verify
+from webhooks.workflows import WEBHOOK_WORKFLOW
+
+from ..orders.conftest import ORDER, make_user
+
+HOOK = "http://127.0.0.1:9/hooks"
+
+
+@pytest.fixture
+def owner(db: None) -> Any:
+    return make_user("hook")
+
+
+def _finish_delivery(delivery: WebhookDelivery, outcome: str = "success") -> None:
+    assert delivery.delivery_run_id is not None
+    claim = step_claim_due(instance="test", limit=1, run_id=delivery.delivery_run_id)[0]
+    step_reply(step_id=claim.step_id, lease=claim.lease, outcome=outcome, error="410 gone", claim_next=False)  # type: ignore[arg-type]
+
+
+def test_signature__verify__accepts_own_rejects_tampered() -> None:
+    header = signature_compute(secret="s3cret", body=b'{"a":1}')
+
+    assert header.startswith("sha256=") and len(header) == 7 + 64
+    assert signature_verify(secret="s3cret", body=b'{"a":1}', header=header)
+    assert not signature_verify(secret="s3cret", body=b'{"a":2}', header=header)
+    assert not signature_verify(secret="other", body=b'{"a":1}', header=header)
+    assert not signature_verify(secret="s3cret", body=b'{"a":1}', header="")
+
+
+def test_subscribe__order_with_callback__received_event_queued_and_in_flight(owner: Any) -> None:
+    order = order_submit(owner_id=owner.id, data=ORDER, callback_url=HOOK)
+
+    delivery = WebhookDelivery.objects.get()
+    body = json.loads(delivery.body)
+    assert delivery.state == "delivering" and delivery.sequence == 1 and delivery.event_type == "received"
+    assert body["order_id"] == str(order.pk) and body["type"] == "received" and body["sequence"] == 1
+    assert body["event_id"] == str(delivery.event_uuid) == str(RunEvent.objects.get(run=order.run).event_id)
+    run = delivery.delivery_run
+    assert run is not None and run.workflow == WEBHOOK_WORKFLOW and run.owner_id == owner.id
+    headers = run.steps.get().payload["headers"]
+    secret = webhook_secret_get_or_create(user_id=owner.id).secret
+    assert signature_verify(secret=secret, body=delivery.body.encode(), header=headers["X-SAS-Signature"])
+    assert headers["X-SAS-Event-Id"] == body["event_id"]
+
+
+def test_outbox__more_events__queued_in_order_one_in_flight(owner: Any) -> None:
+    order = order_submit(owner_id=owner.id, data=ORDER, callback_url=HOOK)
+
+    run_cancel(run_id=order.run_id, actor="test")
+
+    rows = list(WebhookDelivery.objects.order_by("sequence").values_list("sequence", "event_type", "state"))
+    assert rows == [
+        (1, "received", "delivering"),
+        (2, "compensating", "pending"),
+        (3, "cancelled", "pending"),
+    ]
+    # Delivery runs report nothing themselves: only the order's run is subscribed.
+    assert WebhookSubscription.objects.count() == 1
+    assert Run.objects.filter(workflow=WEBHOOK_WORKFLOW).count() == 1
+
+
+def test_outbox__delivery_finishes__next_one_starts(owner: Any) -> None:
+    order = order_submit(owner_id=owner.id, data=ORDER, callback_url=HOOK)
+    run_cancel(run_id=order.run_id, actor="test")
+
+    _finish_delivery(WebhookDelivery.objects.get(sequence=1))
+
+    states = dict(WebhookDelivery.objects.values_list("sequence", "state"))
+    assert states == {1: "delivered", 2: "delivering", 3: "pending"}
+    first = WebhookDelivery.objects.get(sequence=1)
+    assert first.attempts == 1 and first.finished_at is not None
+
+
+def test_outbox__receiver_refuses__given_up_then_next_starts_and_retry_requeues(owner: Any) -> None:
+    order = order_submit(owner_id=owner.id, data=ORDER, callback_url=HOOK)
+    run_cancel(run_id=order.run_id, actor="test")
+
+    _finish_delivery(WebhookDelivery.objects.get(sequence=1), outcome="permanent")
+
+    first = WebhookDelivery.objects.get(sequence=1)
+    assert first.state == "given_up" and "410" in first.last_error
+    assert WebhookDelivery.objects.get(sequence=2).state == "delivering"
+
+    assert webhook_deliveries_retry(deliveries=WebhookDelivery.objects.filter(pk=first.pk)) == 1
+    first.refresh_from_db()
+    assert first.state == "pending" and first.delivery_run_id is None
+
+
+def test_outbox__order_without_callback__nothing_queued(owner: Any) -> None:
+    order = order_submit(owner_id=owner.id, data=ORDER)
+    run_cancel(run_id=order.run_id, actor="test")
+
+    assert WebhookDelivery.objects.count() == 0 and WebhookSubscription.objects.count() == 0
+    assert not Run.objects.filter(workflow=WEBHOOK_WORKFLOW).exists()

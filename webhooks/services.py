@@ -1,0 +1,178 @@
+"""Webhook services: subscribe a run, turn its events into outbox rows, send them one at a time.
+
+Ordering rule: a subscription has at most one delivery in flight (a partial unique index backs
+it); the next pending one starts when the previous one's delivery run finishes. Every decision
+is taken under the subscription row's lock, inside the transaction of the state change that
+caused it (a run event, or a delivery run ending), so an outbox row commits with its event or not
+at all, and two transactions never start two deliveries of one subscription.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import uuid
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from scheduler.models import Run, RunEvent, Step
+from scheduler.services import run_submit
+
+from .models import WebhookDelivery, WebhookSecret, WebhookSubscription
+from .signing import EVENT_ID_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADER, signature_compute
+from .workflows import WEBHOOK_WORKFLOW
+
+logger = logging.getLogger(__name__)
+
+# A delivery run ending in one of these ends its delivery: Completed = delivered, the rest =
+# given up (the step ran out of attempts or the receiver refused for good).
+_DELIVERY_END: dict[str, str] = {
+    RunEvent.Type.COMPLETED: WebhookDelivery.State.DELIVERED,
+    RunEvent.Type.COMPENSATED: WebhookDelivery.State.GIVEN_UP,
+    RunEvent.Type.CANCELLED: WebhookDelivery.State.GIVEN_UP,
+    RunEvent.Type.FAILED: WebhookDelivery.State.GIVEN_UP,
+}
+# Deliveries go after the work they report on when the scheduler is busy.
+DELIVERY_PRIORITY = -1
+
+
+def webhook_secret_get_or_create(*, user_id: int) -> WebhookSecret:
+    secret, _ = WebhookSecret.objects.get_or_create(
+        user_id=user_id, defaults={"secret": secrets.token_hex(32)}
+    )
+    return secret
+
+
+def webhook_secret_rotate(*, user_id: int) -> WebhookSecret:
+    """A new secret for the user; deliveries started from now on are signed with it."""
+    with transaction.atomic():
+        secret = webhook_secret_get_or_create(user_id=user_id)
+        secret.secret = secrets.token_hex(32)
+        secret.rotated_at = timezone.now()
+        secret.save(update_fields=["secret", "rotated_at"])
+    return secret
+
+
+def webhook_subscribe(
+    *, run_id: uuid.UUID | str, owner_id: int, url: str, correlation_id: str
+) -> WebhookSubscription:
+    """Deliver the events of `run_id` to `url`, including those it already has (the "received"
+    event is written before the caller knows the run id).
+
+    Transaction: the caller's (order_submit's): the subscription commits with the run.
+    """
+    with transaction.atomic():
+        subscription = WebhookSubscription.objects.create(
+            run_id=run_id, owner_id=owner_id, url=url, correlation_id=correlation_id
+        )
+        subscription = WebhookSubscription.objects.select_for_update().get(pk=subscription.pk)
+        for event in RunEvent.objects.filter(run_id=run_id).order_by("id"):
+            _outbox_add(subscription, event)
+        _start_next(subscription)
+    return subscription
+
+
+def webhook_event_recorded(*, event: RunEvent) -> None:
+    """Called for every run event, in its transaction: queue it for the run's subscriber, if any;
+    if it ends a delivery run, record that delivery's outcome and start the subscription's next."""
+    # No savepoint: this runs on every state change, inside the caller's transaction, and a
+    # failure here must roll that whole transaction back anyway (the outbox row is part of it).
+    with transaction.atomic(savepoint=False):
+        subscription = WebhookSubscription.objects.select_for_update().filter(run_id=event.run_id).first()
+        if subscription is not None:
+            _outbox_add(subscription, event)
+            _start_next(subscription)
+        elif event.type in _DELIVERY_END:
+            _delivery_finish(run_id=event.run_id, state=_DELIVERY_END[event.type])
+
+
+def webhook_deliveries_retry(*, deliveries: QuerySet[WebhookDelivery]) -> int:
+    """Operator action: send given-up deliveries again (each in its subscription's order).
+    Returns how many were put back to pending."""
+    count = 0
+    with transaction.atomic():
+        for subscription_id in deliveries.values_list("subscription_id", flat=True).distinct():
+            subscription = WebhookSubscription.objects.select_for_update().get(pk=subscription_id)
+            count += deliveries.filter(
+                subscription=subscription, state=WebhookDelivery.State.GIVEN_UP
+            ).update(state=WebhookDelivery.State.PENDING, delivery_run=None, finished_at=None)
+            _start_next(subscription)
+    return count
+
+
+def _outbox_add(subscription: WebhookSubscription, event: RunEvent) -> WebhookDelivery:
+    """Write the outbox row for `event`; `subscription` is locked by the caller."""
+    sequence = subscription.next_sequence
+    body = {
+        **event.as_dict(),
+        "order_id": subscription.correlation_id,
+        "sequence": sequence,
+    }
+    delivery = WebhookDelivery.objects.create(
+        subscription=subscription,
+        event=event,
+        event_uuid=event.event_id,
+        event_type=event.type,
+        sequence=sequence,
+        url=subscription.url,
+        body=json.dumps(body, sort_keys=True, separators=(",", ":")),
+    )
+    subscription.next_sequence = sequence + 1
+    WebhookSubscription.objects.filter(pk=subscription.pk).update(next_sequence=sequence + 1)
+    return delivery
+
+
+def _start_next(subscription: WebhookSubscription) -> WebhookDelivery | None:
+    """Start the oldest pending delivery unless one is in flight. `subscription` is locked."""
+    deliveries = WebhookDelivery.objects.filter(subscription=subscription)
+    if deliveries.filter(state=WebhookDelivery.State.DELIVERING).exists():
+        return None
+    delivery = deliveries.filter(state=WebhookDelivery.State.PENDING).order_by("sequence").first()
+    if delivery is None:
+        return None
+    secret = webhook_secret_get_or_create(user_id=subscription.owner_id)
+    headers = {
+        SIGNATURE_HEADER: signature_compute(secret=secret.secret, body=delivery.body.encode()),
+        EVENT_ID_HEADER: str(delivery.event_uuid),
+        SEQUENCE_HEADER: str(delivery.sequence),
+    }
+    run = run_submit(
+        workflow=WEBHOOK_WORKFLOW,
+        input={"delivery_id": delivery.pk, "url": delivery.url, "body": delivery.body, "headers": headers},
+        owner_id=subscription.owner_id,
+        priority=DELIVERY_PRIORITY,
+        correlation_id=str(delivery.event_uuid),
+    )
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        state=WebhookDelivery.State.DELIVERING, delivery_run=run, started_at=timezone.now()
+    )
+    return delivery
+
+
+def _delivery_finish(*, run_id: uuid.UUID | str, state: str) -> None:
+    delivery = (
+        WebhookDelivery.objects.filter(delivery_run_id=uuid.UUID(str(run_id)))
+        .only("pk", "subscription_id")
+        .first()
+    )
+    if delivery is None:
+        return
+    subscription = WebhookSubscription.objects.select_for_update().get(pk=delivery.subscription_id)
+    step = Step.objects.filter(run_id=run_id, kind=Step.Kind.FORWARD).only("attempts", "last_error").first()
+    error = ""
+    if state != WebhookDelivery.State.DELIVERED:
+        run_error = Run.objects.filter(pk=run_id).values_list("error", flat=True).first() or ""
+        error = (step.last_error if step and step.last_error else run_error)[:4000]
+    updated = WebhookDelivery.objects.filter(pk=delivery.pk, state=WebhookDelivery.State.DELIVERING).update(
+        state=state,
+        attempts=step.attempts if step else 0,
+        last_error=error,
+        finished_at=timezone.now(),
+    )
+    if updated:
+        if state != WebhookDelivery.State.DELIVERED:
+            logger.warning("webhook delivery %s to %s given up: %s", delivery.pk, subscription.url, error)
+        _start_next(subscription)

@@ -1,0 +1,69 @@
+"""The `webhook_delivery` workflow: one step that POSTs one signed event to a subscriber.
+
+It is an ordinary workflow, so a delivery gets everything a remote call gets: a complete-by
+window, retries with backoff and jitter inside the attempt, the scheduler's backoff between
+attempts, a circuit breaker per destination host, and the supervisor's sweep. A delivery that
+runs out of attempts ends in Error (its run Compensated: there is nothing to undo), which the
+webhooks app records as "given up".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+
+from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
+
+WEBHOOK_WORKFLOW = "webhook_delivery"
+WEBHOOK_OPERATION = "agents.webhook.deliver"
+
+
+def validate_delivery_input(data: Mapping[str, Any]) -> dict[str, Any]:
+    errors: dict[str, list[str]] = {}
+    if not isinstance(data.get("delivery_id"), int):
+        errors["delivery_id"] = ["must be an integer"]
+    for key in ("url", "body"):
+        if not isinstance(data.get(key), str) or not data.get(key):
+            errors[key] = ["must be a non-empty string"]
+    headers = data.get("headers")
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        errors["headers"] = ["must be an object of strings"]
+    if errors:
+        raise WorkflowInputError(errors)
+    assert isinstance(headers, Mapping)
+    return {
+        "delivery_id": data["delivery_id"],
+        "url": data["url"],
+        "body": data["body"],
+        "headers": dict(headers),
+    }
+
+
+def _payload(ctx: StepContext) -> dict[str, Any]:
+    return dict(ctx.input)
+
+
+def build_webhook_workflow() -> Workflow:
+    conf = settings.SAS_WEBHOOKS
+    return Workflow(
+        name=WEBHOOK_WORKFLOW,
+        validate=validate_delivery_input,
+        steps=[
+            StepDef(
+                name="deliver",
+                operation=WEBHOOK_OPERATION,
+                payload=_payload,
+                timeout=float(conf["STEP_TIMEOUT"]),
+                max_failures=int(conf["MAX_FAILURES"]),
+                backoff_base=float(conf["BACKOFF_BASE"]),
+                backoff_max=float(conf["BACKOFF_MAX"]),
+            )
+        ],
+    )
+
+
+register(build_webhook_workflow())
