@@ -198,6 +198,14 @@ def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callabl
 
 
 @pytest.fixture
+def manual_scheduler(settings: Any) -> None:
+    """The test plays the scheduler itself (claims with `step_claim_due`, replies with
+    `step_reply`): submission must leave the first step Pending instead of claiming it in the
+    submit transaction (SAS["CLAIM_ON_SUBMIT"], on in production)."""
+    settings.SAS = {**settings.SAS, "CLAIM_ON_SUBMIT": False}
+
+
+@pytest.fixture
 def demo_user(live_db: None) -> Any:
     from django.contrib.auth import get_user_model
 

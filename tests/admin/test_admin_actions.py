@@ -16,7 +16,8 @@ from supervisor.operator import alert_acknowledge
 
 from .factories import order_completed, order_failed, order_pending, order_running
 
-pytestmark = pytest.mark.django_db
+# The tests play the scheduler (see factories.py): no claim inside order_submit.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
 RUNS = "/admin/scheduler/run/"
 

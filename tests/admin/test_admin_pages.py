@@ -18,7 +18,8 @@ from supervisor.models import Alert
 
 from .factories import order_completed, order_failed, order_pending, order_running
 
-pytestmark = pytest.mark.django_db
+# The tests play the scheduler (see factories.py): no claim inside order_submit.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
 CHANGELISTS = [
     "admin:scheduler_run_changelist",

@@ -20,6 +20,9 @@ from .conftest import ORDER, make_user, token_client
 
 URL = "/api/orders/"
 
+# The test plays the scheduler (claims and replies itself): no claim inside order_submit.
+pytestmark = pytest.mark.usefixtures("manual_scheduler")
+
 
 def _counts() -> tuple[int, int, int, int]:
     return (Order.objects.count(), Run.objects.count(), Step.objects.count(), RunEvent.objects.count())

@@ -102,6 +102,29 @@ def test_claim__sets_lease_deadline_from_db_clock_and_history(user):
     assert Run.objects.get(pk=run.id).state == "running"
 
 
+def test_submit__claim_on_submit_with_room__first_step_claimed_in_the_submit_transaction(user, settings):
+    settings.SAS = {**settings.SAS, "CLAIM_ON_SUBMIT": True, "MAX_IN_FLIGHT_PER_OPERATION": 50}
+
+    run = run_submit(workflow="order_fulfilment", input=ORDER_INPUT, owner_id=user.id)
+
+    first = run.steps.get(seq=0)
+    assert first.process_state == "processing" and first.lease is not None and first.attempts == 1
+    assert TaskExecutionHistory.objects.filter(step=first, status="started").count() == 1
+    assert Run.objects.get(pk=run.id).state == "running"
+
+
+def test_submit__claim_on_submit_cap_reached__first_step_left_pending_for_the_scheduler(user, settings):
+    settings.SAS = {**settings.SAS, "CLAIM_ON_SUBMIT": True, "MAX_IN_FLIGHT_PER_OPERATION": 1}
+    busy = run_submit(workflow="order_fulfilment", input=ORDER_INPUT, owner_id=user.id)
+    assert busy.steps.get(seq=0).process_state == "processing"
+
+    run = run_submit(workflow="order_fulfilment", input=ORDER_INPUT, owner_id=user.id)
+
+    first = run.steps.get(seq=0)
+    assert first.process_state == "pending" and first.lease is None and first.attempts == 0
+    assert Run.objects.get(pk=run.id).state == "pending"
+
+
 def test_claim__highest_priority_then_earliest_deadline_first(user):
     low = submit(user, priority=0)
     late = submit(user, priority=5, deadline=datetime(2030, 1, 2, tzinfo=UTC))

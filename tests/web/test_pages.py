@@ -12,6 +12,9 @@ from orders.services import order_cancel, order_submit
 
 from ..orders.conftest import ORDER, make_user
 
+# The test plays the scheduler (claims and replies itself): no claim inside order_submit.
+pytestmark = pytest.mark.usefixtures("manual_scheduler")
+
 
 @pytest.fixture
 def signed_in(db: None) -> tuple[Client, Any]:

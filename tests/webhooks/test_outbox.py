@@ -17,6 +17,9 @@ from webhooks.workflows import WEBHOOK_WORKFLOW
 
 from ..orders.conftest import ORDER, make_user
 
+# The test plays the scheduler (claims and replies itself): no claim inside order_submit.
+pytestmark = pytest.mark.usefixtures("manual_scheduler")
+
 HOOK = "http://127.0.0.1:9/hooks"
 
 
