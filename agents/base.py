@@ -213,6 +213,9 @@ class AgentTask(Task):
             return "deadline"
         worker = scheduler_instance_id()
         if settings.SAS["REPLY_MODE"] == "queue":
+            # No `expires` on the reply: a reply that reaches the scheduler after complete-by
+            # must still be read, so the reply service records it as ignored (history kind
+            # late_reply) instead of Celery discarding it unseen. The fence makes it harmless.
             current_app.send_task(
                 "scheduler.reply",
                 kwargs={
@@ -224,7 +227,6 @@ class AgentTask(Task):
                     "worker": worker,
                     "retry_after": retry_after,
                 },
-                expires=deadline,
                 ignore_result=True,
             )
             return outcome
