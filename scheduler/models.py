@@ -32,6 +32,47 @@ class RunState(models.TextChoices):
     FAILED = "failed", "Failed (needs operator)"
 
 
+class Job(models.Model):
+    """Seed 004's Jobs row: a user's request to run a workflow once or on a cron schedule, with
+    a retry budget. A job produces runs (`Run.job`); each run is an ordinary run of the
+    workflow, claimed, supervised and compensated like any other.
+
+    The seed keys jobs by (UserId, JobId) and shards by UserId; here the primary key is a plain
+    id and `owner` is the first column of the job's indexes, which is what a distribution column
+    (Citus) needs when one machine is not enough.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    workflow = models.CharField(max_length=100)
+    # Already validated by the workflow when the job was created.
+    input = models.JSONField(default=dict)
+    is_recurring = models.BooleanField(default=False)
+    # Five-field cron expression (minute hour day-of-month month day-of-week) for recurring jobs.
+    cron = models.CharField(max_length=100, blank=True, default="")
+    timezone = models.CharField(max_length=64, default="UTC")
+    # Runs that may follow a failed run of the same firing (seed 004's MaxRetry).
+    max_retry = models.PositiveSmallIntegerField(default=0)
+    priority = models.SmallIntegerField(default=0)
+    # A non-idempotent job never has two runs at once (seed 004's non-idempotent workers).
+    idempotent = models.BooleanField(default=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(is_recurring=True) & ~Q(cron="")) | (Q(is_recurring=False) & Q(cron="")),
+                name="job_cron_iff_recurring",
+            ),
+            models.UniqueConstraint(fields=["owner", "name"], name="job_owner_name_unique"),
+        ]
+        indexes = [models.Index(fields=["owner", "-created_at"], name="job_owner_created_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.workflow}, {self.cron or 'once'})"
+
+
 class Run(models.Model):
     """One execution of a workflow."""
 
@@ -51,6 +92,8 @@ class Run(models.Model):
     deadline = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=20, choices=State.choices, default=RunState.PENDING)
     cancel_requested = models.BooleanField(default=False)
+    # The job this run was produced by (seed 004), if any.
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     # Free text a caller correlates with (the order id for orders).
     correlation_id = models.CharField(max_length=100, blank=True, default="")
     error = models.TextField(blank=True, default="")
@@ -68,6 +111,15 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["owner", "-created_at"], name="run_owner_created_idx"),
             models.Index(fields=["state", "-created_at"], name="run_state_created_idx"),
+            # Admin search and API lookups by correlation id (order id, `job:<id>`) are exact.
+            models.Index(fields=["correlation_id"], name="run_correlation_idx"),
+            # "Does this job have a run still going?" - read only the unfinished runs of jobs.
+            models.Index(
+                fields=["job"],
+                name="run_job_unfinished_idx",
+                condition=Q(job__isnull=False)
+                & Q(state__in=[RunState.PENDING, RunState.RUNNING, RunState.COMPENSATING]),
+            ),
         ]
 
     def __str__(self) -> str:

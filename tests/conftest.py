@@ -42,6 +42,7 @@ ENGINE_TABLES = [
     "orders_order",
     "scheduler_step",
     "scheduler_run",
+    "scheduler_job",
 ]
 
 

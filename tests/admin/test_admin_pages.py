@@ -218,3 +218,25 @@ def test_staff_without_permissions__cannot_operate(orders: dict[str, Any], db: N
         {"action": "cancel_runs", "_selected_action": [str(run_id)]},
     )
     assert Run.objects.get(pk=run_id).state == Run.State.RUNNING
+
+
+def test_job_pages__list_detail_and_runs_link__find_the_jobs_runs(
+    staff_client: Client, customer: Any
+) -> None:
+    from scheduler.services import job_create, job_run_submit
+
+    job = job_create(
+        owner_id=customer.id,
+        name="nightly restock",
+        workflow=ORDER_WORKFLOW,
+        input={"items": [{"sku": "SKU-1", "quantity": 1}], "amount": "5.00", "currency": "EUR"},
+        cron="0 3 * * *",
+    )
+    run = job_run_submit(job_id=job.id)
+
+    listing = _text(staff_client.get(reverse("admin:scheduler_job_changelist")))
+    assert "nightly restock" in listing and "0 3 * * *" in listing
+    detail = _text(staff_client.get(reverse("admin:scheduler_job_change", args=[job.id])))
+    assert f"?q=job:{job.id}" in detail
+    runs = _text(staff_client.get(reverse("admin:scheduler_run_changelist"), {"q": f"job:{job.id}"}))
+    assert str(run.id)[:8] in runs

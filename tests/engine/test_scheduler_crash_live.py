@@ -42,7 +42,7 @@ def test_scheduler_killed_twice_during_a_burst__every_run_completes_effects_once
     assert set(Run.objects.values_list("state", flat=True)) == {Run.State.COMPLETED}
     assert not Step.objects.filter(process_state=Step.State.PROCESSING).exists()
     for service, operation in (("inventory", "reserve"), ("payment", "charge"), ("shipping", "create")):
-        per_key = {}
+        per_key: dict[str, int] = {}
         for entry in engine.sim.ledger(service=service, operation=operation):
             per_key[entry["key"]] = per_key.get(entry["key"], 0) + 1
         assert len(per_key) == ORDERS and set(per_key.values()) == {1}, (service, per_key)
