@@ -99,19 +99,8 @@ run: $(STAMP)
 	@$(DEVSERVICES_ENV)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_setup
-	line="=================================================================="
-	echo "$$line"
-	echo " sasproject is starting -- Ctrl-C stops every process"
-	echo
-	echo "   Web          http://127.0.0.1:$(WEB_PORT)/"
-	echo "   Admin        http://127.0.0.1:$(WEB_PORT)/admin/     login: admin / admin"
-	echo "   API schema   http://127.0.0.1:$(WEB_PORT)/api/schema/"
-	echo "   Flower       http://127.0.0.1:$(FLOWER_PORT)/"
-	echo "   Simulator    http://127.0.0.1:$(SIMULATOR_PORT)/"
-	echo
-	echo "   DATABASE_URL $$DATABASE_URL"
-	echo "   REDIS_URL    $$REDIS_URL"
-	echo "$$line"
+	# The URLs and demo login; the Procfile's `urls` prints them again once the ports answer.
+	$(PY) -m sasproject.devservices urls
 	exec $(VENV)/bin/honcho start -f Procfile
 
 # ---------------------------------------------------------------------------------------------

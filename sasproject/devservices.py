@@ -3,6 +3,7 @@
     python -m sasproject.devservices env      # prints `export DATABASE_URL=...` / `export REDIS_URL=...`
     python -m sasproject.devservices status   # what the embedded servers are doing
     python -m sasproject.devservices stop     # stop the embedded servers this script started
+    python -m sasproject.devservices urls     # the URLs and demo login `make run` prints
 
 For each service, in order:
 
@@ -19,7 +20,7 @@ named in the URL (`sasproject`) is created if it is missing.
 PostgreSQL refuses to run as root: when this runs as root the embedded server runs as an
 unprivileged user (`SAS_EMBEDDED_PG_USER`, default `nobody`) that owns its data directory.
 
-Only the `export` lines go to stdout (a Makefile `eval`s them); everything else is logged to stderr.
+`env` prints only the `export` lines to stdout (a Makefile `eval`s them); logs go to stderr.
 """
 
 from __future__ import annotations
@@ -100,13 +101,14 @@ def port_bindable(port: int, host: str = HOST) -> bool:
 
 
 def choose_port(preferred: int) -> int:
-    """`preferred` if it is free, else a free port chosen by the kernel."""
+    """`preferred` if it is free, else (or when it is 0) a free port chosen by the kernel."""
     if preferred and not port_open(preferred) and port_bindable(preferred):
         return preferred
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]
-    log.info("port %d is taken, using free port %d", preferred, port)
+    if preferred:
+        log.info("port %d is taken, using free port %d", preferred, port)
     return port
 
 
@@ -239,8 +241,12 @@ class RunAs:
 class EmbeddedPostgres:
     name = "postgres"
 
-    def __init__(self) -> None:
-        self.state_file = DEVDATA / "postgres" / "state.json"
+    def __init__(self, devdata: Path | None = None, port: int | None = None) -> None:
+        """`devdata`: the data folder (default `.devdata/`, or SAS_DEVDATA_DIR); `port`: the
+        preferred port (default SAS_EMBEDDED_PG_PORT; 0 for any free port)."""
+        self.devdata = DEVDATA if devdata is None else devdata.resolve()
+        self.port = EMBEDDED_PG_PORT if port is None else port
+        self.state_file = self.devdata / "postgres" / "state.json"
 
     # -- where things live ---------------------------------------------------------------------
 
@@ -277,24 +283,28 @@ class EmbeddedPostgres:
                 return False
         return True
 
-    @staticmethod
-    def fallback_root() -> Path:
+    def fallback_root(self) -> Path:
         """For root with a work tree the server's user cannot reach (e.g. under /root)."""
-        digest = hashlib.sha256(str(BASE_DIR).encode()).hexdigest()[:10]
+        # Keyed by the work tree for the default data folder, else by the data folder given, so
+        # another data folder (a test's) never shares the work tree's fallback.
+        key = BASE_DIR if self.devdata == DEVDATA else self.devdata
+        digest = hashlib.sha256(str(key).encode()).hexdigest()[:10]
         # A fixed name so the data survives between runs; ownership is checked before use.
         return Path("/var/tmp") / f"sasproject-devdata-{digest}"  # noqa: S108
 
     def server_root(self, who: RunAs | None) -> Path:
-        root = DEVDATA / "postgres"
+        root = self.devdata / "postgres"
         root.mkdir(parents=True, exist_ok=True)
         if who is None:
             return root
-        for directory in (DEVDATA, root):  # ours: let the server's user traverse them
+        for directory in (self.devdata, root):  # ours: let the server's user traverse them
             if directory.stat().st_uid == os.geteuid():
                 directory.chmod(directory.stat().st_mode | 0o755)
         if not self.reachable(root, who):
             fallback = self.fallback_root()
-            log.info("user %s cannot reach %s; keeping PostgreSQL data in %s", who.name, DEVDATA, fallback)
+            log.info(
+                "user %s cannot reach %s; keeping PostgreSQL data in %s", who.name, self.devdata, fallback
+            )
             root = fallback / "postgres"
             root.mkdir(parents=True, exist_ok=True)
             for directory in (fallback, root):
@@ -423,7 +433,7 @@ class EmbeddedPostgres:
         server_log.touch()
         if who is not None:
             os.chown(server_log, who.uid, who.gid)
-        port = choose_port(EMBEDDED_PG_PORT)
+        port = choose_port(self.port)
         log.info("starting embedded PostgreSQL on %s:%d (log %s)", HOST, port, server_log)
         options = f"-p {port} -c listen_addresses={HOST} -c unix_socket_directories=''"
         self.run(
@@ -478,8 +488,11 @@ def redis_ping(port: int, host: str = HOST) -> bool:
 class EmbeddedRedis:
     name = "redis"
 
-    def __init__(self) -> None:
-        self.root = DEVDATA / "redis"
+    def __init__(self, devdata: Path | None = None, port: int | None = None) -> None:
+        """`devdata`: the data folder (default `.devdata/`, or SAS_DEVDATA_DIR); `port`: the
+        preferred port (default SAS_EMBEDDED_REDIS_PORT; 0 for any free port)."""
+        self.root = (DEVDATA if devdata is None else devdata.resolve()) / "redis"
+        self.port = EMBEDDED_REDIS_PORT if port is None else port
         self.state_file = self.root / "state.json"
 
     @staticmethod
@@ -502,7 +515,7 @@ class EmbeddedRedis:
         pidfile = self.root / "redis.pid"
         server_log = self.root / "redis.log"
         pidfile.unlink(missing_ok=True)
-        port = choose_port(EMBEDDED_REDIS_PORT)
+        port = choose_port(self.port)
         log.info("starting embedded Redis on %s:%d (log %s)", HOST, port, server_log)
         cmd = [
             str(self.binary()),
@@ -669,15 +682,70 @@ def cmd_stop() -> int:
     return 0
 
 
+def cmd_urls(wait: bool) -> int:
+    """The banner of `make run`: URLs (ports from WEB_PORT, FLOWER_PORT, SIMULATOR_PORT) and the
+    demo login. Before the start (no `--wait`) it fails if one of those ports is taken. With
+    `--wait` (the Procfile's `urls` process) it is printed again once the web, Flower and
+    simulator ports answer - after the start-up logs that bury the first one - and the process
+    then sleeps until honcho stops it (a Procfile process that exits stops them all)."""
+    web = os.environ.get("WEB_PORT", "8000")
+    flower = os.environ.get("FLOWER_PORT", "5555")
+    simulator = os.environ.get("SIMULATOR_PORT", "8055")
+    ports = {"WEB_PORT": int(web), "FLOWER_PORT": int(flower), "SIMULATOR_PORT": int(simulator)}
+    title = "sasproject is starting -- Ctrl-C stops every process"
+    if not wait:
+        if taken := [f"{name}={port}" for name, port in ports.items() if port_open(port)]:
+            log.error(
+                "port already in use: %s (another `make run`?); stop it, or choose free ports, "
+                "e.g. WEB_PORT=8001 FLOWER_PORT=5556 SIMULATOR_PORT=8056 make run",
+                ", ".join(taken),
+            )
+            return 1
+    else:
+        wait_until(lambda: all(port_open(port) for port in ports.values()), timeout=120, interval=0.5)
+        down = [f"{name}={port}" for name, port in ports.items() if not port_open(port)]
+        title = f"NOT answering after 120 s: {', '.join(down)}" if down else "sasproject is up"
+        title += " -- Ctrl-C stops every process"
+    user = os.environ.get("DEMO_ADMIN_USER", "admin")
+    password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
+    line = "=" * 78
+    print(
+        "\n".join(
+            [
+                line,
+                f" {title}",
+                "",
+                f"   Web          http://{HOST}:{web}/",
+                f"   Admin        http://{HOST}:{web}/admin/     login: {user} / {password}",
+                f"   API schema   http://{HOST}:{web}/api/schema/",
+                f"   Flower       http://{HOST}:{flower}/",
+                f"   Simulator    http://{HOST}:{simulator}/health  (faults: /_faults, stats: /_stats)",
+                "",
+                f"   DATABASE_URL {redact(os.environ.get('DATABASE_URL', '(unset)'))}",
+                f"   REDIS_URL    {redact(os.environ.get('REDIS_URL', '(unset)'))}",
+                line,
+            ]
+        ),
+        flush=True,
+    )
+    if wait:
+        while True:
+            signal.pause()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sasproject.devservices",
         description="Make PostgreSQL and Redis available for development (see module docstring).",
     )
-    parser.add_argument("command", choices=["env", "status", "stop"])
+    parser.add_argument("command", choices=["env", "status", "stop", "urls"])
+    parser.add_argument(
+        "--wait", action="store_true", help="urls: print once the ports answer, then sleep until stopped"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="devservices: %(message)s", stream=sys.stderr)
-    commands = {"env": cmd_env, "status": cmd_status, "stop": cmd_stop}
+    commands = {"env": cmd_env, "status": cmd_status, "stop": cmd_stop, "urls": lambda: cmd_urls(args.wait)}
     try:
         return commands[args.command]()
     except (DevServicesError, subprocess.TimeoutExpired, OSError) as exc:

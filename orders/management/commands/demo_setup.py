@@ -24,6 +24,14 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save()
             self.stdout.write(f"demo admin created: {username} / {password}")
+        elif user.is_active and user.is_staff and user.is_superuser and user.check_password(password):
+            self.stdout.write(f"demo admin exists: {username} / {password}")
         else:
-            self.stdout.write(f"demo admin exists: {username}")
+            # Left as it is (someone may have changed it on purpose), but the login `make run`
+            # prints would not work: say so, and how to fix it.
+            self.stderr.write(
+                f"warning: user {username!r} exists but cannot log in to the admin with password "
+                f"{password!r} (changed password, or not an active superuser); reset it with "
+                f"`python manage.py changepassword {username}` or set DEMO_ADMIN_PASSWORD"
+            )
         call_command("setup_periodic_tasks", stdout=self.stdout)
