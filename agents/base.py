@@ -161,7 +161,8 @@ class AgentTask(Task):
                         timeout=min(self.http_timeout_cap, remaining - policy.min_call_window / 2),
                     )
                 except PermanentFault as exc:
-                    breaker.record_success()  # the service is up; it just said no
+                    if not decision.clean:
+                        breaker.record_success()  # the service is up; it just said no
                     return self._reply(step_id, lease, deadline, "permanent", error=str(exc))
                 except TransientFault as exc:
                     breaker.record_failure()
@@ -178,7 +179,8 @@ class AgentTask(Task):
                         return "deadline"
                     time.sleep(pause)
                     continue
-                breaker.record_success()
+                if not decision.clean:
+                    breaker.record_success()
                 return self._reply(step_id, lease, deadline, "success", result=result)
         except SoftTimeLimitExceeded:
             logger.warning("step %s: soft time limit hit at the deadline; no reply", step_id)

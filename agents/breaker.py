@@ -24,13 +24,17 @@ logger = logging.getLogger(__name__)
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
-# KEYS[1] = breaker hash. ARGV[1] = probe timeout. Returns {allowed (0/1), state, retry_after}
-# where retry_after (a string, seconds) says when a call may be let through again.
+# KEYS[1] = breaker hash. ARGV[1] = probe timeout. Returns {allowed (0/1), state, retry_after
+# [, failures]} where retry_after (a string, seconds) says when a call may be let through again,
+# and failures (closed only) the consecutive failures counted so far.
 _ALLOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
-if state == 'closed' then return {1, state, '0'} end
+if state == 'closed' then
+  local failures = redis.call('HGET', KEYS[1], 'failures') or '0'
+  return {1, state, '0', failures}
+end
 if state == 'open' then
   local until_ = tonumber(redis.call('HGET', KEYS[1], 'open_until') or '0')
   if now < until_ then return {0, state, tostring(until_ - now)} end
@@ -85,6 +89,10 @@ class Decision:
     state: str
     # When refused: seconds until the breaker may let a call through again.
     retry_after: float = 0.0
+    # Closed with no failures counted: a success has nothing to reset, so the caller may skip
+    # `record_success` (one Redis round trip per call saved). A failure another worker records
+    # in between is then not reset by this success - the breaker errs towards opening sooner.
+    clean: bool = False
 
 
 class CircuitBreaker:
@@ -103,16 +111,19 @@ class CircuitBreaker:
         self.probe_timeout = probe_timeout
 
     def _eval(self, script: str, *args: Any) -> Any:
-        return _redis().eval(script, 1, self.key, *args)
+        # register_script runs EVALSHA (the script body is sent only if Redis lacks it).
+        return _redis().register_script(script)(keys=[self.key], args=list(args))
 
     def allow(self) -> Decision:
         try:
-            allowed, state, retry_after = self._eval(_ALLOW, self.probe_timeout, self.reset_timeout)
+            reply = self._eval(_ALLOW, self.probe_timeout, self.reset_timeout)
         except redis.RedisError:
             logger.warning("breaker %s: Redis unreachable, failing open", self.service, exc_info=True)
             return Decision(True, CLOSED)
+        allowed, state, retry_after = reply[:3]
         state = state.decode() if isinstance(state, bytes) else str(state)
-        return Decision(bool(allowed), state, max(0.0, float(retry_after)))
+        clean = state == CLOSED and len(reply) > 3 and int(reply[3]) == 0
+        return Decision(bool(allowed), state, max(0.0, float(retry_after)), clean=clean)
 
     def record_failure(self) -> str:
         try:

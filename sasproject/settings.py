@@ -159,6 +159,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # new connection that never delivered them (Celery 5.1+ recommended setting).
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Never give up reconnecting to the broker. The default (100 retries, 2 s apart growing to 30 s)
+# makes a worker exit with status 1 after ~47 minutes without Redis - the control worker is the
+# supervisor, which must outlive a broker outage (tests/engine/test_outage_live.py). None means
+# retry forever (0 would mean "do not retry"): kombu.utils.functional.retry_over_time.
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html#broker-connection-max-retries
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 
 # Time limits nest: an agent's per-call soft/hard limits are set at dispatch from the step's
 # complete-by window (always below it); these global limits are the ceiling for any task, and the
@@ -187,6 +193,13 @@ CELERY_TASK_ROUTES = {
     "agents.webhook.*": {"queue": "agent.webhook"},
     "bench.*": {"queue": "bench"},
 }
+# Celery 5.6+ closes every database connection before and after each task (celery/celery#9824
+# reverted honouring CONN_MAX_AGE): a new PostgreSQL connection, and a server backend fork, per
+# step - the largest single cost of a step in the profile in bench/README.md. With DB_REUSE_MAX
+# the fixup force-closes them only every N tasks; between tasks sasproject/celery.py applies
+# Django's own rules instead (close_old_connections: CONN_MAX_AGE, CONN_HEALTH_CHECKS), exactly
+# as Django does around a request. https://docs.djangoproject.com/en/5.2/ref/databases/#persistent-connections
+CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
 # Flower and `celery events` need task events; sent events let Flower show queued tasks.
 # https://docs.celeryq.dev/en/stable/userguide/monitoring.html#events
 CELERY_WORKER_SEND_TASK_EVENTS = True
@@ -194,7 +207,10 @@ CELERY_TASK_SEND_SENT_EVENT = True
 
 # django-celery-beat keeps the schedule in the database so operators edit intervals in the admin.
 # https://django-celery-beat.readthedocs.io/en/latest/#usage
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Its DatabaseScheduler, subclassed so that beat (and with it the supervisor's sweep) survives a
+# database outage longer than its 5-minute full re-read; see sasproject/beat.py.
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html#beat-scheduler
+CELERY_BEAT_SCHEDULER = "sasproject.beat:OutageTolerantDatabaseScheduler"
 # How often beat re-reads the schedule; bounds how late a 1-second sweep can start.
 CELERY_BEAT_MAX_LOOP_INTERVAL = 1
 

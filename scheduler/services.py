@@ -378,9 +378,18 @@ history AS (
     SELECT id, run_id, 'attempt', 'started', lease, failure_count, %(instance)s, '',
            jsonb_build_object('attempt', attempts, 'complete_by', complete_by), claimed_at
     FROM claimed
+),
+started AS (
+    -- A run's first claim starts it, in the same statement: whoever claims (a scheduler, or a
+    -- replying agent claiming one more step of its operation for another run) can never leave
+    -- a run Pending while its steps run - a Pending run would never be marked Completed.
+    UPDATE scheduler_run AS r
+    SET state = 'running', updated_at = statement_timestamp()
+    WHERE r.id IN (SELECT run_id FROM claimed) AND r.state = 'pending'
+    RETURNING r.id
 )
 SELECT id, run_id, name, operation, lease, complete_by, claimed_at, idempotency_key, payload,
-       attempts, failure_count
+       attempts, failure_count, run_id IN (SELECT id FROM started) AS run_started
 FROM claimed
 ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
 """
@@ -411,14 +420,15 @@ def step_claim_due(
     run_id: uuid.UUID | str | None = None,
     exclude_operations: list[str] | None = None,
     operation: str | None = None,
-    runs_started: bool = False,
 ) -> list[Claim]:
     """Atomically claim up to `limit` due Pending steps for `instance`.
 
     Invariant: two schedulers never claim the same step (`FOR UPDATE SKIP LOCKED` + the state
     change in the same statement); highest priority, then earliest run deadline, first. Each claim
-    gets a fresh lease and `complete_by = now() + timeout` from the database clock. Transaction:
-    the caller's (must be inside one: the history rows and the dispatch-on-commit go with it).
+    gets a fresh lease and `complete_by = now() + timeout` from the database clock; a run whose
+    first step this is becomes Running in the same statement (and gets its "started" event).
+    Transaction: the caller's (must be inside one: the history rows and the dispatch-on-commit go
+    with it).
     """
     params: dict[str, Any] = {
         "instance": instance,
@@ -467,23 +477,9 @@ def step_claim_due(
         )
         for row in rows
     ]
-    if not claims:
-        return claims
-    if not runs_started:
-        _runs_mark_started({c.run_id for c in claims})
-    return claims
-
-
-def _runs_mark_started(run_ids: set[str]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE scheduler_run SET state = 'running', updated_at = statement_timestamp() "
-            "WHERE id = ANY(%s::uuid[]) AND state = 'pending' RETURNING id",
-            [list(run_ids)],
-        )
-        started_ids = [row[0] for row in cursor.fetchall()]
-    for rid in started_ids:
+    for rid in sorted({str(row[1]) for row in rows if row[11]}):
         _event(rid, RunEvent.Type.STARTED)
+    return claims
 
 
 def claims_dispatch(claims: list[Claim]) -> int:
@@ -644,9 +640,7 @@ def step_reply(
             instance = worker or scheduler_instance_id()
             # The run's next step, and one more step of the operation whose slot this reply
             # freed: in-flight work per operation stays level without waiting for a tick.
-            claims = step_claim_due(
-                instance=instance, limit=1, run_id=step.run_id, operation=step.operation, runs_started=True
-            )
+            claims = step_claim_due(instance=instance, limit=1, run_id=step.run_id, operation=step.operation)
             if claims:
                 transaction.on_commit(lambda: claims_dispatch(claims))
     return "accepted"

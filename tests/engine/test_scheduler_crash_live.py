@@ -36,7 +36,16 @@ def test_scheduler_killed_twice_during_a_burst__every_run_completes_effects_once
     def all_done() -> bool:
         return Run.objects.filter(state__in=Run.TERMINAL_STATES).count() == ORDERS
 
-    wait_for(all_done, timeout=90, interval=0.2, what=f"all {ORDERS} runs to finish")
+    try:
+        wait_for(all_done, timeout=90, interval=0.2, what=f"all {ORDERS} runs to finish")
+    except AssertionError:
+        stuck = [
+            (run.state, list(run.steps.values_list("name", "process_state", "failure_count", "attempts")))
+            for run in Run.objects.exclude(state__in=Run.TERMINAL_STATES)
+        ]
+        raise AssertionError(
+            f"unfinished runs: {stuck}\nagents log tail:\n{engine.agents.log()[-3000:]}"
+        ) from None
 
     assert min(unfinished_at_kill) > 0  # each kill hit a scheduler with work in hand
     assert set(Run.objects.values_list("state", flat=True)) == {Run.State.COMPLETED}

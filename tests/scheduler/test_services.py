@@ -125,6 +125,21 @@ def test_submit__claim_on_submit_cap_reached__first_step_left_pending_for_the_sc
     assert Run.objects.get(pk=run.id).state == "pending"
 
 
+def test_reply__follow_up_claims_another_runs_first_step__that_run_marked_running(user):
+    first = submit(user)
+    other = submit(user)
+    claim = claim_one(first)
+
+    # The reply claims the run's next step and one more step of its operation: the other
+    # run's reserve_inventory. That run must be Running, or it could never complete.
+    assert step_reply(step_id=claim.step_id, lease=claim.lease, outcome="success", result={}) == "accepted"
+
+    assert other.steps.get(seq=0).process_state == "processing"
+    assert Run.objects.get(pk=other.id).state == "running"
+    assert list(other.events.values_list("type", flat=True)) == ["received", "started"]
+    assert list(first.events.values_list("type", flat=True)) == ["received", "started", "step_completed"]
+
+
 def test_claim__highest_priority_then_earliest_deadline_first(user):
     low = submit(user, priority=0)
     late = submit(user, priority=5, deadline=datetime(2030, 1, 2, tzinfo=UTC))
