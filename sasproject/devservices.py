@@ -368,6 +368,41 @@ class EmbeddedPostgres:
         if result.returncode != 0:
             raise DevServicesError(f"{Path(cmd[0]).name} failed (exit {result.returncode}):\n{tail(output)}")
 
+    @staticmethod
+    def initdb_cmd(bin_dir: Path, data: Path) -> list[str]:
+        """A trust-auth cluster with superuser `postgres` (also used by tests/outage_services.py)."""
+        return [
+            str(bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]
+
+    @staticmethod
+    def start_cmd(
+        bin_dir: Path, data: Path, port: int, server_log: Path, extra_options: str = ""
+    ) -> list[str]:
+        """`pg_ctl start` on 127.0.0.1:`port` only (no Unix socket), waiting until it accepts."""
+        options = f"-p {port} -c listen_addresses={HOST} -c unix_socket_directories='' {extra_options}"
+        return [
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(server_log),
+            "-o",
+            options.strip(),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ]
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     def running(self) -> State | None:
@@ -410,21 +445,7 @@ class EmbeddedPostgres:
             if who is not None:
                 os.chown(data, who.uid, who.gid)
             log.info("initdb %s%s", data, f" as user {who.name}" if who else "")
-            self.run(
-                [
-                    str(bin_dir / "initdb"),
-                    "-D",
-                    str(data),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "--encoding=UTF8",
-                    "--locale=C",
-                    "--no-sync",
-                ],
-                who,
-                tool_log,
-            )
+            self.run(self.initdb_cmd(bin_dir, data), who, tool_log)
 
         adopted = self.adopt(data)
         if adopted is not None:
@@ -435,24 +456,7 @@ class EmbeddedPostgres:
             os.chown(server_log, who.uid, who.gid)
         port = choose_port(self.port)
         log.info("starting embedded PostgreSQL on %s:%d (log %s)", HOST, port, server_log)
-        options = f"-p {port} -c listen_addresses={HOST} -c unix_socket_directories=''"
-        self.run(
-            [
-                str(bin_dir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(server_log),
-                "-o",
-                options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-            who,
-            tool_log,
-        )
+        self.run(self.start_cmd(bin_dir, data, port, server_log), who, tool_log)
         pid = int((data / "postmaster.pid").read_text().split()[0])
         url = f"postgres://postgres@{HOST}:{port}/{DB_NAME}"
         State(pid=pid, port=port, url=url, data_dir=str(data)).save(self.state_file)

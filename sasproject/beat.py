@@ -1,0 +1,43 @@
+"""celery beat's scheduler: django-celery-beat's DatabaseScheduler, kept alive through a database
+outage (settings.CELERY_BEAT_SCHEDULER points here).
+
+Beat is what fires the supervisor's sweep, so it must outlive the database it reads its schedule
+from. django-celery-beat 2.9 mostly does: a failed change check (`schedule_changed`) or write-back
+(`sync`) is logged and retried on the next tick. But every 5 minutes (SCHEDULE_SYNC_MAX_INTERVAL)
+it re-reads the whole schedule (`all_as_schedule`) without catching database errors, and an
+exception out of `Scheduler.tick` ends beat (`celery.beat.Service.start` only catches
+KeyboardInterrupt/SystemExit). So an outage that covers one of those re-reads - any outage longer
+than 5 minutes - killed beat, and with it every sweep after the database came back.
+tests/engine/test_outage_live.py reproduces it with a shortened period.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError
+from django_celery_beat.schedulers import DatabaseScheduler
+
+logger = logging.getLogger(__name__)
+
+
+class OutageTolerantDatabaseScheduler(DatabaseScheduler):
+    """DatabaseScheduler whose periodic full re-read survives a database outage: the schedule
+    already in memory is kept (entries, heap, last-run times) and beat goes on sending from it;
+    changes made meanwhile are picked up by the next change check that reaches the database.
+
+    The first read, at start-up, still fails loudly: without a schedule there is nothing to run,
+    and the process manager's restart is the right retry.
+    """
+
+    @property
+    def schedule(self) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = super().schedule
+        except (DatabaseError, InterfaceError):
+            if self._schedule is None:
+                raise
+            logger.exception("beat: cannot re-read the schedule from the database; keeping the one in memory")
+            return self._schedule
+        return result
