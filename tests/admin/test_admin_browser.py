@@ -38,7 +38,9 @@ def admin_server(live_db: None, worker_env: dict[str, str], tmp_path: Path) -> I
         name="web",
         args=[sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
         log_path=tmp_path / "web.log",
-        env=worker_env,
+        # DEBUG on, as under `make run`: runserver serves the admin's CSS and JS only then (the
+        # workers' environment turns DEBUG off, and the screenshots came out unstyled).
+        env={**worker_env, "DJANGO_DEBUG": "1"},
     )
     assert (REPO / "manage.py").exists()
     proc.start(ready_marker="Quit the server with")
@@ -87,6 +89,11 @@ def test_admin__in_chromium__runs_detail_and_health(
             page.fill("#id_password", PASSWORD)
             page.click("input[type=submit]")
             page.wait_for_selector("#sas-engine-panel")
+            # The admin's own stylesheet loaded (an unstyled admin is not one operators can use).
+            assert page.evaluate(
+                "() => [...document.styleSheets].some("
+                "s => (s.href || '').includes('admin/css/base.css') && s.cssRules.length > 0)"
+            )
             page.screenshot(path=str(shots / "01-admin-index.png"), full_page=True)
 
             page.click("#sas-engine-panel >> text=Runs needing attention")
