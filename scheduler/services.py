@@ -34,7 +34,7 @@ from supervisor.alerts import alert_raise
 from supervisor.models import Alert
 
 from .models import Job, Run, RunEvent, Step, TaskExecutionHistory
-from .signals import run_event
+from .signals import run_event, run_events
 from .workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,14 @@ def _event(run_id: uuid.UUID | str, type_: str, *, step: Step | None = None, **d
     event = RunEvent.objects.create(run_id=run_id, type=type_, step=step, data=data)
     run_event.send(sender=RunEvent, event=event)
     return event
+
+
+def events_record(events: list[RunEvent]) -> list[RunEvent]:
+    """Record many events in one INSERT (a sweep's batch), then send `run_events` with all of
+    them, in order, in the caller's transaction - as `_event` sends `run_event` for one."""
+    created = RunEvent.objects.bulk_create(events)
+    run_events.send(sender=RunEvent, events=created)
+    return created
 
 
 # ---------------------------------------------------------------------------------------------

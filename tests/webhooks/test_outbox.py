@@ -109,3 +109,25 @@ def test_outbox__order_without_callback__nothing_queued(owner: Any) -> None:
 
     assert WebhookDelivery.objects.count() == 0 and WebhookSubscription.objects.count() == 0
     assert not Run.objects.filter(workflow=WEBHOOK_WORKFLOW).exists()
+
+
+def test_outbox__supervisor_batch_retries_steps__subscribed_runs_events_queued_others_not(owner: Any) -> None:
+    from datetime import UTC, datetime
+
+    from scheduler.models import Step
+    from supervisor.services import step_expire_sweep
+
+    subscribed = order_submit(owner_id=owner.id, data=ORDER, callback_url=HOOK)
+    quiet = order_submit(owner_id=owner.id, data=ORDER)
+    for order in (subscribed, quiet):
+        step_claim_due(instance="test", limit=1, run_id=order.run_id)
+        Step.objects.filter(run_id=order.run_id, seq=0).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC))
+
+    result = step_expire_sweep(batch=10, instance="sup")
+
+    assert result.retried == 2
+    assert RunEvent.objects.filter(type="step_retrying").count() == 2
+    queued = list(WebhookDelivery.objects.order_by("sequence").values_list("event_type", flat=True))
+    assert queued == ["received", "started", "step_retrying"]
+    retrying = WebhookDelivery.objects.get(event_type="step_retrying")
+    assert json.loads(retrying.body)["order_id"] == str(subscribed.pk)
