@@ -605,8 +605,10 @@ def step_reply(
         fenced = Step.objects.filter(
             pk=step_id, process_state=Step.State.PROCESSING, lease=lease, complete_by__gt=Now()
         )
+        accepted: _Accepted | None = None
         if outcome == "success":
-            updated = _step_accept_success(step_id=step_id, lease=lease, result=result)
+            accepted = _step_accept_success(step_id=step_id, lease=lease, result=result)
+            updated = 0 if accepted is None else 1
         elif outcome == "permanent":
             updated = fenced.update(
                 process_state=Step.State.ERROR,
@@ -628,14 +630,18 @@ def step_reply(
             )
             return "ignored"
 
-        step = Step.objects.select_related("run").get(pk=step_id)
-        if outcome == "success":
-            _event(step.run_id, RunEvent.Type.STEP_COMPLETED, step=step, attempt=step.attempts)
-            _advance(step)
+        if accepted is not None:
+            # The run and all its steps in one read: `_advance` needs the siblings anyway.
+            steps = list(Step.objects.select_related("run").filter(run_id=accepted.run_id).order_by("seq"))
+            step = next(s for s in steps if s.pk == step_id)
+            run_event.send(sender=RunEvent, event=accepted.event)
+            _advance(step, steps=steps)
         elif outcome == "permanent":
+            step = Step.objects.select_related("run").get(pk=step_id)
             _close_attempt(lease=lease, status=TaskExecutionHistory.Status.FAILED_PERMANENT, error=error)
             _step_errored(step, reason=f"permanent error: {error}")
         else:
+            step = Step.objects.select_related("run").get(pk=step_id)
             step_fail_attempt(
                 step=step,
                 status=TaskExecutionHistory.Status.FAILED_TRANSIENT,
@@ -660,8 +666,8 @@ class FailureDecision:
     backoff: float = 0.0
 
 
-# The success transition and the close of its attempt's history row in one round trip: this is
-# the hottest statement of the engine (bench/README.md has the profile).
+# The success transition, the close of its attempt's history row and the step_completed event in
+# one round trip: this is the hottest statement of the engine (bench/README.md has the profile).
 _ACCEPT_SUCCESS_SQL = """
 WITH s AS (
     UPDATE scheduler_step
@@ -669,21 +675,48 @@ WITH s AS (
         finished_at = statement_timestamp(), last_error = '', updated_at = statement_timestamp()
     WHERE id = %(id)s AND process_state = 'processing' AND lease = %(lease)s
       AND complete_by > statement_timestamp()
-    RETURNING id
+    RETURNING id, run_id, name, attempts
 ), h AS (
     UPDATE scheduler_taskexecutionhistory
     SET status = 'succeeded', ended_at = statement_timestamp()
     WHERE lease = %(lease)s AND kind = 'attempt' AND EXISTS (SELECT 1 FROM s)
+), ev AS (
+    INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+    SELECT gen_random_uuid(), run_id, id, 'step_completed',
+           jsonb_build_object('attempt', attempts, 'step', name), statement_timestamp()
+    FROM s
+    RETURNING id, event_id, run_id, step_id, type, data, created_at
 )
-SELECT count(*) FROM s
+SELECT id, event_id, run_id, step_id, type, data, created_at FROM ev
 """
 
 
-def _step_accept_success(*, step_id: int, lease: str, result: Any) -> int:
+@dataclass(frozen=True)
+class _Accepted:
+    run_id: uuid.UUID
+    event: RunEvent
+
+
+def _step_accept_success(*, step_id: int, lease: str, result: Any) -> _Accepted | None:
+    """Processing -> Processed if the reply still holds the step; records its event. None if the
+    fence refused it (stale lease, deadline passed, not Processing)."""
     with connection.cursor() as cursor:
         cursor.execute(_ACCEPT_SUCCESS_SQL, {"id": step_id, "lease": lease, "result": json.dumps(result)})
         row = cursor.fetchone()
-    return int(row[0]) if row else 0
+    if row is None:
+        return None
+    event_pk, event_id, run_id, event_step_id, type_, data, created_at = row
+    event = RunEvent(
+        id=event_pk,
+        event_id=event_id,
+        run_id=run_id,
+        step_id=event_step_id,
+        type=type_,
+        # Django registers a jsonb loader that returns text (JSONField decodes it); decode here.
+        data=json.loads(data) if isinstance(data, str) else data,
+        created_at=created_at,
+    )
+    return _Accepted(run_id=run_id, event=event)
 
 
 def step_fail_attempt(
@@ -799,10 +832,10 @@ def _step_errored(step: Step, *, reason: str) -> None:
             _event(step.run_id, RunEvent.Type.FAILED, step=step, error=reason[:500])
 
 
-def _advance(step: Step) -> None:
-    """`step` was just Processed: make the next one Pending, or finish the run."""
+def _advance(step: Step, *, steps: list[Step]) -> None:
+    """`step` was just Processed: make the next one Pending, or finish the run. `steps`: all the
+    run's steps, as read after the transition."""
     run = step.run
-    steps = list(Step.objects.filter(run_id=run.id).order_by("seq"))
     if step.kind == Step.Kind.COMPENSATION and step.compensates_id is not None:
         Step.objects.filter(pk=step.compensates_id).update(
             process_state=Step.State.COMPENSATED, updated_at=Now()
