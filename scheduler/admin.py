@@ -61,6 +61,11 @@ def run_link(run_id: uuid.UUID | str | None, *, full: bool = False) -> str:
     return format_html('<a href="{}" title="{}"><code>{}</code></a>', url, run_id, text)
 
 
+def json_block(value: Any) -> SafeString:
+    """A JSON document, indented, for a detail page."""
+    return format_html("<pre class='sas-json'>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
 # In lists minutes are enough to scan; in a run's inlines the year is noise.
 LIST_TIME = "%Y-%m-%d %H:%M"
 INLINE_TIME = "%m-%d %H:%M:%S"
@@ -480,7 +485,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="input")
     def input_json(self, obj: Run) -> SafeString:
-        return format_html("<pre class='sas-json'>{}</pre>", json.dumps(obj.input, indent=2, sort_keys=True))
+        return json_block(obj.input)
 
     # -- actions ---------------------------------------------------------------------------------
 
@@ -769,4 +774,4 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.display(description="input")
     def input_json(self, obj: Job) -> SafeString:
-        return format_html("<pre>{}</pre>", json.dumps(obj.input, indent=2, sort_keys=True))
+        return json_block(obj.input)

@@ -32,6 +32,10 @@ class RunState(models.TextChoices):
     FAILED = "failed", "Failed (needs operator)"
 
 
+# Runs still going: what a non-idempotent job checks before starting another (a partial index).
+RUN_UNFINISHED_STATES = (RunState.PENDING, RunState.RUNNING, RunState.COMPENSATING)
+
+
 class Job(models.Model):
     """Seed 004's Jobs row: a user's request to run a workflow once or on a cron schedule, with
     a retry budget. A job produces runs (`Run.job`); each run is an ordinary run of the
@@ -79,6 +83,7 @@ class Run(models.Model):
     State = RunState
 
     TERMINAL_STATES = (RunState.COMPLETED, RunState.COMPENSATED, RunState.CANCELLED, RunState.FAILED)
+    UNFINISHED_STATES = RUN_UNFINISHED_STATES
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow = models.CharField(max_length=100)
@@ -117,8 +122,7 @@ class Run(models.Model):
             models.Index(
                 fields=["job"],
                 name="run_job_unfinished_idx",
-                condition=Q(job__isnull=False)
-                & Q(state__in=[RunState.PENDING, RunState.RUNNING, RunState.COMPENSATING]),
+                condition=Q(job__isnull=False) & Q(state__in=RUN_UNFINISHED_STATES),
             ),
         ]
 

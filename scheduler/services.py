@@ -186,12 +186,11 @@ class JobBusy(Exception):
         super().__init__(f"job {job_id} is not idempotent and run {run_id} is still going")
 
 
-def _cron_validate(cron: str) -> None:
+def _cron_error(cron: str) -> str | None:
+    """Why `cron` is not a five-field cron expression (Celery's own crontab parser), or None."""
     fields = cron.split()
     if len(fields) != 5:
-        raise WorkflowInputError(
-            {"cron": "must have five fields: minute hour day-of-month month day-of-week"}
-        )
+        return "must have five fields: minute hour day-of-month month day-of-week"
     minute, hour, day_of_month, month_of_year, day_of_week = fields
     try:
         crontab(
@@ -202,7 +201,8 @@ def _cron_validate(cron: str) -> None:
             day_of_week=day_of_week,
         )
     except (ValueError, IndexError) as exc:
-        raise WorkflowInputError({"cron": f"not a valid cron expression: {exc}"}) from None
+        return f"not a valid cron expression: {exc}"
+    return None
 
 
 def job_create(
@@ -226,11 +226,8 @@ def job_create(
     if not name or len(name) > 200:
         errors["name"] = "must be 1 to 200 characters"
     cron = " ".join(cron.split())
-    if cron:
-        try:
-            _cron_validate(cron)
-        except WorkflowInputError as exc:
-            errors["cron"] = exc.errors["cron"][0]
+    if cron and (cron_error := _cron_error(cron)):
+        errors["cron"] = cron_error
     try:
         ZoneInfo(timezone_name)
     except (ZoneInfoNotFoundError, ValueError):
@@ -266,8 +263,7 @@ def job_run_submit(*, job_id: int, kick: bool = True) -> Run:
         job = Job.objects.select_for_update().get(pk=job_id)
         if not job.idempotent:
             going = (
-                Run.objects.filter(job_id=job.pk)
-                .filter(state__in=[Run.State.PENDING, Run.State.RUNNING, Run.State.COMPENSATING])
+                Run.objects.filter(job_id=job.pk, state__in=Run.UNFINISHED_STATES)
                 .values_list("id", flat=True)
                 .first()
             )
@@ -636,12 +632,12 @@ def step_reply(
             step = next(s for s in steps if s.pk == step_id)
             run_event.send(sender=RunEvent, event=accepted.event)
             _advance(step, steps=steps)
-        elif outcome == "permanent":
-            step = Step.objects.select_related("run").get(pk=step_id)
-            _close_attempt(lease=lease, status=TaskExecutionHistory.Status.FAILED_PERMANENT, error=error)
-            _step_errored(step, reason=f"permanent error: {error}")
         else:
             step = Step.objects.select_related("run").get(pk=step_id)
+        if outcome == "permanent":
+            _close_attempt(lease=lease, status=TaskExecutionHistory.Status.FAILED_PERMANENT, error=error)
+            _step_errored(step, reason=f"permanent error: {error}")
+        elif outcome == "transient":
             step_fail_attempt(
                 step=step,
                 status=TaskExecutionHistory.Status.FAILED_TRANSIENT,

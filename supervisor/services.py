@@ -130,10 +130,9 @@ def step_expire_batch(*, batch: int, instance: str) -> SweepResult:
                 history_kind=TaskExecutionHistory.Kind.SUPERVISOR,
                 kick=False,
             )
+            # At their limit, so "error" (or "skipped" had the lease changed; we hold the row).
             if outcome.decision == "error":
                 result.errored += 1
-            elif outcome.decision == "retry":  # not reached: these rows are at their limit
-                result.retried += 1
             else:
                 result.skipped += 1
     return result
