@@ -62,6 +62,7 @@ def order_submit(
             owner_id=owner_id,
             priority=priority,
             correlation_id=str(order_id),
+            observed=bool(callback_url),
         )
         order = Order.objects.create(
             id=order_id,

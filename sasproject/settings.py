@@ -184,15 +184,15 @@ if REDIS_PREFIX:
 # Explicit queues: one for the scheduler, one for the supervisor, one per remote service (so a
 # slow payment provider cannot starve inventory calls). Routing is by task name prefix.
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {
-    "scheduler.*": {"queue": "scheduler"},
-    "supervisor.*": {"queue": "supervisor"},
-    "agents.inventory.*": {"queue": "agent.inventory"},
-    "agents.payment.*": {"queue": "agent.payment"},
-    "agents.shipping.*": {"queue": "agent.shipping"},
-    "agents.webhook.*": {"queue": "agent.webhook"},
-    "bench.*": {"queue": "bench"},
-}
+CELERY_TASK_ROUTES = (
+    # Agent operations `agents.<service>.<op>` go to queue `agent.<service>` (agents/routing.py).
+    "agents.routing.route_agent_task",
+    {
+        "scheduler.*": {"queue": "scheduler"},
+        "supervisor.*": {"queue": "supervisor"},
+        "bench.*": {"queue": "bench"},
+    },
+)
 # Celery 5.6+ closes every database connection before and after each task (celery/celery#9824
 # reverted honouring CONN_MAX_AGE): a new PostgreSQL connection, and a server backend fork, per
 # step - the largest single cost of a step in the profile in bench/README.md. With DB_REUSE_MAX

@@ -97,6 +97,14 @@ class Run(models.Model):
     deadline = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=20, choices=State.choices, default=RunState.PENDING)
     cancel_requested = models.BooleanField(default=False)
+    observed = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=(
+            "Someone listens to this run's events (a webhook subscriber): its transitions send the "
+            "run_event signal. Runs nobody watches cost no extra query per step."
+        ),
+    )
     # The job this run was produced by (seed 004), if any.
     job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     # Free text a caller correlates with (the order id for orders).

@@ -59,6 +59,10 @@ class StepDef:
     backoff_base: float = 1.0
     backoff_max: float = 60.0
     payload: PayloadBuilder = _empty_payload
+    # False (the usual case): the payload is built from the run's input and the steps'
+    # idempotency keys alone, when the run is submitted. True: it reads earlier steps' results
+    # (`ctx.results`), so it is built when the step comes due - one more round trip per step.
+    payload_needs_results: bool = False
     compensation: StepDef | None = None
 
     def __post_init__(self) -> None:

@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from scheduler.models import Run, RunEvent, Step
-from scheduler.services import run_submit
+from scheduler.services import run_observe, run_submit
 
 from .models import WebhookDelivery, WebhookSecret, WebhookSubscription
 from .signing import EVENT_ID_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADER, signature_compute
@@ -65,6 +65,7 @@ def webhook_subscribe(
     Transaction: the caller's (order_submit's): the subscription commits with the run.
     """
     with transaction.atomic():
+        run_observe(run_id=run_id)
         subscription = WebhookSubscription.objects.create(
             run_id=run_id, owner_id=owner_id, url=url, correlation_id=correlation_id
         )
@@ -160,6 +161,8 @@ def _start_next(subscription: WebhookSubscription) -> WebhookDelivery | None:
         owner_id=subscription.owner_id,
         priority=DELIVERY_PRIORITY,
         correlation_id=str(delivery.event_uuid),
+        # Its end (delivered or given up) finishes the delivery: webhooks observe its events.
+        observed=True,
     )
     WebhookDelivery.objects.filter(pk=delivery.pk).update(
         state=WebhookDelivery.State.DELIVERING, delivery_run=run, started_at=timezone.now()

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.base import close_http_client
-from agents.tasks import payment_charge
+from orders.tasks import payment_charge
 from scheduler.models import Step
 from scheduler.services import run_submit, step_claim_due
 

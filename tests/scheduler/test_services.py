@@ -12,7 +12,6 @@ from orders.services import order_submit
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.services import (
     RunNotCancellable,
-    backoff_seconds,
     run_cancel,
     run_submit,
     step_claim_due,
@@ -297,13 +296,6 @@ def test_cancel__pending_run_never_claimed__cancelled_at_once(user):
     assert run_cancel(run_id=run.id, actor="bob").state == "cancelled"
     with pytest.raises(RunNotCancellable):
         run_cancel(run_id=run.id, actor="bob")
-
-
-def test_backoff__grows_and_stays_within_cap():
-    delays = [backoff_seconds(failure_count=n, base=1.0, cap=8.0) for n in range(1, 8)]
-    assert 0.5 <= delays[0] <= 1.0
-    assert all(d <= 8.0 for d in delays)
-    assert delays[-1] >= 4.0
 
 
 def test_workflow__adding_a_definition_needs_no_engine_change(user):

@@ -1,0 +1,61 @@
+"""The scheduler's services, split by flow, behind this one import face.
+
+- `submit`: a run and its steps written in one transaction, then claimed or kicked;
+- `dispatch`: claims sent to the agents' queues; kicks; backpressure;
+- `reply`: an agent's answer, fenced by lease and deadline (a success is one round trip);
+- `failure`: what follows a failed attempt or an errored step;
+- `compensation`: undo in reverse order; cancel; an operator's resume;
+- `events`: events recorded and announced to receivers of observed runs;
+- `jobs`: seed 004's jobs, the input that produces runs.
+
+Every state change itself is a transition in `scheduler.transitions` (SQL in `scheduler/sql/`).
+"""
+
+from scheduler.transitions import Claim
+
+from .compensation import RunNotCancellable, run_cancel, run_compensate, run_resume_compensation
+from .dispatch import (
+    claims_dispatch,
+    kick_pending_key,
+    operations_in_flight,
+    scheduler_instance_id,
+    scheduler_kick_enqueue,
+    scheduler_pump,
+    step_claim_due,
+)
+from .events import event_record, events_announce, run_observe
+from .failure import failures_settle, step_errored_settle
+from .jobs import JobBusy, job_create, job_run_submit
+from .reply import Outcome, ReplyResult, step_reply
+from .submit import COMPENSATION_SEQ_BASE, run_submit, run_validate_input, step_context, step_new
+
+__all__ = [
+    "COMPENSATION_SEQ_BASE",
+    "Claim",
+    "JobBusy",
+    "Outcome",
+    "ReplyResult",
+    "RunNotCancellable",
+    "claims_dispatch",
+    "event_record",
+    "events_announce",
+    "failures_settle",
+    "job_create",
+    "job_run_submit",
+    "kick_pending_key",
+    "operations_in_flight",
+    "run_cancel",
+    "run_compensate",
+    "run_observe",
+    "run_resume_compensation",
+    "run_submit",
+    "run_validate_input",
+    "scheduler_instance_id",
+    "scheduler_kick_enqueue",
+    "scheduler_pump",
+    "step_claim_due",
+    "step_context",
+    "step_errored_settle",
+    "step_new",
+    "step_reply",
+]

@@ -1,0 +1,162 @@
+"""Compensation and cancellation: undo a run's completed work in reverse order.
+
+Compensation steps are ordinary steps (claimed, deadlined, supervised). The transitions here
+are `run_compensate`, `step_cancel_unstarted`, `step_stop`, `step_mark_compensating`,
+`run_finish_compensation`, `run_resume_compensation` and `step_resume` (scheduler.transitions).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler import transitions
+from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
+from scheduler.workflows import get_workflow
+
+from .dispatch import scheduler_kick_enqueue
+from .events import event_record
+from .submit import COMPENSATION_SEQ_BASE, step_context, step_new
+
+
+class RunNotCancellable(Exception):
+    pass
+
+
+def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False) -> bool:
+    """Start undoing a run: cancel the forward steps that have not run, stop the one in flight,
+    and create one compensation step per forward step that may have had an effect, in reverse
+    order (the first Pending, the rest Waiting).
+
+    A forward step "may have had an effect" if it was ever claimed, unless the remote refused it
+    with a permanent error. Compensations are idempotent on the remote side, so undoing a step
+    whose effect never happened is a harmless no-op. A step stopped in flight is compensated only
+    after its old complete-by, when its agent has given up.
+
+    Returns False if the run was not Pending/Running (already compensating or finished).
+    Transaction: its own atomic block (nests in the caller's); the run's transition to
+    Compensating comes first and holds the run row, the forward steps are locked before they
+    are read, so a reply racing with this is refused by its fence.
+    """
+    with transaction.atomic():
+        if transitions.run_compensate(run_id=run_id, reason=reason, cancel=cancel) is None:
+            return False
+        run = Run.objects.get(pk=run_id)
+        forward = list(
+            Step.objects.select_for_update().filter(run_id=run.id, kind=Step.Kind.FORWARD).order_by("seq")
+        )
+        undo_ids = {
+            s.pk
+            for s in forward
+            if s.process_state == Step.State.PROCESSED
+            or (s.process_state == Step.State.ERROR and not s.error_permanent and s.attempts > 0)
+        }
+        undo_ids |= {pk for pk, attempts in transitions.step_cancel_unstarted(run_id=run.id) if attempts > 0}
+        wait_until = timezone.now()
+        for pk, complete_by in transitions.step_stop(run_id=run.id, reason=reason):
+            undo_ids.add(pk)
+            wait_until = max(wait_until, complete_by)
+
+        definition = get_workflow(run.workflow)
+        compensations: list[Step] = []
+        for s in reversed(forward):
+            comp_def = definition.step(s.name).compensation
+            if s.pk not in undo_ids or comp_def is None:
+                continue
+            comp = step_new(
+                run,
+                comp_def,
+                seq=COMPENSATION_SEQ_BASE + len(compensations),
+                kind=Step.Kind.COMPENSATION,
+                state=Step.State.PENDING if not compensations else Step.State.WAITING,
+            )
+            comp.compensates = s
+            comp.not_before = wait_until
+            compensations.append(comp)
+        if compensations:
+            # Every forward step is finished, so every compensation's payload can be built now.
+            ctx = step_context(run, forward + compensations)
+            for comp in compensations:
+                comp.payload = definition.step(comp.name).payload(ctx)
+            Step.objects.bulk_create(compensations)
+            transitions.step_mark_compensating(
+                step_ids=[c.compensates_id for c in compensations if c.compensates_id]
+            )
+
+        event_record(
+            run_id=run.id,
+            type=RunEvent.Type.COMPENSATING,
+            observed=run.observed,
+            reason=reason[:500],
+            steps=[c.name for c in compensations],
+        )
+        if compensations:
+            transaction.on_commit(scheduler_kick_enqueue)
+        else:
+            run_finish_compensation(run=run)
+    return True
+
+
+def run_finish_compensation(*, run: Run) -> None:
+    """Nothing (left) to undo: the run ends Compensated, or Cancelled if a cancel asked."""
+    finished = transitions.run_finish_compensation(run_id=run.id)
+    if finished is not None:
+        state, correlation_id = finished
+        event_record(
+            run_id=run.id,
+            type=RunEvent.Type.CANCELLED if state == Run.State.CANCELLED else RunEvent.Type.COMPENSATED,
+            observed=run.observed,
+            correlation_id=correlation_id,
+        )
+
+
+def run_cancel(*, run_id: uuid.UUID | str, actor: str) -> Run:
+    """Cancel a run that has not finished: work not started is dropped, work done is compensated;
+    the run ends Cancelled. Raises RunNotCancellable for a finished or already-undoing run."""
+    with transaction.atomic():
+        if not run_compensate(run_id=run_id, reason=f"cancelled by {actor}", cancel=True):
+            run = Run.objects.get(pk=run_id)
+            raise RunNotCancellable(
+                f"run is {run.get_state_display()}; only pending or running runs can be cancelled"
+            )
+    return Run.objects.get(pk=run_id)
+
+
+def run_resume_compensation(*, run_id: uuid.UUID | str, actor: str) -> int:
+    """Operator action for a Failed run: put its failed compensation steps back to Pending with a
+    fresh failure budget, and the run back to Compensating. Returns the number of steps resumed."""
+    with transaction.atomic():
+        if not transitions.run_resume_compensation(run_id=run_id):
+            run = Run.objects.get(pk=run_id)
+            raise RunNotCancellable(
+                f"run is {run.get_state_display()}; only failed runs can resume compensation"
+            )
+        run = Run.objects.get(pk=run_id)
+        resumed = transitions.step_resume(run_id=run.id)
+        now = timezone.now()
+        TaskExecutionHistory.objects.bulk_create(
+            [
+                TaskExecutionHistory(
+                    step_id=step_id,
+                    run=run,
+                    kind=TaskExecutionHistory.Kind.OPERATOR,
+                    status=TaskExecutionHistory.Status.ACTION,
+                    worker=actor,
+                    started_at=now,
+                    ended_at=now,
+                    detail={"action": "resume_compensation"},
+                )
+                for step_id, _ in resumed
+            ]
+        )
+        event_record(
+            run_id=run.id,
+            type=RunEvent.Type.COMPENSATING,
+            observed=run.observed,
+            reason=f"resumed by {actor}",
+            steps=[name for _, name in resumed],
+        )
+        transaction.on_commit(scheduler_kick_enqueue)
+    return len(resumed)

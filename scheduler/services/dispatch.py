@@ -1,0 +1,155 @@
+"""Claim and dispatch: the scheduler's half of the request channel.
+
+Claims are transitions (`scheduler.transitions`); this module sends what was claimed to the
+agents' queues after commit, kicks schedulers, and keeps in-flight work per operation bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+
+from celery import current_app
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from sasproject.redis_client import get_redis
+from scheduler import transitions
+from scheduler.models import Step
+from scheduler.transitions import Claim, Transitioned
+
+from .events import events_announce
+
+logger = logging.getLogger(__name__)
+
+
+def scheduler_instance_id() -> str:
+    """Who claims: host and process. Stored in `locked_by`; tells operators which process held a step."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+KICK_PENDING_KEY = "sas:scheduler:kick-pending"
+
+
+def kick_pending_key() -> str:
+    return f"{settings.REDIS_PREFIX}{KICK_PENDING_KEY}"
+
+
+def scheduler_kick_enqueue(countdown: float = 0.0) -> None:
+    """Ask a scheduler to claim now (or in `countdown` seconds, when a backoff ends). Best
+    effort: losing it only delays work until the periodic tick.
+
+    Immediate kicks are coalesced: while one is queued and not yet started (a Redis flag that
+    the kick task clears when it starts), more submits do not queue more - a burst of 1,000
+    orders costs a handful of kicks, not 1,000 (which would also sit in front of replies on the
+    scheduler queue). The flag expires after 2 s in case a kick message is lost.
+    """
+    try:
+        if not countdown and not get_redis().set(kick_pending_key(), "1", nx=True, px=2000):
+            return
+    except Exception:
+        logger.warning("kick coalescing unavailable (Redis); sending the kick anyway", exc_info=True)
+    try:
+        current_app.send_task("scheduler.kick", ignore_result=True, countdown=countdown or None)
+    except Exception:
+        logger.warning("scheduler kick not sent; the periodic tick will pick the work up", exc_info=True)
+
+
+def claims_dispatch(claims: Sequence[Claim]) -> int:
+    """Send each claim to its agent queue; the message expires at the step's complete-by.
+
+    A failed publish is logged and left alone: the step is Processing with a deadline, so the
+    supervisor returns it to Pending once the deadline passes. Returns how many were sent.
+    """
+    sent = 0
+    for claim in claims:
+        remaining = (claim.complete_by - timezone.now()).total_seconds()
+        if remaining <= 0:
+            continue
+        try:
+            current_app.send_task(
+                claim.operation,
+                kwargs=claim.message(),
+                expires=claim.complete_by,
+                # Nest inside the deadline: the soft limit fires at complete-by if the agent's
+                # own deadline checks did not stop it; the hard limit kills a stuck child 2s later.
+                soft_time_limit=max(1, math.ceil(remaining)),
+                time_limit=max(1, math.ceil(remaining)) + 2,
+                ignore_result=True,
+            )
+            sent += 1
+        except Exception:
+            logger.exception("dispatch of step %s failed; supervisor will recover it", claim.step_id)
+    return sent
+
+
+def claimed_settle(done: Transitioned, *, dispatch: bool = True) -> list[Claim]:
+    """After a claim: announce its events now (in the transaction); with `dispatch`, send the
+    claims to their agents after commit."""
+    events_announce(done.events)
+    claims = done.claims
+    if claims and dispatch:
+        transaction.on_commit(lambda: claims_dispatch(claims))
+    return claims
+
+
+def step_claim_due(
+    *,
+    instance: str,
+    limit: int,
+    run_id: uuid.UUID | str | None = None,
+    exclude_operations: Sequence[str] | None = None,
+    operation: str | None = None,
+) -> list[Claim]:
+    """Atomically claim up to `limit` due Pending steps for `instance`. The caller dispatches
+    them (`claims_dispatch`, after commit) - or is a test playing the agent.
+
+    Invariant: two schedulers never claim the same step (`FOR UPDATE SKIP LOCKED` and the state
+    change in one statement); highest priority, then earliest run deadline, first. Each claim
+    gets a fresh lease and `complete_by = now() + timeout` from the database clock.
+    Transaction: the caller's.
+    """
+    return claimed_settle(
+        transitions.step_claim_due(
+            instance=instance,
+            limit=limit,
+            operation=operation,
+            exclude_operations=exclude_operations,
+            run_id=run_id,
+        ),
+        dispatch=False,
+    )
+
+
+def operations_in_flight() -> dict[str, int]:
+    """Processing steps per agent operation (served by the partial index on Processing rows)."""
+    rows = (
+        Step.objects.filter(process_state=Step.State.PROCESSING)
+        .values_list("operation")
+        .annotate(n=models.Count("id"))
+    )
+    return dict(rows)
+
+
+def scheduler_pump(
+    *, instance: str, limit: int, run_id: uuid.UUID | str | None = None, max_in_flight: int | None = None
+) -> int:
+    """Claim a batch and dispatch it after commit. Returns the number claimed.
+
+    Backpressure: an operation that already has `max_in_flight` steps Processing is not claimed
+    for. A claim starts the step's complete-by clock, so claiming far more than the agents can
+    take would let deadlines run out while messages wait in the queue.
+    """
+    saturated: list[str] = []
+    if max_in_flight:
+        saturated = [op for op, n in operations_in_flight().items() if n >= max_in_flight]
+    with transaction.atomic():
+        claims = step_claim_due(instance=instance, limit=limit, run_id=run_id, exclude_operations=saturated)
+        if claims:
+            transaction.on_commit(lambda: claims_dispatch(claims))
+    return len(claims)

@@ -1,0 +1,72 @@
+"""Failure: what follows a failed attempt - retries kicked, errored steps compensated.
+
+The transitions (`step_fail`, `step_expire_due`, `step_fail_permanent`) change the rows; this
+module is the orchestration above them. An errored step is announced with the `step_errored`
+signal (the supervisor raises operator alerts from it: the scheduler never imports the
+supervisor); a forward step's error starts the run's compensation, a compensation's error
+fails the run.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from scheduler import transitions
+from scheduler.models import Run, RunEvent, Step
+from scheduler.signals import step_errored
+from scheduler.transitions import Failed, FailedStep
+
+from .compensation import run_compensate
+from .dispatch import scheduler_kick_enqueue
+from .events import event_record, events_announce
+
+
+def failures_settle(failed: Failed, *, cause: str, kick: bool = True) -> None:
+    """After `step_fail` / `step_expire_due`: announce the retries' events, kick a scheduler
+    when the longest backoff has passed (the tick covers the rest), and settle each errored
+    step. Transaction: the caller's."""
+    events_announce(failed.events)
+    if kick and failed.retried:
+        longest = max(step.delay for step in failed.retried)
+        transaction.on_commit(lambda: scheduler_kick_enqueue(countdown=longest + 0.05))
+    for step in failed.errored:
+        step_errored_settle(
+            step=step,
+            reason=f"{cause} {step.failure_count} times (limit {step.max_failures}): {step.error}",
+            permanent=False,
+        )
+
+
+def step_errored_settle(*, step: FailedStep, reason: str, permanent: bool) -> None:
+    """A step is in Error: record it, tell listeners (`step_errored`: alerts), and compensate
+    the run (forward step) or fail it (a compensation could not finish). Transaction: the
+    caller's - the event, the alert and the compensation commit with the error."""
+    observed = Run.objects.filter(pk=step.run_id, observed=True).exists()
+    event_record(
+        run_id=step.run_id,
+        type=RunEvent.Type.STEP_FAILED,
+        observed=observed,
+        step_id=step.step_id,
+        step=step.name,
+        error=reason[:500],
+    )
+    step_errored.send(
+        sender=Step,
+        run_id=step.run_id,
+        step_id=step.step_id,
+        step_name=step.name,
+        kind=step.kind,
+        reason=reason,
+        permanent=permanent,
+    )
+    if step.kind == Step.Kind.FORWARD:
+        run_compensate(run_id=step.run_id, reason=f"step {step.name} failed: {reason}")
+    elif transitions.run_fail(run_id=step.run_id, reason=f"compensation {step.name} failed: {reason}"):
+        event_record(
+            run_id=step.run_id,
+            type=RunEvent.Type.FAILED,
+            observed=observed,
+            step_id=step.step_id,
+            step=step.name,
+            error=reason[:500],
+        )

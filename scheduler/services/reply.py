@@ -1,0 +1,130 @@
+"""Reply: an agent's answer for a step, accepted only while it still holds the step.
+
+A success is one round trip: `sas_step_succeed` accepts it, closes the attempt, records the
+event, advances the run and claims its next step in one statement, committed on its own
+(autocommit) - the broker publish of the next step is the only other network hop. Runs that
+someone observes (webhooks) take the same statement inside a transaction, so the receivers'
+rows commit with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from django.db import connection, transaction
+
+from scheduler import transitions
+from scheduler.models import Run, Step, TaskExecutionHistory
+from scheduler.transitions import RunObserved, Succeeded
+from scheduler.workflows import get_workflow
+
+from .dispatch import claimed_settle, scheduler_instance_id
+from .failure import failures_settle, step_errored_settle
+from .submit import step_context
+
+Outcome = Literal["success", "permanent", "transient"]
+ReplyResult = Literal["accepted", "ignored"]
+
+
+def step_reply(
+    *,
+    step_id: int,
+    lease: str,
+    outcome: Outcome,
+    result: Any = None,
+    error: str = "",
+    worker: str = "",
+    claim_next: bool = True,
+    retry_after: float = 0.0,
+) -> ReplyResult:
+    """Accept an agent's reply if it still holds the step: state Processing, same lease, deadline
+    not passed. Otherwise record it as ignored and change nothing.
+
+    success -> Processed, next step Pending (or the run completes / finishes compensating).
+    permanent -> Error, the run compensates (or, for a compensation, the run Fails).
+    transient -> failure_count + 1, Pending after backoff (at least `retry_after`, which an
+    agent sets from an open circuit breaker), or Error at the step's limit.
+
+    With `claim_next`, the run's next step and one more due step of the same operation are
+    claimed in the same transaction and dispatched after commit (the scheduler's work, done in
+    the replier's process - the pattern's actors are logical).
+    """
+    instance = worker or scheduler_instance_id()
+    if outcome == "success":
+        return _reply_success(
+            step_id=step_id, lease=lease, result=result, instance=instance, claim_next=claim_next
+        )
+    if outcome not in ("permanent", "transient"):
+        raise ValueError(f"unknown reply outcome {outcome!r}")
+    with transaction.atomic():
+        if outcome == "permanent":
+            errored = transitions.step_fail_permanent(step_id=step_id, lease=lease, error=error)
+            if errored is None:
+                transitions.reply_ignored(
+                    step_id=step_id, lease=lease, outcome=outcome, worker=instance, error=error, result=result
+                )
+                return "ignored"
+            step_errored_settle(step=errored, reason=f"permanent error: {error}", permanent=True)
+        else:
+            failed = transitions.step_fail(
+                failures=[(step_id, lease, error)],
+                cause=TaskExecutionHistory.Status.FAILED_TRANSIENT,
+                actor=worker or "agent",
+                history_kind=TaskExecutionHistory.Kind.SCHEDULER,
+                min_backoff=retry_after,
+            )
+            if not failed.retried and not failed.errored:
+                transitions.reply_ignored(
+                    step_id=step_id, lease=lease, outcome=outcome, worker=instance, error=error, result=result
+                )
+                return "ignored"
+            failures_settle(failed, cause=TaskExecutionHistory.Status.FAILED_TRANSIENT)
+        if claim_next:
+            # The slot this reply freed goes to the next due step of the same operation.
+            operation = Step.objects.filter(pk=step_id).values_list("operation", flat=True).first()
+            if operation:
+                claimed_settle(transitions.step_claim_due(instance=instance, limit=1, operation=operation))
+    return "accepted"
+
+
+def _reply_success(*, step_id: int, lease: str, result: Any, instance: str, claim_next: bool) -> ReplyResult:
+    params: dict[str, Any] = {
+        "step_id": step_id,
+        "lease": lease,
+        "result": result,
+        "instance": instance,
+        "claim_next": claim_next,
+    }
+    if not connection.in_atomic_block:
+        try:
+            # Autocommit: the statement is its own transaction - one round trip, one commit.
+            done = transitions.step_succeed(**params, observed_ok=False)
+        except RunObserved:
+            done = None
+        if done is not None:
+            return _success_settle(done, claim_next=claim_next, instance=instance)
+    with transaction.atomic():
+        done = transitions.step_succeed(**params, observed_ok=True)
+        return _success_settle(done, claim_next=claim_next, instance=instance)
+
+
+def _success_settle(done: Succeeded, *, claim_next: bool, instance: str) -> ReplyResult:
+    """Announce events, build a payload that needed results (rare), dispatch the claims."""
+    if not done.accepted:
+        return "ignored"
+    claimed_settle(done)  # announces the events, dispatches the claims after commit
+    if done.needs_payload is not None:
+        with transaction.atomic():
+            _step_advance(step_id=done.needs_payload)
+            if claim_next:
+                claimed_settle(transitions.step_claim(step_ids=[done.needs_payload], instance=instance))
+    return "accepted"
+
+
+def _step_advance(*, step_id: int) -> None:
+    """Build the payload of a step that reads earlier results, and make it Pending."""
+    step = Step.objects.select_related("run").get(pk=step_id)
+    run: Run = step.run
+    steps = list(Step.objects.filter(run_id=run.id).order_by("seq"))
+    payload = get_workflow(run.workflow).step(step.name).payload(step_context(run, steps))
+    transitions.step_advance(step_id=step_id, payload=payload)

@@ -1,0 +1,138 @@
+"""Submit: a run and all its step rows, written in one transaction; then get it going."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler import transitions
+from scheduler.models import Run, RunEvent, Step
+from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow
+
+from .dispatch import claimed_settle, scheduler_instance_id, scheduler_kick_enqueue
+from .events import event_record
+
+COMPENSATION_SEQ_BASE = 1000
+
+
+def step_context(run: Run, steps: Sequence[Step]) -> StepContext:
+    """What a payload builder sees: the run's input, its steps' results and idempotency keys."""
+    return StepContext(
+        run_id=str(run.id),
+        input=run.input,
+        results={s.name: s.result for s in steps if s.result is not None},
+        keys={s.name: s.idempotency_key for s in steps},
+    )
+
+
+def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) -> Step:
+    """An unsaved step row of `run` from its definition (policy copied: an edited definition
+    does not change runs in flight)."""
+    return Step(
+        run=run,
+        name=definition.name,
+        kind=kind,
+        seq=seq,
+        operation=definition.operation,
+        process_state=state,
+        idempotency_key=f"{run.id}:{definition.name}",
+        timeout=timedelta(seconds=definition.timeout),
+        max_failures=definition.max_failures,
+        backoff_base=definition.backoff_base,
+        backoff_max=definition.backoff_max,
+        priority=run.priority,
+        deadline=run.deadline,
+        not_before=timezone.now(),
+    )
+
+
+def run_validate_input(*, workflow: str, input: Mapping[str, Any]) -> tuple[Workflow, dict[str, Any]]:
+    """Clean `input` for `workflow` or raise WorkflowInputError. Writes nothing."""
+    definition = get_workflow(workflow)
+    if not isinstance(input, Mapping):
+        raise WorkflowInputError({"input": "must be a JSON object"})
+    return definition, definition.validate(input)
+
+
+def run_submit(
+    *,
+    workflow: str,
+    input: Mapping[str, Any],
+    owner_id: int | None = None,
+    priority: int = 0,
+    deadline: datetime | None = None,
+    correlation_id: str = "",
+    kick: bool = True,
+    job_id: int | None = None,
+    observed: bool = False,
+) -> Run:
+    """Validate, then write the run and all its step rows in one transaction; get it going
+    after commit. `job_id`: the Job this run is a firing of. `observed`: its events go to
+    signal receivers (a webhook subscriber) - see `events.run_observe`.
+
+    Invariant: bad input raises WorkflowInputError before any row is written. Transaction: its
+    own atomic block, which nests as a savepoint inside a caller's (an order and its run commit
+    together). If the kick is lost, the periodic tick claims the Pending first step anyway.
+    """
+    definition, cleaned = run_validate_input(workflow=workflow, input=input)
+    if not -32768 <= priority <= 32767:
+        raise WorkflowInputError({"priority": "must be between -32768 and 32767"})
+    with transaction.atomic():
+        run = Run.objects.create(
+            workflow=definition.name,
+            input=cleaned,
+            owner_id=owner_id,
+            priority=priority,
+            deadline=deadline,
+            correlation_id=correlation_id,
+            job_id=job_id,
+            observed=observed,
+        )
+        steps = [
+            step_new(
+                run,
+                step_def,
+                seq=index,
+                kind=Step.Kind.FORWARD,
+                state=Step.State.PENDING if index == 0 else Step.State.WAITING,
+            )
+            for index, step_def in enumerate(definition.steps)
+        ]
+        # Payloads are built now, unless a step's definition says its payload needs earlier
+        # steps' results (then `step_advance` builds it when the step comes due): a success
+        # reply can then move the next step to Pending inside its one statement.
+        ctx = step_context(run, steps)
+        for index, (step, step_def) in enumerate(zip(steps, definition.steps, strict=True)):
+            if index == 0 or not step_def.payload_needs_results:
+                step.payload = step_def.payload(ctx)
+        Step.objects.bulk_create(steps)
+        event_record(
+            run_id=run.id,
+            type=RunEvent.Type.RECEIVED,
+            observed=observed,
+            workflow=definition.name,
+            correlation_id=correlation_id,
+        )
+        if kick:
+            _run_start(run, first=steps[0])
+    return run
+
+
+def _run_start(run: Run, *, first: Step) -> None:
+    """Get a new run going. The scheduler's claim runs right here, in the submitter's transaction
+    (the pattern's actors are logical, as with inline replies), when the first step's operation
+    has room under the in-flight cap: that saves the kick's broker hop and task. Otherwise - a
+    burst - the scheduler is kicked after commit and claims as capacity frees up."""
+    cap = settings.SAS["MAX_IN_FLIGHT_PER_OPERATION"]
+    if settings.SAS["CLAIM_ON_SUBMIT"] and (
+        Step.objects.filter(process_state=Step.State.PROCESSING, operation=first.operation).count() < cap
+    ):
+        claims = claimed_settle(transitions.step_claim(step_ids=[first.pk], instance=scheduler_instance_id()))
+        if claims:
+            return
+    transaction.on_commit(scheduler_kick_enqueue)

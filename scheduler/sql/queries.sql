@@ -1,0 +1,118 @@
+-- Named statements of the engine's transitions, loaded once by scheduler/transitions.py.
+-- Each block starts with `-- name: <name>`; the text up to the next such line is the statement.
+-- The hot transitions are functions (functions.sql); these call them, or are single
+-- conditional statements themselves. Parameters are psycopg's named style, %(name)s.
+
+-- name: step_claim
+SELECT sas_step_claim(%(ids)s::bigint[], %(instance)s)
+
+-- name: step_claim_due
+SELECT sas_step_claim_due(%(instance)s, %(limit)s, %(operation)s, %(exclude)s::text[], %(run_id)s::uuid)
+
+-- name: step_succeed
+SELECT sas_step_succeed(%(step_id)s, %(lease)s::uuid, %(result)s::jsonb, %(instance)s, %(claim_next)s,
+                        %(observed_ok)s)
+
+-- name: step_fail
+SELECT sas_step_fail(%(ids)s::bigint[], %(leases)s::uuid[], %(errors)s::text[], %(cause)s,
+                     %(min_backoff)s, %(actor)s, %(history_kind)s, %(require_live)s)
+
+-- name: step_expire_due
+SELECT sas_step_expire_due(%(batch)s, %(instance)s)
+
+-- name: reply_ignored
+SELECT sas_reply_ignored(%(step_id)s, %(lease)s::uuid, %(outcome)s, %(worker)s, %(error)s, %(result)s::jsonb)
+
+-- name: step_fail_permanent
+-- Processing -> Error: the remote refused for good (a declined card). Its effect did not
+-- happen (error_permanent), so compensation skips it. Fenced like a success.
+WITH s AS (
+    UPDATE scheduler_step
+    SET process_state = 'error', last_error = left(%(error)s, 4000), error_permanent = true,
+        locked_by = NULL, finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    WHERE id = %(step_id)s AND process_state = 'processing' AND lease = %(lease)s::uuid
+      AND complete_by > statement_timestamp()
+    RETURNING id, run_id, name, kind
+), closed AS (
+    UPDATE scheduler_taskexecutionhistory
+    SET status = 'failed_permanent', ended_at = statement_timestamp(), error = left(%(error)s, 4000)
+    WHERE lease = %(lease)s::uuid AND kind = 'attempt' AND EXISTS (SELECT 1 FROM s)
+)
+SELECT id, run_id, name, kind FROM s
+
+-- name: step_advance
+-- Waiting -> Pending, with the payload Python built from earlier results (a step whose
+-- workflow definition says its payload needs them; others are made Pending by sas_step_succeed).
+UPDATE scheduler_step
+SET process_state = 'pending', payload = %(payload)s::jsonb, not_before = statement_timestamp(),
+    updated_at = statement_timestamp()
+WHERE id = %(step_id)s AND process_state = 'waiting'
+
+-- name: run_compensate
+-- Pending | Running -> Compensating: the run starts being undone (a step errored, or a cancel).
+UPDATE scheduler_run
+SET state = 'compensating', cancel_requested = cancel_requested OR %(cancel)s,
+    error = left(%(reason)s, 4000), updated_at = statement_timestamp()
+WHERE id = %(run_id)s AND state IN ('pending', 'running')
+RETURNING cancel_requested
+
+-- name: step_cancel_unstarted
+-- Waiting | Pending -> Cancelled: the run's forward steps that had not started when it began
+-- compensating. Returns them with their attempts (an earlier attempt may have had an effect).
+UPDATE scheduler_step
+SET process_state = 'cancelled', locked_by = NULL, updated_at = statement_timestamp()
+WHERE run_id = %(run_id)s AND kind = 'forward' AND process_state IN ('waiting', 'pending')
+RETURNING id, attempts
+
+-- name: step_stop
+-- Processing -> Cancelled: a forward step in flight when its run began compensating. Its
+-- agent may still be working until complete_by; its attempt is closed as cancelled.
+WITH s AS (
+    UPDATE scheduler_step
+    SET process_state = 'cancelled', locked_by = NULL, finished_at = statement_timestamp(),
+        updated_at = statement_timestamp()
+    WHERE run_id = %(run_id)s AND kind = 'forward' AND process_state = 'processing'
+    RETURNING id, lease, complete_by
+), closed AS (
+    UPDATE scheduler_taskexecutionhistory AS h
+    SET status = 'cancelled', ended_at = statement_timestamp(), error = left(%(reason)s, 4000)
+    FROM s WHERE h.lease = s.lease AND h.kind = 'attempt'
+)
+SELECT id, complete_by FROM s
+
+-- name: step_mark_compensating
+-- Processed -> Compensating: its compensation step has been scheduled.
+UPDATE scheduler_step
+SET process_state = 'compensating', updated_at = statement_timestamp()
+WHERE id = ANY(%(ids)s::bigint[]) AND process_state = 'processed'
+
+-- name: run_finish_compensation
+-- Compensating -> Compensated (or Cancelled, when a cancel asked for it): nothing is left to
+-- undo. (A run whose last compensation succeeds finishes inside sas_step_succeed.)
+UPDATE scheduler_run
+SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'compensated' END,
+    finished_at = statement_timestamp(), updated_at = statement_timestamp()
+WHERE id = %(run_id)s AND state = 'compensating'
+RETURNING state, correlation_id
+
+-- name: run_fail
+-- Compensating -> Failed: a compensation step errored; an operator must act.
+UPDATE scheduler_run
+SET state = 'failed', error = left(%(reason)s, 4000), finished_at = statement_timestamp(),
+    updated_at = statement_timestamp()
+WHERE id = %(run_id)s AND state = 'compensating'
+
+-- name: run_resume_compensation
+-- Failed -> Compensating: an operator resumes the undo after fixing the cause.
+UPDATE scheduler_run
+SET state = 'compensating', finished_at = NULL, updated_at = statement_timestamp()
+WHERE id = %(run_id)s AND state = 'failed'
+
+-- name: step_resume
+-- Error -> Pending, with a fresh failure budget: the run's errored compensation steps, when an
+-- operator resumes the run's compensation.
+UPDATE scheduler_step
+SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL, complete_by = NULL,
+    not_before = statement_timestamp(), finished_at = NULL, updated_at = statement_timestamp()
+WHERE run_id = %(run_id)s AND kind = 'compensation' AND process_state = 'error'
+RETURNING id, name
