@@ -3,7 +3,7 @@
 Everything that differs between a laptop, CI and production comes from the environment, with
 defaults that run locally (cookiecutter-django style). `DATABASE_URL` and `REDIS_URL` choose the
 PostgreSQL and Redis to use; `make run` / `make test` fill them in (starting embedded servers when
-the machine has none, see `sasproject/devservices.py`).
+the machine has none, see `devservices/`).
 """
 
 from __future__ import annotations
