@@ -45,6 +45,9 @@ INSTALLED_APPS = [
     "agents",
     "supervisor",
     "orders",
+    # Operator tools that read every app (the engine-health page, the run admin's alerts and
+    # order link); after the apps whose admins it extends.
+    "ops",
 ]
 
 MIDDLEWARE = [
