@@ -48,8 +48,8 @@ endef
 
 help:
 	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start"
-	echo "make test           install, lint (ruff, mypy) and pytest -- what CI runs"
-	echo "make lint           ruff check, ruff format --check, mypy"
+	echo "make test           install, lint (ruff, mypy, lint-imports) and pytest -- what CI runs"
+	echo "make lint           ruff check, ruff format --check, mypy, lint-imports"
 	echo "make test-fast      pytest only (PYTEST_ARGS='-k foo' to narrow)"
 	echo "make format         ruff format + ruff check --fix"
 	echo "make bench          python bench/run_all.py (BENCH_ARGS=...)"
@@ -114,6 +114,8 @@ test: $(STAMP) chromium
 	$(VENV)/bin/ruff format --check .
 	echo "== mypy"
 	$(VENV)/bin/mypy .
+	echo "== lint-imports (the layering contracts in pyproject.toml)"
+	$(VENV)/bin/lint-imports
 	echo "== pytest"
 	$(PYTEST)
 
@@ -125,6 +127,7 @@ lint: $(STAMP)
 	@$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
 	@$(VENV)/bin/ruff format .
