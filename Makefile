@@ -1,6 +1,6 @@
 # Developer entry points: `make run` starts everything, `make test` is what CI runs (.ci/run).
 # Every target installs what it needs first; PostgreSQL and Redis come from
-# `python -m sasproject.devservices env` (the machine's, or embedded ones under .devdata/).
+# `python -m devservices env` (the machine's, or embedded ones under .devdata/).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -27,7 +27,7 @@ BENCH_ARGS ?=
 # Exports DATABASE_URL / REDIS_URL into the recipe's shell. The assignment fails the recipe
 # (set -e) when devservices fails; a bare `eval "$(...)"` would not.
 define DEVSERVICES_ENV
-devservices_env="$$($(PY) -m sasproject.devservices env)"
+devservices_env="$$($(PY) -m devservices env)"
 eval "$$devservices_env"
 endef
 
@@ -48,8 +48,8 @@ endef
 
 help:
 	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start"
-	echo "make test           install, lint (ruff, mypy) and pytest -- what CI runs"
-	echo "make lint           ruff check, ruff format --check, mypy"
+	echo "make test           install, lint (ruff, mypy, lint-imports) and pytest -- what CI runs"
+	echo "make lint           ruff check, ruff format --check, mypy, lint-imports"
 	echo "make test-fast      pytest only (PYTEST_ARGS='-k foo' to narrow)"
 	echo "make format         ruff format + ruff check --fix"
 	echo "make bench          python bench/run_all.py (BENCH_ARGS=...)"
@@ -100,7 +100,7 @@ run: $(STAMP)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_setup
 	# The URLs and demo login; the Procfile's `urls` prints them again once the ports answer.
-	$(PY) -m sasproject.devservices urls
+	$(PY) -m devservices urls
 	exec $(VENV)/bin/honcho start -f Procfile
 
 # ---------------------------------------------------------------------------------------------
@@ -114,6 +114,8 @@ test: $(STAMP) chromium
 	$(VENV)/bin/ruff format --check .
 	echo "== mypy"
 	$(VENV)/bin/mypy .
+	echo "== lint-imports (the layering contracts in pyproject.toml)"
+	$(VENV)/bin/lint-imports
 	echo "== pytest"
 	$(PYTEST)
 
@@ -125,6 +127,7 @@ lint: $(STAMP)
 	@$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
 	@$(VENV)/bin/ruff format .
@@ -159,10 +162,10 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 services-status:
-	@if [ -x $(PY) ]; then $(PY) -m sasproject.devservices status; else echo "no $(VENV) yet"; fi
+	@if [ -x $(PY) ]; then $(PY) -m devservices status; else echo "no $(VENV) yet"; fi
 
 stop-services:
-	@if [ -x $(PY) ]; then $(PY) -m sasproject.devservices stop; fi
+	@if [ -x $(PY) ]; then $(PY) -m devservices stop; fi
 
 # Stops the embedded servers and deletes their data (the machine's servers are untouched).
 clean-devdata: stop-services

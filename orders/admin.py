@@ -7,7 +7,9 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from scheduler.admin import ReadOnlyAdmin, compact_time, parse_uuid, run_link, state_badge
+from adminkit.display import compact_time, state_badge
+from adminkit.readonly import ReadOnlyAdmin, parse_uuid
+from scheduler.admin import run_link
 
 from .models import Order
 

@@ -3,7 +3,7 @@
 Everything that differs between a laptop, CI and production comes from the environment, with
 defaults that run locally (cookiecutter-django style). `DATABASE_URL` and `REDIS_URL` choose the
 PostgreSQL and Redis to use; `make run` / `make test` fill them in (starting embedded servers when
-the machine has none, see `sasproject/devservices.py`).
+the machine has none, see `devservices/`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ INSTALLED_APPS = [
     "agents",
     "supervisor",
     "orders",
+    # Operator tools that read every app (the engine-health page, the run admin's alerts and
+    # order link); after the apps whose admins it extends.
+    "ops",
 ]
 
 MIDDLEWARE = [

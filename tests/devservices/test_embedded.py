@@ -1,4 +1,4 @@
-"""The embedded servers of `make run` / `make test` (sasproject/devservices.py) really work.
+"""The embedded servers of `make run` / `make test` (devservices/) really work.
 
 An embedded PostgreSQL and Redis are started in a temporary data folder on free ports, answer a
 query and a PING, and are stopped. The machine's servers (5432/6379) and the work tree's
@@ -16,15 +16,11 @@ import psycopg
 import pytest
 import redis
 
-from sasproject import devservices
-from sasproject.devservices import EmbeddedPostgres, EmbeddedRedis, ensure_database, pid_alive, port_open
+from devservices.common import pid_alive, port_open
+from devservices.postgres import EMBEDDED_PG_PORT, MACHINE_PG_PORT, EmbeddedPostgres, ensure_database
+from devservices.redis import EMBEDDED_REDIS_PORT, MACHINE_REDIS_PORT, EmbeddedRedis
 
-SHARED_PORTS = {
-    devservices.MACHINE_PG_PORT,
-    devservices.MACHINE_REDIS_PORT,
-    devservices.EMBEDDED_PG_PORT,
-    devservices.EMBEDDED_REDIS_PORT,
-}
+SHARED_PORTS = {MACHINE_PG_PORT, MACHINE_REDIS_PORT, EMBEDDED_PG_PORT, EMBEDDED_REDIS_PORT}
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,0 +1,9 @@
+"""`python -m devservices ...`: see the package docstring."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,165 @@
+"""The run admin as operators see it, and the engine-health page: both read every app.
+
+The scheduler's `RunAdmin` knows the engine only. Here it is registered again as
+`OperatorRunAdmin`, the way Django's docs extend the User admin (unregister, subclass, register),
+with what needs the other apps: each run's open alerts (supervisor), the "needs attention"
+filter (failed, or an alert nobody acknowledged), the link to the run's order (orders), and the
+engine-health page with its breaker-reset button (agents' breakers, beat's periodic tasks).
+
+The health page keeps its URLs under the run admin: /admin/scheduler/run/health/
+(`admin:scheduler_run_health`) and .../health/breaker/<service>/reset/
+(`admin:scheduler_run_breaker_reset`), which docs/operators.md and bookmarks use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+from django.views.decorators.http import require_POST
+
+from agents.breaker import CircuitBreaker
+from orders.models import Order
+from scheduler.admin import AttentionFilter, RunAdmin, actor_name
+from scheduler.models import Run
+
+from . import selectors
+
+logger = logging.getLogger(__name__)
+
+
+class OperatorAttentionFilter(AttentionFilter):
+    """The scheduler's attention filter, with "needs attention" first (it reads the alerts)."""
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("needs", "Needs attention (failed or open alerts)"), *super().lookups(request, model_admin)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "needs":
+            return queryset.filter(selectors.run_needs_attention_q())
+        return super().queryset(request, queryset)
+
+
+def _with_alerts(names: Sequence[Any]) -> list[Any]:
+    """`names` with "alerts" after "progress" (the steps done), where the run admin has it."""
+    names = list(names)
+    if "progress" in names:
+        names.insert(names.index("progress") + 1, "alerts")
+    return names
+
+
+class OperatorRunAdmin(RunAdmin):
+    """The scheduler's run admin plus what reads the other apps: open alerts per run (a column,
+    a detail field and the "needs attention" filter) and the link to the run's order."""
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        return _with_alerts(super().get_list_display(request))
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        return [
+            OperatorAttentionFilter if item is AttentionFilter else item
+            for item in super().get_list_filter(request)
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return _with_alerts(super().get_readonly_fields(request, obj))
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        return [
+            (name, {**options, "fields": _with_alerts(options["fields"])})
+            for name, options in super().get_fieldsets(request, obj)
+        ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        return selectors.run_list_with_alerts(queryset=super().get_queryset(request))
+
+    # -- columns that read other apps ------------------------------------------------------------
+
+    @admin.display(description="alerts", ordering="open_alerts")
+    def alerts(self, obj: Run) -> SafeString:
+        count = getattr(obj, "open_alerts", 0) or 0
+        if not count:
+            return mark_safe('<span class="sas-muted">0</span>')
+        url = reverse("admin:supervisor_alert_changelist") + f"?run__id__exact={obj.id}&status=open"
+        return format_html('<a class="sas-badge sas-critical" href="{}">{}</a>', url, count)
+
+    @admin.display(description="correlation id")
+    def correlation_detail(self, obj: Run) -> SafeString:
+        order = Order.objects.filter(run_id=obj.pk).only("pk").first()
+        if order is None:
+            return super().correlation_detail(obj)
+        url = reverse("admin:orders_order_change", args=[order.pk])
+        return format_html('<code>{}</code> (<a href="{}">order</a>)', obj.correlation_id, url)
+
+    # -- the engine-health page ------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        health = [
+            path("health/", wrap(self.health_view), name="scheduler_run_health"),
+            path(
+                "health/breaker/<str:service>/reset/",
+                wrap(require_POST(self.breaker_reset_view)),
+                name="scheduler_run_breaker_reset",
+            ),
+        ]
+        # Before the run admin's own URLs: its "<path:object_id>/" would take "health/".
+        return health + super().get_urls()
+
+    def health_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        health = selectors.engine_health()
+        changelist = reverse("admin:scheduler_run_changelist")
+        states = [
+            {
+                "value": value,
+                "label": label,
+                "count": health.run_states.get(value, 0),
+                "url": f"{changelist}?state__exact={value}",
+            }
+            for value, label in Run.State.choices
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Engine health",
+            "opts": self.opts,
+            "health": health,
+            "states": states,
+            "can_operate": self.has_operate_permission(request),
+            "runs_attention_url": f"{changelist}?attention=needs",
+            "runs_stuck_url": f"{changelist}?attention=stuck",
+            "steps_overdue_url": reverse("admin:scheduler_step_changelist") + "?overdue=yes",
+            "alerts_open_url": reverse("admin:supervisor_alert_changelist") + "?status=open",
+            "periodic_tasks_url": reverse("admin:django_celery_beat_periodictask_changelist"),
+        }
+        return TemplateResponse(request, "admin/ops/health.html", context)
+
+    def breaker_reset_view(self, request: HttpRequest, service: str) -> HttpResponse:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        if not selectors.breaker_is_known(name=service):
+            raise PermissionDenied
+        CircuitBreaker(service).reset()
+        logger.warning("breaker %s reset by %s", service, actor_name(request))
+        self.message_user(
+            request,
+            f"Circuit breaker for {service} reset to closed. If the service is still down it opens "
+            "again after the failure threshold.",
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:scheduler_run_health"))
+
+
+# scheduler/admin.py registered the engine-only RunAdmin when it was imported (above).
+admin.site.unregister(Run)
+admin.site.register(Run, OperatorRunAdmin)

@@ -1,0 +1,182 @@
+"""Read-only queries for the operator tools: what needs attention across the apps, and the
+engine's health (runs per state, overdue steps, open alerts, circuit breakers, periodic tasks).
+
+These read every app - the scheduler's runs and steps, the supervisor's alerts and periodic
+tasks, the agents' breakers in Redis - which is why they live here, above all of them, and not
+in the engine (no engine app imports `ops`; pyproject.toml's import-linter contracts check it).
+Every count is served by an index: see each function.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from agents.breaker import CircuitBreaker, _redis
+from scheduler.models import Run
+from scheduler.selectors import count_per_run, run_list_annotated, run_state_counts, steps_overdue_count
+from supervisor.models import Alert
+from supervisor.periodic import PERIODIC_TASKS
+
+logger = logging.getLogger(__name__)
+
+# The remote services agents call through a circuit breaker (agents/breaker.py), always shown.
+BREAKER_SERVICES: tuple[str, ...] = ("inventory", "payment", "shipping")
+# Webhook deliveries have one breaker per subscriber host, "webhook:<host>" (webhooks/tasks.py);
+# those that exist in Redis are listed after the services, at most this many.
+WEBHOOK_BREAKER_PREFIX = "webhook:"
+WEBHOOK_BREAKERS_SHOWN = 50
+
+
+def _open_alerts(run_ref: str = "pk") -> QuerySet[Alert]:
+    return Alert.objects.filter(run_id=OuterRef(run_ref), acknowledged_at__isnull=True)
+
+
+def run_list_with_alerts(*, queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:
+    """`scheduler.selectors.run_list_annotated`, plus `open_alerts` per row."""
+    return run_list_annotated(queryset=queryset).annotate(open_alerts=count_per_run(_open_alerts()))
+
+
+def run_needs_attention_q() -> Q:
+    """Runs an operator should look at: Failed, or with an alert nobody acknowledged."""
+    return Q(state=Run.State.FAILED) | Q(Exists(_open_alerts()))
+
+
+def runs_need_attention_count() -> int:
+    """How many runs `run_needs_attention_q` matches, as a UNION of two index scans (Failed runs
+    by run_state_created_idx, open alerts by alert_open_idx) rather than a scan of all runs."""
+    failed = Run.objects.filter(state=Run.State.FAILED).order_by().values("pk")
+    alerted = Alert.objects.filter(acknowledged_at__isnull=True).order_by().values("run_id")
+    return failed.union(alerted).count()
+
+
+def alerts_open_count() -> int:
+    """Alerts nobody has acknowledged yet (served by the partial index alert_open_idx)."""
+    return Alert.objects.filter(acknowledged_at__isnull=True).count()
+
+
+@dataclass(frozen=True)
+class BreakerStatus:
+    service: str
+    state: str  # closed / open / half_open, or "unknown" when Redis cannot be read
+    failures: int
+    opened: int
+    open_until: datetime | None
+    error: str = ""
+
+
+def breaker_is_known(*, name: str) -> bool:
+    """Whether `name` is a breaker the admin may show and reset."""
+    return name in BREAKER_SERVICES or (
+        name.startswith(WEBHOOK_BREAKER_PREFIX) and len(name) > len(WEBHOOK_BREAKER_PREFIX)
+    )
+
+
+def webhook_breaker_names(*, limit: int = WEBHOOK_BREAKERS_SHOWN) -> list[str]:
+    """The per-host webhook breakers that have state in Redis (SCAN, bounded by `limit`)."""
+    prefix = CircuitBreaker(WEBHOOK_BREAKER_PREFIX).key  # "<redis prefix>sas:breaker:webhook:"
+    head = prefix[: -len(WEBHOOK_BREAKER_PREFIX)]
+    names: list[str] = []
+    try:
+        # agents.breaker keeps one client per URL; reuse it rather than opening another.
+        for key in _redis().scan_iter(match=f"{prefix}*", count=500):
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            names.append(text[len(head) :])
+            if len(names) >= limit:
+                break
+    except redis.RedisError:
+        logger.warning("cannot list webhook breakers in Redis", exc_info=True)
+    return sorted(names)
+
+
+def breaker_statuses(*, services: tuple[str, ...] | None = None) -> list[BreakerStatus]:
+    """The shared circuit breakers as stored in Redis: every remote service, then the webhook
+    hosts that have one."""
+    if services is None:
+        services = (*BREAKER_SERVICES, *webhook_breaker_names())
+    statuses: list[BreakerStatus] = []
+    for service in services:
+        try:
+            raw = CircuitBreaker(service).snapshot()
+        except redis.RedisError as exc:
+            logger.warning("breaker %s: cannot read its state from Redis", service, exc_info=True)
+            statuses.append(BreakerStatus(service, "unknown", 0, 0, None, error=str(exc)))
+            continue
+        open_until = raw.get("open_until")
+        statuses.append(
+            BreakerStatus(
+                service=service,
+                state=raw.get("state", "closed"),
+                failures=int(raw.get("failures") or 0),
+                opened=int(raw.get("opened") or 0),
+                open_until=datetime.fromtimestamp(float(open_until), tz=UTC) if open_until else None,
+            )
+        )
+    return statuses
+
+
+@dataclass(frozen=True)
+class PeriodicTaskInfo:
+    name: str
+    task: str
+    pk: int | None  # None when the row is missing (run `manage.py setup_periodic_tasks`)
+    enabled: bool
+    every_seconds: float | None
+    last_run_at: Any
+
+
+def engine_periodic_tasks() -> list[PeriodicTaskInfo]:
+    """The engine's django-celery-beat rows (supervisor sweep, scheduler tick) with intervals."""
+    from django_celery_beat.models import PeriodicTask
+
+    names = [row[0] for row in PERIODIC_TASKS]
+    rows = {t.name: t for t in PeriodicTask.objects.filter(name__in=names).select_related("interval")}
+    infos: list[PeriodicTaskInfo] = []
+    for name, task, _queue, _setting in PERIODIC_TASKS:
+        row = rows.get(name)
+        if row is None:
+            infos.append(PeriodicTaskInfo(name, task, None, False, None, None))
+            continue
+        interval = row.interval
+        every = None
+        if interval is not None:
+            seconds_per = {"days": 86400, "hours": 3600, "minutes": 60, "seconds": 1, "microseconds": 1e-6}
+            every = interval.every * seconds_per.get(interval.period, 1)
+        infos.append(
+            PeriodicTaskInfo(
+                name=name,
+                task=row.task,
+                pk=row.pk,
+                enabled=row.enabled,
+                every_seconds=every,
+                last_run_at=row.last_run_at,
+            )
+        )
+    return infos
+
+
+@dataclass(frozen=True)
+class EngineHealth:
+    run_states: dict[str, int]
+    runs_need_attention: int
+    steps_overdue: int
+    alerts_open: int
+    breakers: list[BreakerStatus]
+    periodic_tasks: list[PeriodicTaskInfo]
+
+
+def engine_health() -> EngineHealth:
+    """Everything the admin's engine-health page shows, in a handful of indexed queries."""
+    return EngineHealth(
+        run_states=run_state_counts(),
+        runs_need_attention=runs_need_attention_count(),
+        steps_overdue=steps_overdue_count(),
+        alerts_open=alerts_open_count(),
+        breakers=breaker_statuses(),
+        periodic_tasks=engine_periodic_tasks(),
+    )
