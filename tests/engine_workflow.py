@@ -1,0 +1,65 @@
+"""A workflow of the engine's own, for tests that must not know the order domain.
+
+Three steps, each undone by a compensation; operations are plain names (service tests play the
+agent themselves, so nothing consumes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow, register
+
+ENGINE_WORKFLOW = "engine_test"
+ENGINE_INPUT = {"x": 1}
+
+
+def _validate(data: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(data.get("x"), int):
+        raise WorkflowInputError({"x": "must be an integer"})
+    return {"x": data["x"]}
+
+
+def _first(ctx: StepContext) -> dict[str, Any]:
+    return {"x": ctx.input["x"]}
+
+
+def _after(name: str):
+    def payload(ctx: StepContext) -> dict[str, Any]:
+        return {"x": ctx.input["x"], "after": ctx.keys[name]}
+
+    return payload
+
+
+def _undo(name: str):
+    def payload(ctx: StepContext) -> dict[str, Any]:
+        return {"undo": ctx.keys[name]}
+
+    return payload
+
+
+def _step(name: str, payload: Any) -> StepDef:
+    policy: dict[str, Any] = {"timeout": 30, "max_failures": 3, "backoff_base": 0.2, "backoff_max": 1.0}
+    return StepDef(
+        name=name,
+        operation=f"agents.enginetest.{name}",
+        payload=payload,
+        compensation=StepDef(
+            name=f"undo_{name}", operation=f"agents.enginetest.undo_{name}", payload=_undo(name), **policy
+        ),
+        **policy,
+    )
+
+
+def register_engine_workflow() -> Workflow:
+    try:
+        return get_workflow(ENGINE_WORKFLOW)
+    except WorkflowInputError:
+        return register(
+            Workflow(
+                name=ENGINE_WORKFLOW,
+                validate=_validate,
+                steps=[_step("a", _first), _step("b", _after("a")), _step("c", _after("b"))],
+            )
+        )

@@ -1,0 +1,334 @@
+"""The engine's transitions (scheduler/transitions.py, scheduler/sql/) on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from scheduler import transitions
+from scheduler.models import (
+    HistoryStatus,
+    Run,
+    RunEvent,
+    RunState,
+    Step,
+    StepKind,
+    StepState,
+    TaskExecutionHistory,
+)
+from scheduler.services import run_submit, step_claim_due, step_reply
+from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
+
+SQL_TEXT = transitions.FUNCTIONS_FILE.read_text() + transitions.QUERIES_FILE.read_text()
+
+
+def submit(user, **kwargs):
+    return run_submit(workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, owner_id=user.id, kick=False, **kwargs)
+
+
+def claim_first(run):
+    with transaction.atomic():
+        (claim,) = step_claim_due(instance="test", limit=1, run_id=run.id)
+    return claim
+
+
+# ---------------------------------------------------------------------------------------------
+# Every literal in the SQL is one the models know (Procrastinate's test_enum_synced)
+# ---------------------------------------------------------------------------------------------
+
+# Column -> the choices its literals must come from.
+COLUMN_CHOICES = {
+    "process_state": set(StepState.values),
+    "state": set(RunState.values),
+    "status": set(HistoryStatus.values),
+}
+KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values)
+EVERY_CHOICE = (
+    set(StepState.values)
+    | set(RunState.values)
+    | set(HistoryStatus.values)
+    | KIND_CHOICES
+    | set(RunEvent.Type.values)
+)
+# Literals that are not states: JSON keys of what the functions return, and formats.
+NOT_STATES = {
+    "accepted", "after", "attempt", "backoff_seconds", "cause", "claimed_at", "claims", "complete_by",
+    "correlation_id", "created_at", "current_lease", "current_state", "data", "delay", "error", "errored",
+    "event_id", "event_ids", "events", "failed_lease", "failure_count", "id", "idempotency_key", "kind",
+    "lease", "max_failures", "name", "needs_payload", "operation", "outcome", "payload", "reply_lease",
+    "result", "retried", "run_id", "step", "step_id", "type", "success",
+}  # fmt: skip
+
+
+def _column_literals(column: str) -> list[str]:
+    """Literals compared with or assigned to `column`: = 'x', <> 'x', IN ('x', 'y')."""
+    found = re.findall(rf"\b{column}\s*(?:=|<>)\s*'(\w+)'", SQL_TEXT)
+    for group in re.findall(rf"\b{column}\s+IN\s*\(([^)]*)\)", SQL_TEXT):
+        found += re.findall(r"'(\w+)'", group)
+    return found
+
+
+@pytest.mark.parametrize("column", sorted(COLUMN_CHOICES))
+def test_sql_literals__compared_with_a_state_column__are_its_model_choices(column):
+    literals = _column_literals(column)
+
+    assert literals, f"no literal found for {column}: the pattern is stale"
+    assert set(literals) <= COLUMN_CHOICES[column], set(literals) - COLUMN_CHOICES[column]
+
+
+def test_sql_literals__kind_columns__are_model_choices():
+    literals = _column_literals("kind")
+
+    assert literals and set(literals) <= KIND_CHOICES, set(literals) - KIND_CHOICES
+
+
+def test_sql_literals__every_word_literal__is_a_choice_or_a_known_key():
+    literals = set(re.findall(r"'([a-z_]+)'", SQL_TEXT))
+
+    unknown = literals - EVERY_CHOICE - NOT_STATES
+    assert not unknown, f"literals in scheduler/sql/ that no model choice knows: {sorted(unknown)}"
+
+
+def test_sql_literals__a_misspelt_state__would_be_caught():
+    # The check above cannot pass vacuously: a typo'd state is outside every set.
+    assert "procesing" not in EVERY_CHOICE | NOT_STATES
+    assert "processing" in COLUMN_CHOICES["process_state"]
+
+
+def test_queries__every_named_statement_is_loaded_once():
+    names = transitions.queries()
+
+    assert transitions.queries() is names
+    expected = {
+        "step_claim", "step_claim_due", "step_succeed", "step_fail", "step_expire_due", "reply_ignored",
+        "step_fail_permanent", "step_advance", "run_compensate", "step_cancel_unstarted", "step_stop",
+        "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
+        "step_resume",
+    }  # fmt: skip
+    assert set(names) == expected
+    assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
+
+
+# ---------------------------------------------------------------------------------------------
+# The real statements use their indexes (auto_explain logs the statements inside the functions)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def plans() -> Iterator[list[str]]:
+    """Plans of every statement run from here on, nested ones included (auto_explain)."""
+    collected: list[str] = []
+    raw = connection.connection
+    assert raw is not None
+
+    def on_notice(diag) -> None:
+        if diag.message_primary and "plan:" in diag.message_primary:
+            collected.append(diag.message_primary)
+
+    with connection.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
+        cursor.execute("SET LOCAL auto_explain.log_min_duration = 0")
+        cursor.execute("SET LOCAL auto_explain.log_nested_statements = on")
+        cursor.execute("SET LOCAL auto_explain.log_level = 'notice'")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    raw.add_notice_handler(on_notice)
+    yield collected
+    raw.remove_notice_handler(on_notice)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL auto_explain.log_min_duration = -1")
+
+
+def _plan_of(plans: list[str], marker: str) -> str:
+    matching = [p for p in plans if marker in p]
+    assert matching, f"no statement containing {marker!r} among {len(plans)} plans"
+    return "\n".join(matching)
+
+
+def test_claim_due__reads_the_pending_partial_index(user, plans):
+    for _ in range(3):
+        submit(user)
+    plans.clear()
+
+    transitions.step_claim_due(instance="t", limit=2)
+
+    plan = _plan_of(plans, "FOR UPDATE SKIP LOCKED")
+    assert "step_pending_claim_idx" in plan, plan
+
+
+def test_expire_due__reads_the_processing_partial_index(user, plans):
+    run = submit(user)
+    claim_first(run)
+    plans.clear()
+
+    transitions.step_expire_due(batch=10, instance="sup")
+
+    plan = _plan_of(plans, "complete_by < statement_timestamp()")
+    assert "step_processing_deadline_idx" in plan, plan
+
+
+def test_succeed__finds_next_step_and_attempt_by_index(user, plans):
+    run = submit(user)
+    claim = claim_first(run)
+    plans.clear()
+
+    transitions.step_succeed(
+        step_id=claim.step_id, lease=claim.lease, result={}, instance="t", claim_next=True, observed_ok=True
+    )
+
+    assert "step_run_seq_unique" in _plan_of(plans, "seq > s.seq"), plans
+    assert "history_lease_idx" in _plan_of(plans, "SET status = 'succeeded'"), plans
+    assert "step_pending_claim_idx" in _plan_of(plans, "operation = s.operation"), plans
+
+
+# ---------------------------------------------------------------------------------------------
+# Guards: a transition from the wrong state changes nothing
+# ---------------------------------------------------------------------------------------------
+
+
+def test_run_transitions__wrong_state__refused(user):
+    run = submit(user)  # Pending
+
+    assert transitions.run_fail(run_id=run.id, reason="x") is False
+    assert transitions.run_resume_compensation(run_id=run.id) is False
+    assert transitions.run_finish_compensation(run_id=run.id) is None
+    assert transitions.run_compensate(run_id=run.id, reason="r", cancel=False) is False
+    assert transitions.run_compensate(run_id=run.id, reason="again", cancel=False) is None
+    assert Run.objects.get(pk=run.id).error == "r"
+
+
+def test_step_transitions__wrong_state_or_lease__refused(user):
+    run = submit(user)
+    waiting = run.steps.get(seq=1)
+    claim = claim_first(run)
+    stale = "00000000-0000-0000-0000-000000000000"
+
+    assert transitions.step_fail_permanent(step_id=claim.step_id, lease=stale, error="no") is None
+    assert transitions.step_advance(step_id=claim.step_id, payload={}) is False  # processing, not waiting
+    assert transitions.step_mark_compensating(step_ids=[waiting.pk]) == 0
+    failed = transitions.step_fail(
+        failures=[(claim.step_id, stale, "e")], cause="failed_transient", actor="a", history_kind="scheduler"
+    )
+    assert failed.retried == [] and failed.errored == []
+    refused = transitions.step_succeed(
+        step_id=claim.step_id, lease=stale, result={}, instance="t", claim_next=False, observed_ok=True
+    )
+    assert refused.accepted is False
+    step = Step.objects.get(pk=claim.step_id)
+    assert step.process_state == "processing" and str(step.lease) == claim.lease and step.failure_count == 0
+
+
+def test_succeed__observed_run_outside_a_transaction__refused_whole(user, settings):
+    run = submit(user, observed=True)
+    claim = claim_first(run)
+
+    with pytest.raises(transitions.RunObserved), transaction.atomic():
+        transitions.step_succeed(
+            step_id=claim.step_id,
+            lease=claim.lease,
+            result={},
+            instance="t",
+            claim_next=False,
+            observed_ok=False,
+        )
+
+    assert Step.objects.get(pk=claim.step_id).process_state == "processing"
+
+
+def test_reply__observed_run__events_announced_to_receivers(user):
+    from scheduler.signals import run_event
+
+    seen: list[str] = []
+
+    def receiver(sender, event, **kwargs):
+        seen.append(f"{event.run_id}:{event.type}")
+
+    quiet, watched = submit(user), submit(user, observed=True)
+    run_event.connect(receiver, dispatch_uid="test-receiver")
+    try:
+        for run in (quiet, watched):
+            claim = claim_first(run)
+            assert step_reply(
+                step_id=claim.step_id, lease=claim.lease, outcome="success", claim_next=False
+            ) == ("accepted")
+    finally:
+        run_event.disconnect(dispatch_uid="test-receiver")
+
+    assert seen == [f"{watched.id}:started", f"{watched.id}:step_completed"]
+    # Every run's events are stored, announced or not.
+    assert list(quiet.events.values_list("type", flat=True)) == ["received", "started", "step_completed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The one retry transition: backoff grows, stays under the cap, honours a minimum
+# ---------------------------------------------------------------------------------------------
+
+
+def _db_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    ("failures_before", "low", "high"),
+    [(0, 0.5, 1.0), (1, 1.0, 2.0), (2, 2.0, 4.0), (3, 4.0, 8.0), (6, 4.0, 8.0)],
+)
+def test_fail__backoff_is_exponential_with_equal_jitter_and_capped(user, failures_before, low, high):
+    run = submit(user)
+    Step.objects.filter(run=run, seq=0).update(
+        backoff_base=1.0, backoff_max=8.0, max_failures=10, failure_count=failures_before
+    )
+    claim = claim_first(run)
+    before = _db_now()
+
+    failed = transitions.step_fail(
+        failures=[(claim.step_id, claim.lease, "503")],
+        cause="failed_transient",
+        actor="a",
+        history_kind="scheduler",
+    )
+
+    (retried,) = failed.retried
+    assert low <= retried.delay <= high
+    step = Step.objects.get(pk=claim.step_id)
+    assert timedelta(seconds=low) <= step.not_before - before <= timedelta(seconds=high + 1)
+    assert step.failure_count == failures_before + 1 and step.process_state == "pending"
+
+
+def test_fail__min_backoff__honoured(user):
+    run = submit(user)
+    claim = claim_first(run)
+
+    failed = transitions.step_fail(
+        failures=[(claim.step_id, claim.lease, "circuit open")],
+        cause="failed_transient",
+        actor="a",
+        history_kind="scheduler",
+        min_backoff=5.0,
+    )
+
+    assert 5.0 <= failed.retried[0].delay <= 5.1
+
+
+def test_fail__at_limit__error_kept_with_its_lease(user):
+    run = submit(user)
+    Step.objects.filter(run=run, seq=0).update(max_failures=1)
+    claim = claim_first(run)
+
+    failed = transitions.step_fail(
+        failures=[(claim.step_id, claim.lease, "503")],
+        cause="failed_transient",
+        actor="a",
+        history_kind="scheduler",
+    )
+
+    assert failed.retried == [] and [s.step_id for s in failed.errored] == [claim.step_id]
+    step = Step.objects.get(pk=claim.step_id)
+    assert step.process_state == "error" and str(step.lease) == claim.lease and step.finished_at is not None
+    assert step.complete_by < datetime(2100, 1, 1, tzinfo=UTC)
