@@ -27,6 +27,7 @@ import httpx
 from celery import Task, current_app
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from scheduler.services import scheduler_instance_id, step_reply
@@ -232,12 +233,27 @@ class AgentTask(Task):
                 ignore_result=True,
             )
             return outcome
-        return step_reply(
-            step_id=step_id,
-            lease=lease,
-            outcome=outcome,  # type: ignore[arg-type]
-            result=result,
-            error=error,
-            worker=worker,
-            retry_after=retry_after,
-        )
+
+        def reply() -> str:
+            return step_reply(
+                step_id=step_id,
+                lease=lease,
+                outcome=outcome,  # type: ignore[arg-type]
+                result=result,
+                error=error,
+                worker=worker,
+                retry_after=retry_after,
+            )
+
+        try:
+            return reply()
+        except (InterfaceError, OperationalError):
+            if connection.in_atomic_block or (connection.connection is not None and connection.is_usable()):
+                raise
+            # The process's connection died while idle (PostgreSQL restarted): workers do not
+            # health-check it before every task (sasproject/celery.py), so the reply - the one
+            # write that matters - reconnects once. Safe to repeat: the reply is fenced, so a
+            # first attempt that committed makes this one "ignored".
+            logger.warning("step %s: database connection lost; replying again on a new one", step_id)
+            connection.close()
+            return reply()

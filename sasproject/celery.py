@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from celery import Celery
@@ -18,9 +19,19 @@ app.autodiscover_tasks()
 @task_prerun.connect
 @task_postrun.connect
 def _close_old_db_connections(**kwargs: Any) -> None:
-    """Treat each task like a request: drop a connection that is broken (CONN_HEALTH_CHECKS
-    re-checks it before reuse, so a PostgreSQL restart costs one reconnect, not failed tasks) or
-    older than CONN_MAX_AGE; keep a healthy one. See CELERY_DB_REUSE_MAX in settings."""
-    from django.db import close_old_connections
+    """Treat each task like a request, but check a connection only when there is a reason:
+    drop one that saw an error and no longer answers, one left outside autocommit, or one older
+    than CONN_MAX_AGE; keep a healthy one as it is. Django's close_old_connections would also
+    re-arm CONN_HEALTH_CHECKS, which costs a `SELECT 1` round trip at the start of every task -
+    a fifth of an engine step's database time (bench/README.md). A connection that died while
+    idle (PostgreSQL restarted) fails its task's first statement, which marks it; the agent's
+    reply retries once on a fresh connection (agents/base.py), every other task's next run
+    gets one. See CELERY_DB_REUSE_MAX in settings."""
+    from django.db import connections
 
-    close_old_connections()
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        obsolete = conn.close_at is not None and time.monotonic() >= conn.close_at
+        if conn.errors_occurred or obsolete or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+            conn.close_if_unusable_or_obsolete()

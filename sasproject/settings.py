@@ -203,10 +203,15 @@ CELERY_TASK_ROUTES = (
 # Django's own rules instead (close_old_connections: CONN_MAX_AGE, CONN_HEALTH_CHECKS), exactly
 # as Django does around a request. https://docs.djangoproject.com/en/5.2/ref/databases/#persistent-connections
 CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
-# Flower and `celery events` need task events; sent events let Flower show queued tasks.
+# Task events cost several broker publishes per task (received, started, succeeded - and
+# "sent" from the producer), which is a quarter of a short step's broker traffic. They are off
+# by default and Flower turns them on for as long as it watches: it broadcasts enable_events to
+# the workers every few seconds (its --enable_events option, default on), so `make run` and the
+# compose file, which start Flower, show live tasks. Set both to 1 to have them always on.
 # https://docs.celeryq.dev/en/stable/userguide/monitoring.html#events
-CELERY_WORKER_SEND_TASK_EVENTS = True
-CELERY_TASK_SEND_SENT_EVENT = True
+# https://flower.readthedocs.io/en/latest/config.html#enable-events
+CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_WORKER_SEND_TASK_EVENTS", False)
+CELERY_TASK_SEND_SENT_EVENT = env_bool("CELERY_TASK_SEND_SENT_EVENT", False)
 
 # django-celery-beat keeps the schedule in the database so operators edit intervals in the admin.
 # https://django-celery-beat.readthedocs.io/en/latest/#usage
