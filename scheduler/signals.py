@@ -1,6 +1,6 @@
 """Signals other apps hook into (webhook delivery, metrics).
 
-`run_event` (and `run_events`, below) is sent, for observed runs only (`Run.observed`, set by
+`run_event` is sent, for observed runs only (`Run.observed`, set by
 whoever subscribes), inside the transaction that records a RunEvent, with `event` (the RunEvent
 instance). Runs nobody observes cost no receiver call on the hot path. A receiver that writes
 rows joins that transaction (so it commits or rolls back with the state change); one that talks
@@ -13,10 +13,6 @@ from django.dispatch import Signal
 
 run_event = Signal()
 
-# Many events recorded at once (`scheduler.services.events_record`, a supervisor batch), with
-# `events` (a list of RunEvent instances, in order). A receiver that listens to `run_event` must
-# also handle this one, or it misses those events; it can then do one query for the whole batch.
-run_events = Signal()
 
 # A step went to Error (out of attempts, or refused for good), sent inside the transaction of
 # that change, with `run_id`, `step_id`, `step_name`, `kind` ("forward" / "compensation"),

@@ -10,9 +10,8 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         # Register the delivery workflow and listen to the engine's run events.
-        from scheduler.signals import run_event, run_events
+        from scheduler.signals import run_event
 
         from . import receivers, workflows  # noqa: F401
 
         run_event.connect(receivers.on_run_event, dispatch_uid="webhooks.on_run_event")
-        run_events.connect(receivers.on_run_events, dispatch_uid="webhooks.on_run_events")

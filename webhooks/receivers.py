@@ -6,7 +6,7 @@ from typing import Any
 
 from scheduler.models import RunEvent
 
-from .services import webhook_event_recorded, webhook_events_recorded
+from .services import webhook_event_recorded
 
 
 def on_run_event(sender: Any, event: RunEvent, **kwargs: Any) -> None:
@@ -14,6 +14,3 @@ def on_run_event(sender: Any, event: RunEvent, **kwargs: Any) -> None:
     # row commits, or rolls back, with the state change it reports.
     webhook_event_recorded(event=event)
 
-
-def on_run_events(sender: Any, events: list[RunEvent], **kwargs: Any) -> None:
-    webhook_events_recorded(events=events)

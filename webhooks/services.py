@@ -90,21 +90,6 @@ def webhook_event_recorded(*, event: RunEvent) -> None:
             _delivery_finish(run_id=event.run_id, state=_DELIVERY_END[event.type])
 
 
-def webhook_events_recorded(*, events: list[RunEvent]) -> None:
-    """Many events at once (a supervisor batch): one query finds the runs that have a subscriber;
-    only their events (and the end of a delivery run) take the per-event path above."""
-    if not events:
-        return
-    subscribed = set(
-        WebhookSubscription.objects.filter(run_id__in={e.run_id for e in events}).values_list(
-            "run_id", flat=True
-        )
-    )
-    for event in events:
-        if event.run_id in subscribed or event.type in _DELIVERY_END:
-            webhook_event_recorded(event=event)
-
-
 def webhook_deliveries_retry(*, deliveries: QuerySet[WebhookDelivery]) -> int:
     """Operator action: send given-up deliveries again (each in its subscription's order).
     Returns how many were put back to pending."""
