@@ -241,7 +241,20 @@ class Step(models.Model):
                 models.F("priority").desc(),
                 models.F("deadline").asc(nulls_last=True),
                 "not_before",
+                "id",
                 name="step_pending_claim_idx",
+                condition=Q(process_state="pending"),
+            ),
+            # A reply's claim of one more step of its own operation (the slot it freed): the
+            # same order within one operation, so a backlog of another operation's Pending
+            # rows is never walked through (bench/saturation.py).
+            models.Index(
+                "operation",
+                models.F("priority").desc(),
+                models.F("deadline").asc(nulls_last=True),
+                "not_before",
+                "id",
+                name="step_pending_operation_idx",
                 condition=Q(process_state="pending"),
             ),
             # The supervisor's sweep: only Processing rows, by deadline.

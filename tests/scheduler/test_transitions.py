@@ -183,7 +183,7 @@ def test_succeed__finds_next_step_and_attempt_by_index(user, plans):
 
     assert "step_run_seq_unique" in _plan_of(plans, "seq > s.seq"), plans
     assert "history_lease_idx" in _plan_of(plans, "SET status = 'succeeded'"), plans
-    assert "step_pending_claim_idx" in _plan_of(plans, "operation = s.operation"), plans
+    assert "step_pending_operation_idx" in _plan_of(plans, "operation = s.operation"), plans
 
 
 # ---------------------------------------------------------------------------------------------
