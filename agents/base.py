@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
+from scheduler.attempts import attempt_mark_started
 from scheduler.services import scheduler_instance_id, step_reply
 
 from .breaker import CircuitBreaker
@@ -39,6 +40,17 @@ logger = logging.getLogger(__name__)
 
 class TransientFault(Exception):
     """Worth retrying: the service may succeed next time."""
+
+    # The call may have reached the service (a timeout after sending, a 5xx): it counts
+    # against the step's failure budget, and the step may need undoing.
+    reached = True
+
+
+class NotSentFault(TransientFault):
+    """Nothing reached the service (connection refused, connect timeout, no pooled connection
+    free): retrying is worth it, and the attempt costs no failure budget."""
+
+    reached = False
 
 
 class PermanentFault(Exception):
@@ -77,6 +89,8 @@ def remote_post(
         response = _http_client().post(
             url, json=body, headers={"Idempotency-Key": idempotency_key}, timeout=httpx.Timeout(timeout)
         )
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        raise NotSentFault(f"{service} unreachable: {exc.__class__.__name__}: {exc}") from exc
     except httpx.TimeoutException as exc:
         raise TransientFault(f"{service} timed out after {timeout:.2f}s") from exc
     except httpx.TransportError as exc:
@@ -127,14 +141,23 @@ class AgentTask(Task):
         idempotency_key: str,
         payload: dict[str, Any],
         attempt: int = 1,
+        start_by: str | None = None,
+        timeout: float | None = None,
     ) -> str:
-        deadline = datetime.fromisoformat(complete_by)
-        if timezone.now() >= deadline:
+        outer = datetime.fromisoformat(complete_by)
+        started = timezone.now()
+        if started >= outer or (start_by is not None and started >= datetime.fromisoformat(start_by)):
+            # Not started in time: the supervisor sends the step again (no failure counted).
             logger.info("step %s: request expired before it was read; dropped", step_id)
             return "dropped"
+        # Time at work starts now (the queue's wait is not counted): the attempt's own deadline
+        # is its start + timeout, within the claim's outer complete_by.
+        deadline = min(outer, started + timedelta(seconds=timeout)) if timeout else outer
+        attempt_mark_started(lease=lease, ttl_seconds=(outer - started).total_seconds() + 60)
         breaker = CircuitBreaker(self.breaker_name(payload))
         policy = self.retry_policy
         tries = 0
+        reached = False
         last_error = ""
         try:
             while True:
@@ -144,12 +167,13 @@ class AgentTask(Task):
                     return "deadline"
                 decision = breaker.allow()
                 if not decision.allowed:
-                    # Fail fast, and ask to be retried no sooner than the breaker's next probe.
+                    # Fail fast, and come back at the breaker's next probe. Unless an earlier
+                    # try of this attempt reached the service, it costs no failure budget.
                     return self._reply(
                         step_id,
                         lease,
                         deadline,
-                        "transient",
+                        "transient" if reached else "deferred",
                         error=f"circuit open for {self.service}",
                         retry_after=decision.retry_after,
                     )
@@ -167,13 +191,17 @@ class AgentTask(Task):
                     return self._reply(step_id, lease, deadline, "permanent", error=str(exc))
                 except TransientFault as exc:
                     breaker.record_failure()
+                    reached = reached or exc.reached
                     last_error = str(exc)
                     logger.info("step %s try %d: %s", step_id, tries, exc)
                     pause = policy.delay(tries)
                     left = (deadline - timezone.now()).total_seconds()
                     if tries >= policy.max_tries:
                         if left > policy.min_call_window:
-                            return self._reply(step_id, lease, deadline, "transient", error=last_error)
+                            outcome = "transient" if reached else "deferred"
+                            return self._reply(
+                                step_id, lease, deadline, outcome, error=last_error, retry_after=pause
+                            )
                         return "deadline"
                     if pause + policy.min_call_window >= left:
                         logger.info("step %s: no time left for another try; no reply", step_id)

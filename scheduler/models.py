@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 
 
 class RunState(models.TextChoices):
@@ -187,10 +188,39 @@ class Step(models.Model):
     not_before = models.DateTimeField()
     lease = models.UUIDField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, unique=True)
+    # Time in the queue is not time at work (Temporal's schedule-to-start): a claimed step whose
+    # agent has not started it by `start_by` is dispatched again, no failure counted. Null once
+    # the supervisor has seen its agent start (the agent marks its start in Redis).
+    start_by = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="An agent must start the current attempt by then, or it is sent again.",
+    )
+    # The whole step's deadline (Temporal's schedule-to-close), set at its first claim from
+    # `schedule_to_close`: past it, no more attempts - the run compensates.
+    close_by = models.DateTimeField(
+        null=True, blank=True, help_text="The step stops trying at this time (its whole-step deadline)."
+    )
+    # Some attempt may have reached the remote service (it answered, or a call was sent and
+    # timed out): only such a step is compensated. A step every attempt of which was refused
+    # before anything was sent (open breaker, connection refused) had no effect.
+    reached = models.BooleanField(
+        default=False, db_default=False, help_text="Some attempt may have reached the remote service."
+    )
 
     # Step policy, copied from the workflow definition at submit so an edited definition does
     # not change runs already in flight.
     timeout = models.DurationField(default=timedelta(seconds=30))
+    queue_timeout = models.DurationField(
+        default=timedelta(seconds=10),
+        db_default=timedelta(seconds=10),
+        help_text="How long a dispatched attempt may wait for an agent to start it.",
+    )
+    schedule_to_close = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="The whole step's time budget from its first claim (none: unbounded).",
+    )
     max_failures = models.PositiveIntegerField(default=3)
     backoff_base = models.FloatField(default=1.0)
     backoff_max = models.FloatField(default=60.0)
@@ -257,9 +287,10 @@ class Step(models.Model):
                 name="step_pending_operation_idx",
                 condition=Q(process_state="pending"),
             ),
-            # The supervisor's sweep: only Processing rows, by deadline.
+            # The supervisor's sweep: only Processing rows, by the first deadline they have -
+            # the start-by while no agent has been seen starting them, then the complete-by.
             models.Index(
-                fields=["complete_by"],
+                Coalesce("start_by", "complete_by"),
                 name="step_processing_deadline_idx",
                 condition=Q(process_state="processing"),
             ),
@@ -279,6 +310,12 @@ class HistoryStatus(models.TextChoices):
     IGNORED = "ignored", "Ignored (stale lease)"
     RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
     ERRORED = "errored", "Marked Error"
+    # The attempt never reached the remote service (its breaker was open, the connection was
+    # refused): back to Pending, no failure counted.
+    DEFERRED = "deferred", "Deferred (did not reach the service)"
+    # No agent started the attempt before its start-by (workers down or busy): sent again, no
+    # failure counted.
+    REQUEUED = "requeued", "Not started in time (sent again)"
     ACTION = "action", "Action"
 
 
@@ -335,6 +372,8 @@ class RunEvent(models.Model):
         STEP_COMPLETED = "step_completed", "Step completed"
         STEP_RETRYING = "step_retrying", "Step retrying"
         STEP_FAILED = "step_failed", "Step failed"
+        # A forward step no attempt of which reached its service: nothing to undo.
+        COMPENSATION_SKIPPED = "compensation_skipped", "Compensation skipped"
         COMPLETED = "completed", "Completed"
         COMPENSATING = "compensating", "Compensating"
         COMPENSATED = "compensated", "Compensated"

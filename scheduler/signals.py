@@ -19,3 +19,8 @@ run_event = Signal()
 # `reason` and `permanent`. The supervisor raises operator alerts from it; the scheduler does
 # not know who listens.
 step_errored = Signal()
+
+# A compensation step reached its alert threshold (`max_failures`) and keeps retrying, sent once
+# per step inside the transaction of that failure, with `run_id`, `step_id`, `step_name`,
+# `failure_count` and `error`. The supervisor raises an operator alert from it.
+step_struggling = Signal()

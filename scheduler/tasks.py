@@ -76,7 +76,7 @@ def scheduler_reply(
     retry_after: float = 0.0,
 ) -> str:
     """An agent's reply, in "queue" reply mode. Fenced by the lease in the service."""
-    if outcome not in ("success", "permanent", "transient"):
+    if outcome not in ("success", "permanent", "transient", "deferred"):
         logger.error("reply with unknown outcome %r for step %s dropped", outcome, step_id)
         return "invalid"
     return services.step_reply(

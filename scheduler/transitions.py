@@ -49,9 +49,13 @@ def queries() -> dict[str, str]:
 
 
 def install_functions(conn: BaseDatabaseWrapper | None = None) -> None:
-    """CREATE OR REPLACE every function of functions.sql (migrations call this)."""
+    """CREATE OR REPLACE every function of functions.sql (migrations call this). The file is
+    the newest text, which may name columns a later migration adds: bodies are checked when
+    they run, not when an earlier migration installs them; the last migration installs last."""
     with (conn or connection).cursor() as cursor:
+        cursor.execute("SET check_function_bodies = off")
         cursor.execute(FUNCTIONS_FILE.read_text())
+        cursor.execute("RESET check_function_bodies")
 
 
 def _json(value: Any) -> Any:
@@ -99,6 +103,8 @@ class Claim:
     lease: str
     complete_by: datetime
     claimed_at: datetime
+    start_by: datetime
+    timeout: float
     idempotency_key: str
     payload: dict[str, Any]
     attempt: int
@@ -114,6 +120,8 @@ class Claim:
             lease=str(data["lease"]),
             complete_by=datetime.fromisoformat(data["complete_by"]),
             claimed_at=datetime.fromisoformat(data["claimed_at"]),
+            start_by=datetime.fromisoformat(data["start_by"]),
+            timeout=float(data["timeout"]),
             idempotency_key=data["idempotency_key"],
             payload=data["payload"] or {},
             attempt=int(data["attempt"]),
@@ -126,6 +134,8 @@ class Claim:
             "step_id": self.step_id,
             "lease": self.lease,
             "complete_by": self.complete_by.isoformat(),
+            "start_by": self.start_by.isoformat(),
+            "timeout": self.timeout,
             "idempotency_key": self.idempotency_key,
             "payload": self.payload,
             "attempt": self.attempt,
@@ -164,14 +174,18 @@ class FailedStep:
     max_failures: int = 0
     error: str = ""
     delay: float = 0.0
+    # Why an errored step gave up: "failures" (its budget), "deadline" (its whole-step deadline).
+    give_up: str = ""
 
 
 @dataclass
 class Failed:
-    """What `step_fail` / `step_expire_due` did: steps retried after backoff, steps errored."""
+    """What `step_fail` did: steps back to Pending after a delay, steps errored, and
+    compensations that just passed their alert threshold (still retrying)."""
 
     retried: list[FailedStep] = field(default_factory=list)
     errored: list[FailedStep] = field(default_factory=list)
+    alerting: list[FailedStep] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -187,6 +201,7 @@ def _failed(data: dict[str, Any]) -> Failed:
                 max_failures=int(r.get("max_failures", 0)),
                 error=r.get("error", ""),
                 delay=float(r.get("delay", 0.0)),
+                give_up=r.get("give_up") or "",
             )
             for r in rows
         ]
@@ -194,6 +209,7 @@ def _failed(data: dict[str, Any]) -> Failed:
     return Failed(
         retried=steps(data.get("retried") or []),
         errored=steps(data.get("errored") or []),
+        alerting=steps(data.get("alerting") or []),
         events=list(data.get("events") or []),
     )
 
@@ -265,25 +281,39 @@ def step_succeed(
     )
 
 
-def step_fail(
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """One attempt that did not succeed: its step, lease, error, and whether it may have
+    reached the remote service (sent and timed out, or answered)."""
+
+    step_id: int
+    lease: str
+    error: str
+    reached: bool = True
+
+
+def _fail(
     *,
-    failures: Sequence[tuple[int, str, str]],
+    attempts: Sequence[AttemptOutcome],
     cause: str,
+    count: bool,
     actor: str,
     history_kind: str,
-    min_backoff: float = 0.0,
-    require_live: bool = True,
+    min_backoff: float,
+    require_live: bool,
 ) -> Failed:
-    """Processing -> Pending after backoff, or Error at the step's failure limit, for each
-    (step id, lease, error). `require_live`: only while complete_by has not passed (a reply)."""
+    if not attempts:
+        return Failed()
     return _failed(
         _scalar_json(
             "step_fail",
             {
-                "ids": [f[0] for f in failures],
-                "leases": [f[1] for f in failures],
-                "errors": [f[2] for f in failures],
+                "ids": [a.step_id for a in attempts],
+                "leases": [a.lease for a in attempts],
+                "errors": [a.error for a in attempts],
+                "reached": [a.reached for a in attempts],
                 "cause": cause,
+                "count": count,
                 "min_backoff": float(min_backoff),
                 "actor": actor,
                 "history_kind": history_kind,
@@ -293,9 +323,90 @@ def step_fail(
     )
 
 
-def step_expire_due(*, batch: int, instance: str) -> Failed:
-    """The supervisor's sweep: up to `batch` steps past complete_by, failed by `step_fail`."""
-    return _failed(_scalar_json("step_expire_due", {"batch": batch, "instance": instance}))
+def step_fail(
+    *,
+    attempts: Sequence[AttemptOutcome],
+    cause: str,
+    actor: str,
+    history_kind: str,
+    min_backoff: float = 0.0,
+    require_live: bool = True,
+) -> Failed:
+    """Processing -> Pending after backoff, or Error at a forward step's failure limit or
+    whole-step deadline: attempts that reached the service and failed (a transient reply; no
+    reply before complete_by). `require_live`: only while complete_by has not passed (a reply)."""
+    return _fail(
+        attempts=attempts,
+        cause=cause,
+        count=True,
+        actor=actor,
+        history_kind=history_kind,
+        min_backoff=min_backoff,
+        require_live=require_live,
+    )
+
+
+def step_defer(*, attempts: Sequence[AttemptOutcome], retry_after: float, actor: str) -> Failed:
+    """Processing -> Pending at `retry_after` (the breaker's next probe), no failure counted: the
+    attempt never reached the service. Error only past the whole-step deadline."""
+    return _fail(
+        attempts=attempts,
+        cause="deferred",
+        count=False,
+        actor=actor,
+        history_kind="scheduler",
+        min_backoff=retry_after,
+        require_live=True,
+    )
+
+
+def step_requeue(*, attempts: Sequence[AttemptOutcome], actor: str) -> Failed:
+    """Processing -> Pending now, no failure counted: no agent started the attempt before its
+    start_by (workers down, busy or restarting). Error only past the whole-step deadline."""
+    return _fail(
+        attempts=attempts,
+        cause="requeued",
+        count=False,
+        actor=actor,
+        history_kind="supervisor",
+        min_backoff=0.0,
+        require_live=False,
+    )
+
+
+@dataclass(frozen=True)
+class Supervised:
+    step_id: int
+    lease: str
+    start_by: datetime | None
+    complete_by: datetime
+    now: datetime
+
+
+def step_due_for_supervision(*, batch: int) -> list[Supervised]:
+    """Lock (SKIP LOCKED) up to `batch` Processing steps past start_by or complete_by."""
+    return [
+        Supervised(step_id=r[0], lease=str(r[1]), start_by=r[2], complete_by=r[3], now=r[4])
+        for r in _rows("step_due_for_supervision", {"batch": batch})
+    ]
+
+
+def step_mark_started(*, steps: Sequence[tuple[int, str]]) -> int:
+    """Its agent started it: only complete_by bounds it from now on. (id, lease) pairs."""
+    if not steps:
+        return 0
+    return _count("step_mark_started", {"ids": [s[0] for s in steps], "leases": [s[1] for s in steps]})
+
+
+def step_mark_done(*, step_id: int, actor: str, reason: str) -> Succeeded:
+    """A compensation step -> Processed by an operator's hand, and what follows a success."""
+    data = _scalar_json("step_mark_done", {"step_id": step_id, "actor": actor, "reason": reason})
+    return Succeeded(
+        events=list(data.get("events") or []),
+        accepted=data["outcome"] == "accepted",
+        run_id=str(data.get("run_id") or ""),
+        needs_payload=data.get("needs_payload"),
+    )
 
 
 def reply_ignored(*, step_id: int, lease: str, outcome: str, worker: str, error: str, result: Any) -> None:
@@ -328,9 +439,9 @@ def step_advance(*, step_id: int, payload: dict[str, Any]) -> bool:
     return _count("step_advance", {"step_id": step_id, "payload": json.dumps(payload)}) == 1
 
 
-def step_cancel_unstarted(*, run_id: uuid.UUID | str) -> list[tuple[int, int]]:
-    """Waiting | Pending -> Cancelled for the run's forward steps: (id, attempts) of each."""
-    return [(r[0], r[1]) for r in _rows("step_cancel_unstarted", {"run_id": str(run_id)})]
+def step_cancel_unstarted(*, run_id: uuid.UUID | str) -> list[tuple[int, bool]]:
+    """Waiting | Pending -> Cancelled for the run's forward steps: (id, reached) of each."""
+    return [(r[0], bool(r[1])) for r in _rows("step_cancel_unstarted", {"run_id": str(run_id)})]
 
 
 def step_stop(*, run_id: uuid.UUID | str, reason: str) -> list[tuple[int, datetime]]:

@@ -52,9 +52,18 @@ class StepDef:
     name: str
     # The agent operation: a Celery task name; its queue comes from CELERY_TASK_ROUTES.
     operation: str
-    # The complete-by window of one attempt, in seconds.
+    # The complete-by window of one attempt, in seconds (from when an agent starts it).
     timeout: float = 30.0
-    # Attempts that may time out or fail transiently before the step is marked Error.
+    # How long a dispatched attempt may wait for an agent to start it (workers down, busy or
+    # restarting) before it is sent again - no failure counted.
+    queue_timeout: float = 10.0
+    # The whole step's deadline from its first claim, in seconds (None: unbounded). Past it
+    # the step stops trying and the run compensates. Compensation steps ignore it: an undo
+    # never gives up on its own.
+    deadline: float | None = None
+    # Attempts that reached the service and failed (timed out, 5xx) before a forward step is
+    # marked Error. For a compensation: failures after which an operator is alerted, while it
+    # keeps retrying (capped by backoff_max).
     max_failures: int = 3
     backoff_base: float = 1.0
     backoff_max: float = 60.0
@@ -70,6 +79,8 @@ class StepDef:
             raise ValueError(f"step {self.name}: timeout must be positive")
         if self.max_failures < 1:
             raise ValueError(f"step {self.name}: max_failures must be at least 1")
+        if self.queue_timeout <= 0 or (self.deadline is not None and self.deadline <= 0):
+            raise ValueError(f"step {self.name}: queue_timeout and deadline must be positive")
 
 
 @dataclass(frozen=True)

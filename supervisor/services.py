@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from django.db import transaction
 
 from scheduler import transitions
+from scheduler.attempts import attempts_started
 from scheduler.models import TaskExecutionHistory
 from scheduler.services import failures_settle
+from scheduler.transitions import AttemptOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +27,7 @@ logger = logging.getLogger(__name__)
 class SweepResult:
     examined: int = 0
     retried: int = 0
+    requeued: int = 0
     errored: int = 0
     batches: int = 0
     seconds: float = 0.0
@@ -31,27 +35,58 @@ class SweepResult:
 
 
 def step_expire_batch(*, batch: int, instance: str) -> SweepResult:
-    """One bounded batch: the engine's expire transition (`step_expire_due`) takes up to
-    `batch` expired Processing steps (skipping rows another sweep or a reply holds) and fails
-    each attempt - the same transition as a transient reply: back to Pending after backoff, or
-    Error at the step's limit; then the scheduler's orchestration settles what errored (events,
-    the `step_errored` signal this app raises alerts from, compensation).
+    """One bounded batch of Processing steps past their first deadline (start_by, then
+    complete_by), locked with SKIP LOCKED. For each, the agents' start marks (Redis) decide:
+    - not started by its start_by (workers down, busy or restarting): sent again, no failure
+      counted (`step_requeue`) - time in the queue is not time at work;
+    - started, and past complete_by: the attempt failed (`step_fail`, the same transition as a
+      transient reply: back to Pending after backoff, or Error at the limit or deadline);
+    - started, still within complete_by: marked started, judged at complete_by.
+    The scheduler's orchestration then settles what errored (events, the `step_errored`
+    signal this app raises alerts from, compensation).
 
-    Invariant: two sweeps running at once count each expired attempt once - the rows are locked
-    with SKIP LOCKED and the transition is fenced on the attempt's lease. Transaction: one per
+    Invariant: two sweeps running at once judge each attempt once - the rows are locked with
+    SKIP LOCKED and every transition is fenced on the attempt's lease. Transaction: one per
     batch, so a long sweep never holds locks for long.
     """
     with transaction.atomic():
-        failed = transitions.step_expire_due(batch=batch, instance=instance)
+        due = transitions.step_due_for_supervision(batch=batch)
+        started = attempts_started(leases=[d.lease for d in due if d.start_by is not None])
+        requeue: list[AttemptOutcome] = []
+        expire: list[AttemptOutcome] = []
+        at_work: list[tuple[int, str]] = []
+        for d in due:
+            if d.start_by is not None and started is not None and d.lease not in started:
+                error = f"not started by {_iso(d.start_by)}"
+                requeue.append(AttemptOutcome(step_id=d.step_id, lease=d.lease, error=error, reached=False))
+            elif d.complete_by < d.now:
+                error = f"no reply before complete_by {_iso(d.complete_by)}"
+                expire.append(AttemptOutcome(step_id=d.step_id, lease=d.lease, error=error, reached=True))
+            else:
+                at_work.append((d.step_id, d.lease))
+        transitions.step_mark_started(steps=at_work)
+        requeued = transitions.step_requeue(attempts=requeue, actor=instance)
+        failures_settle(requeued, cause=TaskExecutionHistory.Status.REQUEUED)
+        failed = transitions.step_fail(
+            attempts=expire,
+            cause=TaskExecutionHistory.Status.TIMED_OUT,
+            actor=instance,
+            history_kind=TaskExecutionHistory.Kind.SUPERVISOR,
+            require_live=False,
+        )
         failures_settle(failed, cause=TaskExecutionHistory.Status.TIMED_OUT)
-    steps = failed.retried + failed.errored
     return SweepResult(
-        examined=len(steps),
+        examined=len(due),
         retried=len(failed.retried),
-        errored=len(failed.errored),
+        errored=len(failed.errored) + len(requeued.errored),
+        requeued=len(requeued.retried),
         batches=1,
-        step_ids=sorted(step.step_id for step in steps),
+        step_ids=sorted(d.step_id for d in due),
     )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
 
 def step_expire_sweep(
@@ -66,6 +101,7 @@ def step_expire_sweep(
         total.batches += 1
         total.examined += part.examined
         total.retried += part.retried
+        total.requeued += part.requeued
         total.errored += part.errored
         total.step_ids.extend(part.step_ids)
         if part.examined < batch or time.monotonic() - started > budget_seconds:
@@ -73,8 +109,9 @@ def step_expire_sweep(
     total.seconds = time.monotonic() - started
     if total.examined:
         logger.info(
-            "supervisor sweep: %d expired, %d retried, %d errored in %.3fs",
+            "supervisor sweep: %d due, %d requeued (not started), %d retried, %d errored in %.3fs",
             total.examined,
+            total.requeued,
             total.retried,
             total.errored,
             total.seconds,

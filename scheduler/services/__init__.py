@@ -13,7 +13,15 @@ Every state change itself is a transition in `scheduler.transitions` (SQL in `sc
 
 from scheduler.transitions import Claim
 
-from .compensation import RunNotCancellable, run_cancel, run_compensate, run_resume_compensation
+from .compensation import (
+    RunNotCancellable,
+    StepNotMarkable,
+    run_cancel,
+    run_compensate,
+    run_give_up,
+    run_resume_compensation,
+    step_compensation_mark_done,
+)
 from .dispatch import (
     claims_dispatch,
     kick_pending_key,
@@ -36,6 +44,7 @@ __all__ = [
     "Outcome",
     "ReplyResult",
     "RunNotCancellable",
+    "StepNotMarkable",
     "claims_dispatch",
     "event_record",
     "events_announce",
@@ -46,6 +55,7 @@ __all__ = [
     "operations_in_flight",
     "run_cancel",
     "run_compensate",
+    "run_give_up",
     "run_observe",
     "run_resume_compensation",
     "run_submit",
@@ -54,6 +64,7 @@ __all__ = [
     "scheduler_kick_enqueue",
     "scheduler_pump",
     "step_claim_due",
+    "step_compensation_mark_done",
     "step_context",
     "step_errored_settle",
     "step_new",

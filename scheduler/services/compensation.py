@@ -17,8 +17,8 @@ from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.workflows import get_workflow
 
 from .dispatch import scheduler_kick_enqueue
-from .events import event_record
-from .submit import COMPENSATION_SEQ_BASE, step_context, step_new
+from .events import event_record, events_announce
+from .submit import COMPENSATION_SEQ_BASE, step_advance_built, step_context, step_new
 
 
 class RunNotCancellable(Exception):
@@ -47,17 +47,23 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
         forward = list(
             Step.objects.select_for_update().filter(run_id=run.id, kind=Step.Kind.FORWARD).order_by("seq")
         )
+        # What may have had an effect: a processed step; an errored one some attempt of which
+        # reached the service (not a permanent refusal: the service said no to that key); one
+        # cancelled while waiting for a retry after such an attempt; one stopped in flight (its
+        # agent may be calling right now). Steps that were tried but never reached their
+        # service (open breaker, connection refused, never started) had no effect: skipped.
         undo_ids = {
             s.pk
             for s in forward
             if s.process_state == Step.State.PROCESSED
-            or (s.process_state == Step.State.ERROR and not s.error_permanent and s.attempts > 0)
+            or (s.process_state == Step.State.ERROR and not s.error_permanent and s.reached)
         }
-        undo_ids |= {pk for pk, attempts in transitions.step_cancel_unstarted(run_id=run.id) if attempts > 0}
+        undo_ids |= {pk for pk, reached in transitions.step_cancel_unstarted(run_id=run.id) if reached}
         wait_until = timezone.now()
         for pk, complete_by in transitions.step_stop(run_id=run.id, reason=reason):
             undo_ids.add(pk)
             wait_until = max(wait_until, complete_by)
+        skipped = [s for s in forward if s.pk not in undo_ids and s.attempts > 0 and not s.error_permanent]
 
         definition = get_workflow(run.workflow)
         compensations: list[Step] = []
@@ -85,6 +91,15 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
                 step_ids=[c.compensates_id for c in compensations if c.compensates_id]
             )
 
+        for s in skipped:
+            event_record(
+                run_id=run.id,
+                type=RunEvent.Type.COMPENSATION_SKIPPED,
+                observed=run.observed,
+                step_id=s.pk,
+                step=s.name,
+                reason="no attempt reached the service: nothing to undo",
+            )
         event_record(
             run_id=run.id,
             type=RunEvent.Type.COMPENSATING,
@@ -160,3 +175,43 @@ def run_resume_compensation(*, run_id: uuid.UUID | str, actor: str) -> int:
         )
         transaction.on_commit(scheduler_kick_enqueue)
     return len(resumed)
+
+
+class StepNotMarkable(Exception):
+    pass
+
+
+def step_compensation_mark_done(*, step_id: int, actor: str, reason: str) -> None:
+    """Operator action: a compensation step is done by hand (the refund was made another way,
+    the stock released by a person), with the reason. The run goes on as after a success: the
+    next compensation, or Compensated. Raises StepNotMarkable unless the step is a compensation
+    not yet done of a run that is Compensating or Failed, or the reason is empty."""
+    if not reason.strip():
+        raise StepNotMarkable("say why the compensation is done by hand")
+    with transaction.atomic():
+        done = transitions.step_mark_done(step_id=step_id, actor=actor, reason=reason.strip())
+        if not done.accepted:
+            raise StepNotMarkable(
+                "only a compensation step not yet done, of a compensating or failed run, can be marked done"
+            )
+        events_announce(done.events)
+        if done.needs_payload is not None:
+            step_advance_built(step_id=done.needs_payload)
+        transaction.on_commit(scheduler_kick_enqueue)
+
+
+def run_give_up(*, run_id: uuid.UUID | str, actor: str, reason: str) -> None:
+    """Operator action: stop compensating a run that cannot be undone by the engine; it ends
+    Failed with the reason (Compensating -> Failed). Raises RunNotCancellable otherwise."""
+    if not reason.strip():
+        raise RunNotCancellable("say why the run is given up")
+    with transaction.atomic():
+        if not transitions.run_fail(run_id=run_id, reason=f"given up by {actor}: {reason.strip()}"):
+            run = Run.objects.get(pk=run_id)
+            raise RunNotCancellable(
+                f"run is {run.get_state_display()}; only a compensating run can be given up"
+            )
+        run = Run.objects.get(pk=run_id)
+        event_record(
+            run_id=run.id, type=RunEvent.Type.FAILED, observed=run.observed, reason=f"given up by {actor}"
+        )

@@ -1,10 +1,10 @@
 """Failure: what follows a failed attempt - retries kicked, errored steps compensated.
 
-The transitions (`step_fail`, `step_expire_due`, `step_fail_permanent`) change the rows; this
+The transitions (`step_fail`, `step_defer`, `step_requeue`, `step_fail_permanent`) change the rows; this
 module is the orchestration above them. An errored step is announced with the `step_errored`
 signal (the supervisor raises operator alerts from it: the scheduler never imports the
-supervisor); a forward step's error starts the run's compensation, a compensation's error
-fails the run.
+supervisor); a forward step's error starts the run's compensation, a compensation's error (a
+permanent refusal: an undo never gives up on its own) fails the run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db import transaction
 
 from scheduler import transitions
 from scheduler.models import Run, RunEvent, Step
-from scheduler.signals import step_errored
+from scheduler.signals import step_errored, step_struggling
 from scheduler.transitions import Failed, FailedStep
 
 from .compensation import run_compensate
@@ -22,19 +22,29 @@ from .events import event_record, events_announce
 
 
 def failures_settle(failed: Failed, *, cause: str, kick: bool = True) -> None:
-    """After `step_fail` / `step_expire_due`: announce the retries' events, kick a scheduler
-    when the longest backoff has passed (the tick covers the rest), and settle each errored
-    step. Transaction: the caller's."""
+    """After `step_fail` / `step_defer` / `step_requeue`: announce the retries' events, kick a
+    scheduler when the longest delay has passed (the tick covers the rest), tell listeners about
+    compensations past their alert threshold (`step_struggling`), and settle each errored step.
+    Transaction: the caller's."""
     events_announce(failed.events)
     if kick and failed.retried:
         longest = max(step.delay for step in failed.retried)
         transaction.on_commit(lambda: scheduler_kick_enqueue(countdown=longest + 0.05))
-    for step in failed.errored:
-        step_errored_settle(
-            step=step,
-            reason=f"{cause} {step.failure_count} times (limit {step.max_failures}): {step.error}",
-            permanent=False,
+    for step in failed.alerting:
+        step_struggling.send(
+            sender=Step,
+            run_id=step.run_id,
+            step_id=step.step_id,
+            step_name=step.name,
+            failure_count=step.failure_count,
+            error=step.error,
         )
+    for step in failed.errored:
+        if step.give_up == "deadline":
+            reason = f"its deadline passed ({cause}; {step.failure_count} failures): {step.error}"
+        else:
+            reason = f"{cause} {step.failure_count} times (limit {step.max_failures}): {step.error}"
+        step_errored_settle(step=step, reason=reason, permanent=False)
 
 
 def step_errored_settle(*, step: FailedStep, reason: str, permanent: bool) -> None:

@@ -14,15 +14,14 @@ from typing import Any, Literal
 from django.db import connection, transaction
 
 from scheduler import transitions
-from scheduler.models import Run, Step, TaskExecutionHistory
-from scheduler.transitions import RunObserved, Succeeded
-from scheduler.workflows import get_workflow
+from scheduler.models import Step, TaskExecutionHistory
+from scheduler.transitions import AttemptOutcome, RunObserved, Succeeded
 
 from .dispatch import claimed_settle, scheduler_instance_id
 from .failure import failures_settle, step_errored_settle
-from .submit import step_context
+from .submit import step_advance_built
 
-Outcome = Literal["success", "permanent", "transient"]
+Outcome = Literal["success", "permanent", "transient", "deferred"]
 ReplyResult = Literal["accepted", "ignored"]
 
 
@@ -42,8 +41,10 @@ def step_reply(
 
     success -> Processed, next step Pending (or the run completes / finishes compensating).
     permanent -> Error, the run compensates (or, for a compensation, the run Fails).
-    transient -> failure_count + 1, Pending after backoff (at least `retry_after`, which an
-    agent sets from an open circuit breaker), or Error at the step's limit.
+    transient -> failure_count + 1, Pending after backoff (at least `retry_after`), or Error at
+    a forward step's limit or whole-step deadline (a compensation keeps trying).
+    deferred -> the attempt never reached the service (open breaker, connection refused):
+    Pending at `retry_after` (the breaker's next probe), no failure counted.
 
     With `claim_next`, the run's next step and one more due step of the same operation are
     claimed in the same transaction and dispatched after commit (the scheduler's work, done in
@@ -54,7 +55,7 @@ def step_reply(
         return _reply_success(
             step_id=step_id, lease=lease, result=result, instance=instance, claim_next=claim_next
         )
-    if outcome not in ("permanent", "transient"):
+    if outcome not in ("permanent", "transient", "deferred"):
         raise ValueError(f"unknown reply outcome {outcome!r}")
     with transaction.atomic():
         if outcome == "permanent":
@@ -66,19 +67,29 @@ def step_reply(
                 return "ignored"
             step_errored_settle(step=errored, reason=f"permanent error: {error}", permanent=True)
         else:
-            failed = transitions.step_fail(
-                failures=[(step_id, lease, error)],
-                cause=TaskExecutionHistory.Status.FAILED_TRANSIENT,
-                actor=worker or "agent",
-                history_kind=TaskExecutionHistory.Kind.SCHEDULER,
-                min_backoff=retry_after,
-            )
+            attempt = [
+                AttemptOutcome(step_id=step_id, lease=lease, error=error, reached=outcome == "transient")
+            ]
+            if outcome == "transient":
+                cause = TaskExecutionHistory.Status.FAILED_TRANSIENT
+                failed = transitions.step_fail(
+                    attempts=attempt,
+                    cause=cause,
+                    actor=worker or "agent",
+                    history_kind=TaskExecutionHistory.Kind.SCHEDULER,
+                    min_backoff=retry_after,
+                )
+            else:
+                cause = TaskExecutionHistory.Status.DEFERRED
+                failed = transitions.step_defer(
+                    attempts=attempt, retry_after=retry_after, actor=worker or "agent"
+                )
             if not failed.retried and not failed.errored:
                 transitions.reply_ignored(
                     step_id=step_id, lease=lease, outcome=outcome, worker=instance, error=error, result=result
                 )
                 return "ignored"
-            failures_settle(failed, cause=TaskExecutionHistory.Status.FAILED_TRANSIENT)
+            failures_settle(failed, cause=cause)
         if claim_next:
             # The slot this reply freed goes to the next due step of the same operation.
             operation = Step.objects.filter(pk=step_id).values_list("operation", flat=True).first()
@@ -115,16 +126,7 @@ def _success_settle(done: Succeeded, *, claim_next: bool, instance: str) -> Repl
     claimed_settle(done)  # announces the events, dispatches the claims after commit
     if done.needs_payload is not None:
         with transaction.atomic():
-            _step_advance(step_id=done.needs_payload)
+            step_advance_built(step_id=done.needs_payload)
             if claim_next:
                 claimed_settle(transitions.step_claim(step_ids=[done.needs_payload], instance=instance))
     return "accepted"
-
-
-def _step_advance(*, step_id: int) -> None:
-    """Build the payload of a step that reads earlier results, and make it Pending."""
-    step = Step.objects.select_related("run").get(pk=step_id)
-    run: Run = step.run
-    steps = list(Step.objects.filter(run_id=run.id).order_by("seq"))
-    payload = get_workflow(run.workflow).step(step.name).payload(step_context(run, steps))
-    transitions.step_advance(step_id=step_id, payload=payload)

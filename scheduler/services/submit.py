@@ -42,6 +42,12 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
         process_state=state,
         idempotency_key=f"{run.id}:{definition.name}",
         timeout=timedelta(seconds=definition.timeout),
+        queue_timeout=timedelta(seconds=definition.queue_timeout),
+        schedule_to_close=(
+            timedelta(seconds=definition.deadline)
+            if definition.deadline is not None and kind == Step.Kind.FORWARD
+            else None
+        ),
         max_failures=definition.max_failures,
         backoff_base=definition.backoff_base,
         backoff_max=definition.backoff_max,
@@ -136,3 +142,13 @@ def _run_start(run: Run, *, first: Step) -> None:
         if claims:
             return
     transaction.on_commit(scheduler_kick_enqueue)
+
+
+def step_advance_built(*, step_id: int) -> None:
+    """Build the payload of a step that reads earlier results, and make it Pending
+    (`step_advance`). Transaction: the caller's."""
+    step = Step.objects.select_related("run").get(pk=step_id)
+    run: Run = step.run
+    steps = list(Step.objects.filter(run_id=run.id).order_by("seq"))
+    payload = get_workflow(run.workflow).step(step.name).payload(step_context(run, steps))
+    transitions.step_advance(step_id=step_id, payload=payload)

@@ -14,6 +14,10 @@
 -- heterogeneous rows, and carries what the orchestration needs (claims to dispatch, events
 -- to announce for observed runs, steps that errored).
 
+-- Signatures that changed or went away (CREATE OR REPLACE cannot change a signature).
+DROP FUNCTION IF EXISTS sas_step_expire_due(integer, text);
+DROP FUNCTION IF EXISTS sas_step_fail(bigint[], uuid[], text[], text, double precision, text, text, boolean);
+
 -- Events of observed runs, as jsonb, for the `run_event` signal (webhooks listen to those runs
 -- only, so runs nobody watches cost no extra query).
 CREATE OR REPLACE FUNCTION sas_observed_events(p_event_ids bigint[]) RETURNS jsonb
@@ -27,9 +31,12 @@ $$;
 
 
 -- claim: Pending -> Processing, for the given ids that are still Pending and due.
--- Guard: process_state = 'pending' AND not_before <= now. Each claim gets a fresh lease and
--- complete_by = now + timeout; its attempt's history row is written; a run whose first claim
--- this is goes Pending -> Running with its "started" event. The callers lock the ids first
+-- Guard: process_state = 'pending' AND not_before <= now. Each claim gets a fresh lease,
+-- start_by = now + queue_timeout (an agent must start it by then, or it is sent again with no
+-- failure counted) and complete_by = start_by + timeout (the outer bound of the attempt; the
+-- agent's own deadline is its start + timeout); a step's first claim starts its whole-step
+-- deadline (close_by). Its attempt's history row is written; a run whose first claim this is
+-- goes Pending -> Running with its "started" event. The callers lock the ids first
 -- (FOR UPDATE SKIP LOCKED) where several schedulers may race.
 CREATE OR REPLACE FUNCTION sas_step_claim(p_ids bigint[], p_instance text) RETURNS jsonb
 LANGUAGE plpgsql AS $$
@@ -42,12 +49,15 @@ BEGIN
         SET process_state = 'processing',
             locked_by = p_instance,
             lease = gen_random_uuid(),
-            complete_by = statement_timestamp() + s.timeout,
+            start_by = statement_timestamp() + s.queue_timeout,
+            complete_by = statement_timestamp() + s.queue_timeout + s.timeout,
+            close_by = coalesce(s.close_by, statement_timestamp() + s.schedule_to_close),
             attempts = s.attempts + 1,
             updated_at = statement_timestamp()
         WHERE s.id = ANY(p_ids) AND s.process_state = 'pending' AND s.not_before <= statement_timestamp()
-        RETURNING s.id, s.run_id, s.name, s.operation, s.lease, s.complete_by, s.idempotency_key,
-                  s.payload, s.attempts, s.failure_count, s.priority, s.deadline, s.not_before
+        RETURNING s.id, s.run_id, s.name, s.operation, s.lease, s.complete_by, s.start_by, s.timeout,
+                  s.idempotency_key, s.payload, s.attempts, s.failure_count, s.priority, s.deadline,
+                  s.not_before
     ), history AS (
         INSERT INTO scheduler_taskexecutionhistory
             (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at)
@@ -66,7 +76,8 @@ BEGIN
     )
     SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'step_id', id, 'run_id', run_id, 'name', name, 'operation', operation,
-                'lease', lease, 'complete_by', complete_by, 'claimed_at', statement_timestamp(),
+                'lease', lease, 'complete_by', complete_by, 'start_by', start_by,
+                'timeout', extract(epoch FROM timeout), 'claimed_at', statement_timestamp(),
                 'idempotency_key', idempotency_key, 'payload', coalesce(payload, '{}'::jsonb),
                 'attempt', attempts, 'failure_count', failure_count)
                 ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC), '[]'::jsonb)
@@ -118,9 +129,8 @@ LANGUAGE sql AS $$
 $$;
 
 
--- succeed: Processing -> Processed (the accept of a success reply), then everything that
--- follows in the same statement's transaction - the hot path of the engine, one round trip:
---   the attempt's history row closed (succeeded) and the step_completed event;
+-- after_processed: what follows a step's move to Processed (a success reply, or an operator
+-- marking a compensation done), in the caller's statement:
 --   a compensation's forward step Compensating | Error | Cancelled -> Compensated (it was
 --   processed, errored after attempts that may have had an effect, or stopped in flight);
 --   the next step of the same kind Waiting -> Pending (when its payload is ready: payloads
@@ -129,16 +139,10 @@ $$;
 --   or, with no next step, the run Running -> Completed / Compensating -> Compensated|Cancelled
 --   with its event;
 --   with p_claim_next, the claim of the run's next step and of one more due step of the same
---   operation (the slot this reply freed).
--- Guard: process_state = 'processing' AND lease = p_lease AND complete_by > now. A refused
--- reply is recorded by sas_reply_ignored and changes nothing.
--- p_observed_ok: the caller is in a transaction of its own and will send the run's events to
--- signal receivers in it. Without it, an observed run raises SQLSTATE SAS01 and nothing is
--- written: the caller redoes the reply inside a transaction, so receivers commit with it.
-CREATE OR REPLACE FUNCTION sas_step_succeed(
-    p_step_id bigint, p_lease uuid, p_result jsonb, p_instance text, p_claim_next boolean,
-    p_observed_ok boolean
-) RETURNS jsonb
+--   operation (the slot the reply freed).
+-- Returns {event_ids, claims, claim_events, needs_payload}.
+CREATE OR REPLACE FUNCTION sas_after_processed(p_step_id bigint, p_instance text, p_claim_next boolean)
+RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     s record;
@@ -151,30 +155,8 @@ DECLARE
     v_more jsonb;
     v_needs_payload bigint;
 BEGIN
-    UPDATE scheduler_step
-    SET process_state = 'processed', result = p_result, locked_by = NULL,
-        finished_at = statement_timestamp(), updated_at = statement_timestamp()
-    WHERE id = p_step_id AND process_state = 'processing' AND lease = p_lease
-      AND complete_by > statement_timestamp()
-    RETURNING id, run_id, name, kind, seq, attempts, operation, compensates_id INTO s;
-    IF NOT FOUND THEN
-        RETURN sas_reply_ignored(p_step_id, p_lease, 'success', p_instance, '', p_result);
-    END IF;
-
-    SELECT id, state, observed, cancel_requested, correlation_id INTO v_run
-    FROM scheduler_run WHERE id = s.run_id;
-    IF v_run.observed AND NOT p_observed_ok THEN
-        RAISE EXCEPTION 'run % is observed', s.run_id USING ERRCODE = 'SAS01';
-    END IF;
-
-    UPDATE scheduler_taskexecutionhistory
-    SET status = 'succeeded', ended_at = statement_timestamp()
-    WHERE lease = p_lease AND kind = 'attempt';
-    INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
-    VALUES (gen_random_uuid(), s.run_id, s.id, 'step_completed',
-            jsonb_build_object('attempt', s.attempts, 'step', s.name), statement_timestamp())
-    RETURNING id INTO v_event;
-    v_events := v_events || v_event;
+    SELECT id, run_id, kind, seq, operation, compensates_id INTO s FROM scheduler_step WHERE id = p_step_id;
+    SELECT id, cancel_requested, correlation_id INTO v_run FROM scheduler_run WHERE id = s.run_id;
 
     IF s.kind = 'compensation' AND s.compensates_id IS NOT NULL THEN
         UPDATE scheduler_step SET process_state = 'compensated', updated_at = statement_timestamp()
@@ -237,61 +219,179 @@ BEGIN
             'events', (v_claim -> 'events') || (v_more -> 'events'));
     END IF;
 
-    RETURN jsonb_build_object(
-        'outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id, 'name', s.name,
-        'operation', s.operation, 'needs_payload', v_needs_payload,
-        'claims', v_claim -> 'claims',
-        'events', sas_observed_events(v_events) || (v_claim -> 'events'));
+    RETURN jsonb_build_object('event_ids', to_jsonb(v_events), 'claims', v_claim -> 'claims',
+                              'claim_events', v_claim -> 'events', 'needs_payload', v_needs_payload);
 END;
 $$;
 
 
--- fail: one attempt of each given step failed (a transient reply, or no reply before
--- complete_by: the supervisor's sweep). Processing -> Pending with failure_count + 1 and
--- not_before = now + backoff (exponential, equal jitter, at least p_min_backoff), or
--- Processing -> Error when that count reaches the step's limit.
+-- succeed: Processing -> Processed (the accept of a success reply), and what follows it
+-- (sas_after_processed), in one statement: the hot path of the engine, one round trip. The
+-- attempt's history row is closed (succeeded) and the step_completed event recorded.
+-- Guard: process_state = 'processing' AND lease = p_lease AND complete_by > now. A refused
+-- reply is recorded by sas_reply_ignored and changes nothing.
+-- p_observed_ok: the caller is in a transaction of its own and will send the run's events to
+-- signal receivers in it. Without it, an observed run raises SQLSTATE SAS01 and nothing is
+-- written: the caller redoes the reply inside a transaction, so receivers commit with it.
+CREATE OR REPLACE FUNCTION sas_step_succeed(
+    p_step_id bigint, p_lease uuid, p_result jsonb, p_instance text, p_claim_next boolean,
+    p_observed_ok boolean
+) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    s record;
+    v_observed boolean;
+    v_event bigint;
+    v_after jsonb;
+BEGIN
+    UPDATE scheduler_step
+    SET process_state = 'processed', result = p_result, locked_by = NULL, reached = true,
+        finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    WHERE id = p_step_id AND process_state = 'processing' AND lease = p_lease
+      AND complete_by > statement_timestamp()
+    RETURNING id, run_id, name, attempts, operation INTO s;
+    IF NOT FOUND THEN
+        RETURN sas_reply_ignored(p_step_id, p_lease, 'success', p_instance, '', p_result);
+    END IF;
+
+    SELECT observed INTO v_observed FROM scheduler_run WHERE id = s.run_id;
+    IF v_observed AND NOT p_observed_ok THEN
+        RAISE EXCEPTION 'run % is observed', s.run_id USING ERRCODE = 'SAS01';
+    END IF;
+
+    UPDATE scheduler_taskexecutionhistory
+    SET status = 'succeeded', ended_at = statement_timestamp()
+    WHERE lease = p_lease AND kind = 'attempt';
+    INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+    VALUES (gen_random_uuid(), s.run_id, s.id, 'step_completed',
+            jsonb_build_object('attempt', s.attempts, 'step', s.name), statement_timestamp())
+    RETURNING id INTO v_event;
+
+    v_after := sas_after_processed(s.id, p_instance, p_claim_next);
+    RETURN jsonb_build_object(
+        'outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id, 'name', s.name,
+        'operation', s.operation, 'needs_payload', v_after -> 'needs_payload',
+        'claims', v_after -> 'claims',
+        'events', sas_observed_events(v_event || ARRAY(
+                      SELECT jsonb_array_elements_text(v_after -> 'event_ids')::bigint))
+                  || (v_after -> 'claim_events'));
+END;
+$$;
+
+
+-- mark_done: an operator marks a compensation step done by hand (the undo was done outside, or
+-- is not needed): Waiting | Pending | Processing | Error -> Processed, with the operator and
+-- the reason in its result and history; what follows is the same as a success
+-- (sas_after_processed). An attempt in flight is closed as cancelled (its reply will be stale).
+-- Guard: kind = 'compensation' and one of those states, and its run Compensating or Failed (a
+-- Failed run goes back to Compensating first, so it can finish).
+CREATE OR REPLACE FUNCTION sas_step_mark_done(p_step_id bigint, p_actor text, p_reason text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    s record;
+    v_after jsonb;
+BEGIN
+    UPDATE scheduler_run AS r
+    SET state = 'compensating', finished_at = NULL, updated_at = statement_timestamp()
+    FROM scheduler_step AS st
+    WHERE st.id = p_step_id AND r.id = st.run_id AND r.state = 'failed';
+
+    UPDATE scheduler_step AS st
+    SET process_state = 'processed', locked_by = NULL, finished_at = statement_timestamp(),
+        result = jsonb_build_object('marked_done_by', p_actor, 'reason', p_reason),
+        updated_at = statement_timestamp()
+    FROM scheduler_run AS r
+    WHERE st.id = p_step_id AND st.kind = 'compensation' AND r.id = st.run_id AND r.state = 'compensating'
+      AND st.process_state IN ('waiting', 'pending', 'processing', 'error')
+    RETURNING st.id, st.run_id, st.name, st.lease INTO s;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('outcome', 'refused');
+    END IF;
+    UPDATE scheduler_taskexecutionhistory
+    SET status = 'cancelled', ended_at = statement_timestamp(), error = 'marked done by ' || p_actor
+    WHERE lease = s.lease AND kind = 'attempt' AND status = 'started';
+    INSERT INTO scheduler_taskexecutionhistory
+        (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at, ended_at)
+    VALUES (s.id, s.run_id, 'operator', 'action', NULL, 0, p_actor, left(p_reason, 4000),
+            jsonb_build_object('action', 'mark_done'), statement_timestamp(), statement_timestamp());
+    v_after := sas_after_processed(s.id, p_actor, false);
+    RETURN jsonb_build_object('outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id, 'name', s.name,
+                              'needs_payload', v_after -> 'needs_payload',
+                              'events', sas_observed_events(ARRAY(
+                                  SELECT jsonb_array_elements_text(v_after -> 'event_ids')::bigint)));
+END;
+$$;
+
+
+-- fail: one attempt of each given step did not succeed. The same transition serves a transient
+-- reply (the attempt reached the service and failed), the supervisor's sweep (no reply before
+-- complete_by), a deferral (the attempt never reached the service: open breaker, connection
+-- refused) and a requeue (no agent started it before start_by).
+--   p_count: the attempt counts against the failure budget (it reached the service, or may
+--   have). Deferrals and requeues do not count.
+--   Processing -> Pending with not_before = now + delay: counted, exponential backoff with
+--   equal jitter (capped by backoff_max), at least p_min_backoff; not counted, p_min_backoff
+--   (the breaker's next probe) plus a little jitter.
+--   Processing -> Error for a forward step when the count reaches max_failures, or when the
+--   next try would start after the step's whole deadline (close_by). A compensation never
+--   errors here: an undo keeps trying; when its count reaches max_failures it comes back in
+--   'alerting' once, so an operator is told while it goes on.
 -- Guard: process_state = 'processing' AND lease = the attempt's lease (and, for a reply,
 -- complete_by > now: a reply after the deadline is the supervisor's to judge).
 -- The attempt's history row is closed with p_cause; a decision row (p_history_kind) and, for a
--- retry, a step_retrying event are written. Errored steps come back for the orchestration
--- (events, alert signal, compensation), which is Python's.
+-- counted retry, a step_retrying event are written. `reached` remembers that some attempt may
+-- have had an effect (compensation skips steps none of whose attempts did).
 CREATE OR REPLACE FUNCTION sas_step_fail(
-    p_ids bigint[], p_leases uuid[], p_errors text[], p_cause text, p_min_backoff double precision,
-    p_actor text, p_history_kind text, p_require_live boolean
+    p_ids bigint[], p_leases uuid[], p_errors text[], p_reached boolean[], p_cause text, p_count boolean,
+    p_min_backoff double precision, p_actor text, p_history_kind text, p_require_live boolean
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_result jsonb;
 BEGIN
     WITH input AS (
-        SELECT * FROM unnest(p_ids, p_leases, p_errors) AS t(id, lease, error)
+        SELECT * FROM unnest(p_ids, p_leases, p_errors, p_reached) AS t(id, lease, error, reached)
     ), cur AS (
-        SELECT s.id, s.run_id, s.name, s.kind, s.lease, s.failure_count + 1 AS failures,
-               s.max_failures, left(i.error, 4000) AS error,
-               greatest(p_min_backoff + random() * 0.1,
-                        least(s.backoff_max, s.backoff_base * power(2, s.failure_count)) * (0.5 + random() / 2))
-                   AS delay
+        SELECT s.id, s.run_id, s.name, s.kind, s.lease, s.max_failures, s.close_by,
+               s.failure_count + CASE WHEN p_count THEN 1 ELSE 0 END AS failures,
+               s.reached OR coalesce(i.reached, false) AS reached,
+               left(i.error, 4000) AS error,
+               CASE WHEN p_count
+                    THEN greatest(p_min_backoff + random() * 0.1,
+                                  least(s.backoff_max, s.backoff_base * power(2, least(s.failure_count, 40)))
+                                      * (0.5 + random() / 2))
+                    ELSE p_min_backoff + random() * 0.1
+               END AS delay
         FROM scheduler_step AS s JOIN input AS i ON i.id = s.id
         WHERE s.process_state = 'processing' AND s.lease = i.lease
           AND (NOT p_require_live OR s.complete_by > statement_timestamp())
         FOR UPDATE OF s
+    ), decided AS (
+        SELECT c.*,
+               CASE WHEN c.kind = 'forward' AND p_count AND c.failures >= c.max_failures THEN 'failures'
+                    WHEN c.kind = 'forward' AND c.close_by IS NOT NULL
+                         AND statement_timestamp() + make_interval(secs => c.delay) > c.close_by THEN 'deadline'
+               END AS give_up
+        FROM cur AS c
     ), changed AS (
         UPDATE scheduler_step AS s
-        SET process_state = CASE WHEN c.failures < c.max_failures THEN 'pending' ELSE 'error' END,
-            failure_count = c.failures,
+        SET process_state = CASE WHEN d.give_up IS NULL THEN 'pending' ELSE 'error' END,
+            failure_count = d.failures,
+            reached = d.reached,
             locked_by = NULL,
-            lease = CASE WHEN c.failures < c.max_failures THEN NULL ELSE s.lease END,
-            complete_by = CASE WHEN c.failures < c.max_failures THEN NULL ELSE s.complete_by END,
-            not_before = CASE WHEN c.failures < c.max_failures
-                              THEN statement_timestamp() + make_interval(secs => c.delay)
+            lease = CASE WHEN d.give_up IS NULL THEN NULL ELSE s.lease END,
+            complete_by = CASE WHEN d.give_up IS NULL THEN NULL ELSE s.complete_by END,
+            start_by = NULL,
+            not_before = CASE WHEN d.give_up IS NULL
+                              THEN statement_timestamp() + make_interval(secs => d.delay)
                               ELSE s.not_before END,
-            finished_at = CASE WHEN c.failures < c.max_failures THEN NULL ELSE statement_timestamp() END,
-            last_error = c.error,
+            finished_at = CASE WHEN d.give_up IS NULL THEN NULL ELSE statement_timestamp() END,
+            last_error = d.error,
             updated_at = statement_timestamp()
-        FROM cur AS c
-        WHERE s.id = c.id AND s.process_state = 'processing' AND s.lease = c.lease
-        RETURNING s.id, c.run_id, c.name, c.kind, c.lease, c.failures, c.max_failures, c.error,
-                  c.delay, s.process_state = 'pending' AS retried
+        FROM decided AS d
+        WHERE s.id = d.id AND s.process_state = 'processing' AND s.lease = d.lease
+        RETURNING s.id, d.run_id, d.name, d.kind, d.lease, d.failures, d.max_failures, d.error,
+                  d.delay, d.give_up, d.reached
     ), closed AS (
         UPDATE scheduler_taskexecutionhistory AS h
         SET status = p_cause, ended_at = statement_timestamp(), error = c.error
@@ -301,9 +401,10 @@ BEGIN
         INSERT INTO scheduler_taskexecutionhistory
             (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at, ended_at)
         SELECT id, run_id, p_history_kind,
-               CASE WHEN retried THEN 'retry_scheduled' ELSE 'errored' END, NULL, failures, p_actor, error,
-               jsonb_build_object('cause', p_cause, 'failed_lease', lease::text,
-                                  'backoff_seconds', CASE WHEN retried THEN round(delay::numeric, 3) ELSE 0 END),
+               CASE WHEN give_up IS NULL THEN 'retry_scheduled' ELSE 'errored' END, NULL, failures, p_actor, error,
+               jsonb_build_object('cause', p_cause, 'counted', p_count, 'failed_lease', lease::text,
+                                  'give_up', give_up,
+                                  'backoff_seconds', CASE WHEN give_up IS NULL THEN round(delay::numeric, 3) ELSE 0 END),
                statement_timestamp(), statement_timestamp()
         FROM changed
     ), retry_events AS (
@@ -311,44 +412,27 @@ BEGIN
         SELECT gen_random_uuid(), run_id, id, 'step_retrying',
                jsonb_build_object('step', name, 'failure_count', failures, 'error', left(error, 500)),
                statement_timestamp()
-        FROM changed WHERE retried
+        FROM changed WHERE give_up IS NULL AND p_count
         RETURNING id
     )
     SELECT jsonb_build_object(
         'retried', (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                        'step_id', id, 'run_id', run_id, 'name', name, 'delay', delay,
+                        'step_id', id, 'run_id', run_id, 'name', name, 'kind', kind, 'delay', delay,
                         'failure_count', failures) ORDER BY id), '[]'::jsonb)
-                    FROM changed WHERE retried),
+                    FROM changed WHERE give_up IS NULL),
         'errored', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'step_id', id, 'run_id', run_id, 'name', name, 'kind', kind,
+                        'failure_count', failures, 'max_failures', max_failures, 'error', error,
+                        'give_up', give_up) ORDER BY id), '[]'::jsonb)
+                    FROM changed WHERE give_up IS NOT NULL),
+        'alerting', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'step_id', id, 'run_id', run_id, 'name', name, 'kind', kind,
                         'failure_count', failures, 'max_failures', max_failures, 'error', error)
                         ORDER BY id), '[]'::jsonb)
-                    FROM changed WHERE NOT retried),
+                    FROM changed WHERE kind = 'compensation' AND p_count AND failures = max_failures),
         'event_ids', (SELECT coalesce(jsonb_agg(id), '[]'::jsonb) FROM retry_events))
     INTO v_result;
     RETURN v_result || jsonb_build_object('events', sas_observed_events(ARRAY(
         SELECT jsonb_array_elements_text(v_result -> 'event_ids')::bigint)));
 END;
-$$;
-
-
--- expire: the supervisor's sweep. The oldest p_batch Processing steps whose complete_by has
--- passed (partial index step_processing_deadline_idx), skipping rows a reply or another sweep
--- holds, each failed by the same transition as a transient reply (sas_step_fail).
-CREATE OR REPLACE FUNCTION sas_step_expire_due(p_batch integer, p_instance text) RETURNS jsonb
-LANGUAGE sql AS $$
-    SELECT sas_step_fail(
-        coalesce(array_agg(id ORDER BY complete_by, id), '{}'),
-        coalesce(array_agg(lease ORDER BY complete_by, id), '{}'),
-        coalesce(array_agg('no reply before complete_by '
-            || to_char(complete_by AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')
-            ORDER BY complete_by, id), '{}'),
-        'timed_out', 0, p_instance, 'supervisor', false)
-    FROM (
-        SELECT id, lease, complete_by FROM scheduler_step
-        WHERE process_state = 'processing' AND complete_by < statement_timestamp()
-        ORDER BY complete_by
-        LIMIT p_batch
-        FOR UPDATE SKIP LOCKED
-    ) AS expired
 $$;

@@ -14,11 +14,31 @@ SELECT sas_step_succeed(%(step_id)s, %(lease)s::uuid, %(result)s::jsonb, %(insta
                         %(observed_ok)s)
 
 -- name: step_fail
-SELECT sas_step_fail(%(ids)s::bigint[], %(leases)s::uuid[], %(errors)s::text[], %(cause)s,
-                     %(min_backoff)s, %(actor)s, %(history_kind)s, %(require_live)s)
+SELECT sas_step_fail(%(ids)s::bigint[], %(leases)s::uuid[], %(errors)s::text[], %(reached)s::boolean[],
+                     %(cause)s, %(count)s, %(min_backoff)s, %(actor)s, %(history_kind)s, %(require_live)s)
 
--- name: step_expire_due
-SELECT sas_step_expire_due(%(batch)s, %(instance)s)
+-- name: step_due_for_supervision
+-- The supervisor's batch: Processing steps past their first deadline - start_by while no agent
+-- has been seen starting them, complete_by after - oldest first, skipping rows a reply or
+-- another sweep holds (partial index step_processing_deadline_idx). Locked until the batch's
+-- transitions commit.
+SELECT id, lease, start_by, complete_by, statement_timestamp()
+FROM scheduler_step
+WHERE process_state = 'processing' AND coalesce(start_by, complete_by) < statement_timestamp()
+ORDER BY coalesce(start_by, complete_by)
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED
+
+-- name: step_mark_started
+-- Processing (not yet seen started) -> Processing (started): its agent started it before
+-- start_by, so from now on only complete_by bounds it.
+UPDATE scheduler_step AS s
+SET start_by = NULL, updated_at = statement_timestamp()
+FROM unnest(%(ids)s::bigint[], %(leases)s::uuid[]) AS t(id, lease)
+WHERE s.id = t.id AND s.lease = t.lease AND s.process_state = 'processing' AND s.start_by IS NOT NULL
+
+-- name: step_mark_done
+SELECT sas_step_mark_done(%(step_id)s, %(actor)s, %(reason)s)
 
 -- name: reply_ignored
 SELECT sas_reply_ignored(%(step_id)s, %(lease)s::uuid, %(outcome)s, %(worker)s, %(error)s, %(result)s::jsonb)
@@ -58,11 +78,11 @@ RETURNING cancel_requested
 
 -- name: step_cancel_unstarted
 -- Waiting | Pending -> Cancelled: the run's forward steps that had not started when it began
--- compensating. Returns them with their attempts (an earlier attempt may have had an effect).
+-- compensating. Returns them with `reached` (an earlier attempt may have had an effect).
 UPDATE scheduler_step
 SET process_state = 'cancelled', locked_by = NULL, updated_at = statement_timestamp()
 WHERE run_id = %(run_id)s AND kind = 'forward' AND process_state IN ('waiting', 'pending')
-RETURNING id, attempts
+RETURNING id, reached
 
 -- name: step_stop
 -- Processing -> Cancelled: a forward step in flight when its run began compensating. Its

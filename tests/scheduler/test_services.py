@@ -34,7 +34,7 @@ def claim_one(run):
 
 
 def expire(step_id):
-    Step.objects.filter(pk=step_id).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC))
+    Step.objects.filter(pk=step_id).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC), start_by=None)
 
 
 def test_submit__writes_run_steps_and_received_event_in_one_go(user):
@@ -64,7 +64,9 @@ def test_claim__sets_lease_deadline_from_db_clock_and_history(user):
     step = Step.objects.get(pk=claim.step_id)
     assert step.process_state == "processing" and step.locked_by == "test"
     assert str(step.lease) == claim.lease
-    assert step.complete_by - claim.claimed_at == step.timeout
+    # An agent must start it within the queue timeout; the attempt's outer bound adds its timeout.
+    assert step.start_by - claim.claimed_at == step.queue_timeout
+    assert step.complete_by - claim.claimed_at == step.queue_timeout + step.timeout
     assert TaskExecutionHistory.objects.get(step=step).status == "started"
     assert Run.objects.get(pk=run.id).state == "running"
 

@@ -21,6 +21,7 @@ from scheduler.models import (
     TaskExecutionHistory,
 )
 from scheduler.services import run_submit, step_claim_due, step_reply
+from scheduler.transitions import AttemptOutcome
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
@@ -62,7 +63,9 @@ NOT_STATES = {
     "correlation_id", "created_at", "current_lease", "current_state", "data", "delay", "error", "errored",
     "event_id", "event_ids", "events", "failed_lease", "failure_count", "id", "idempotency_key", "kind",
     "lease", "max_failures", "name", "needs_payload", "operation", "outcome", "payload", "reply_lease",
-    "result", "retried", "run_id", "step", "step_id", "type", "success",
+    "result", "retried", "run_id", "step", "step_id", "type", "success", "alerting", "claim_events",
+    "counted", "deadline", "failures", "give_up", "marked_done_by", "mark_done", "reason", "refused",
+    "start_by", "timeout", "operator", "action",
 }  # fmt: skip
 
 
@@ -106,7 +109,8 @@ def test_queries__every_named_statement_is_loaded_once():
 
     assert transitions.queries() is names
     expected = {
-        "step_claim", "step_claim_due", "step_succeed", "step_fail", "step_expire_due", "reply_ignored",
+        "step_claim", "step_claim_due", "step_succeed", "step_fail", "step_due_for_supervision",
+        "reply_ignored", "step_mark_started", "step_mark_done",
         "step_fail_permanent", "step_advance", "run_compensate", "step_cancel_unstarted", "step_stop",
         "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
         "step_resume",
@@ -161,14 +165,14 @@ def test_claim_due__reads_the_pending_partial_index(user, plans):
     assert "step_pending_claim_idx" in plan, plan
 
 
-def test_expire_due__reads_the_processing_partial_index(user, plans):
+def test_due_for_supervision__reads_the_processing_partial_index(user, plans):
     run = submit(user)
     claim_first(run)
     plans.clear()
 
-    transitions.step_expire_due(batch=10, instance="sup")
+    transitions.step_due_for_supervision(batch=10)
 
-    plan = _plan_of(plans, "complete_by < statement_timestamp()")
+    plan = _plan_of(plans, "coalesce(start_by, complete_by) < statement_timestamp()")
     assert "step_processing_deadline_idx" in plan, plan
 
 
@@ -212,7 +216,10 @@ def test_step_transitions__wrong_state_or_lease__refused(user):
     assert transitions.step_advance(step_id=claim.step_id, payload={}) is False  # processing, not waiting
     assert transitions.step_mark_compensating(step_ids=[waiting.pk]) == 0
     failed = transitions.step_fail(
-        failures=[(claim.step_id, stale, "e")], cause="failed_transient", actor="a", history_kind="scheduler"
+        attempts=[AttemptOutcome(step_id=claim.step_id, lease=stale, error="e")],
+        cause="failed_transient",
+        actor="a",
+        history_kind="scheduler",
     )
     assert failed.retried == [] and failed.errored == []
     refused = transitions.step_succeed(
@@ -288,7 +295,7 @@ def test_fail__backoff_is_exponential_with_equal_jitter_and_capped(user, failure
     before = _db_now()
 
     failed = transitions.step_fail(
-        failures=[(claim.step_id, claim.lease, "503")],
+        attempts=[AttemptOutcome(step_id=claim.step_id, lease=claim.lease, error="503")],
         cause="failed_transient",
         actor="a",
         history_kind="scheduler",
@@ -306,7 +313,7 @@ def test_fail__min_backoff__honoured(user):
     claim = claim_first(run)
 
     failed = transitions.step_fail(
-        failures=[(claim.step_id, claim.lease, "circuit open")],
+        attempts=[AttemptOutcome(step_id=claim.step_id, lease=claim.lease, error="circuit open")],
         cause="failed_transient",
         actor="a",
         history_kind="scheduler",
@@ -322,7 +329,7 @@ def test_fail__at_limit__error_kept_with_its_lease(user):
     claim = claim_first(run)
 
     failed = transitions.step_fail(
-        failures=[(claim.step_id, claim.lease, "503")],
+        attempts=[AttemptOutcome(step_id=claim.step_id, lease=claim.lease, error="503")],
         cause="failed_transient",
         actor="a",
         history_kind="scheduler",

@@ -27,7 +27,7 @@ def claim_one(run):
 
 
 def expire(step_id):
-    Step.objects.filter(pk=step_id).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC))
+    Step.objects.filter(pk=step_id).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC), start_by=None)
 
 
 def test_sweep__expired_step_at_limit__error_alert_and_compensation(user):
