@@ -130,12 +130,19 @@ def _cancel_shipment(ctx: StepContext) -> dict[str, Any]:
 def build_order_workflow() -> Workflow:
     policy: dict[str, Any] = {
         "timeout": settings.SAS["ORDER_STEP_TIMEOUT"],
+        "queue_timeout": settings.SAS["ORDER_QUEUE_TIMEOUT"],
         "max_failures": settings.SAS["ORDER_MAX_FAILURES"],
         "backoff_base": settings.SAS["ORDER_BACKOFF_BASE"],
         "backoff_max": settings.SAS["ORDER_BACKOFF_MAX"],
     }
-    # Compensations get a larger failure budget: giving up on an undo leaves money taken.
-    undo = {**policy, "max_failures": policy["max_failures"] * 2}
+    forward = {**policy, "deadline": settings.SAS["ORDER_STEP_DEADLINE"]}
+    # Compensations never give up (the customer's money must come back): no deadline, backoff
+    # capped higher, and max_failures is when an operator is alerted while they go on.
+    undo = {
+        **policy,
+        "max_failures": settings.SAS["ORDER_COMPENSATION_ALERT_AFTER"],
+        "backoff_max": settings.SAS["ORDER_COMPENSATION_BACKOFF_MAX"],
+    }
     return Workflow(
         name=ORDER_WORKFLOW,
         validate=validate_order_input,
@@ -147,7 +154,7 @@ def build_order_workflow() -> Workflow:
                 compensation=StepDef(
                     name="release_inventory", operation="agents.inventory.release", payload=_release, **undo
                 ),
-                **policy,
+                **forward,
             ),
             StepDef(
                 name="charge_payment",
@@ -156,7 +163,7 @@ def build_order_workflow() -> Workflow:
                 compensation=StepDef(
                     name="refund_payment", operation="agents.payment.refund", payload=_refund, **undo
                 ),
-                **policy,
+                **forward,
             ),
             StepDef(
                 name="create_shipment",
@@ -168,7 +175,7 @@ def build_order_workflow() -> Workflow:
                     payload=_cancel_shipment,
                     **undo,
                 ),
-                **policy,
+                **forward,
             ),
         ],
     )

@@ -264,6 +264,17 @@ SAS["ORDER_STEP_TIMEOUT"] = env_float("SAS_ORDER_STEP_TIMEOUT", 10.0)
 SAS["ORDER_MAX_FAILURES"] = int(os.environ.get("SAS_ORDER_MAX_FAILURES", "3"))
 SAS["ORDER_BACKOFF_BASE"] = env_float("SAS_ORDER_BACKOFF_BASE", 0.5)
 SAS["ORDER_BACKOFF_MAX"] = env_float("SAS_ORDER_BACKOFF_MAX", 10.0)
+# How long a dispatched step may wait for an agent to start it (workers down, busy, restarting)
+# before it is sent again - no failure counted (Temporal's schedule-to-start).
+SAS["ORDER_QUEUE_TIMEOUT"] = env_float("SAS_ORDER_QUEUE_TIMEOUT", 10.0)
+# The whole step's deadline (Temporal's schedule-to-close): minutes, so an outage of a service
+# is waited out; past it the order is compensated. Attempts that reached the service and failed
+# are bounded by ORDER_MAX_FAILURES; deferrals (breaker open) and requeues are not.
+SAS["ORDER_STEP_DEADLINE"] = env_float("SAS_ORDER_STEP_DEADLINE", 300.0)
+# Compensations never give up on their own: they retry with backoff capped here and alert an
+# operator after ORDER_COMPENSATION_ALERT_AFTER failures.
+SAS["ORDER_COMPENSATION_BACKOFF_MAX"] = env_float("SAS_ORDER_COMPENSATION_BACKOFF_MAX", 30.0)
+SAS["ORDER_COMPENSATION_ALERT_AFTER"] = int(os.environ.get("SAS_ORDER_COMPENSATION_ALERT_AFTER", "6"))
 
 # --------------------------------------------------------------------------------------------
 # --- web and API (issue 3) ---

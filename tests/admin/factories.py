@@ -61,8 +61,8 @@ def order_completed(user: Any) -> Order:
 
 
 def order_failed(user: Any) -> Order:
-    """The card is declined (permanent): the run compensates; the release of the inventory is
-    refused too, so the run ends Failed with a critical alert - it needs an operator."""
+    """The card is declined (permanent, no alert): the run compensates; the release of the
+    inventory is refused too, so the run ends Failed with a critical alert - it needs an operator."""
     order = order_pending(user)
     reply(claim(order.run_id), "success")
     reply(claim(order.run_id), "permanent", error="card declined")

@@ -108,15 +108,17 @@ def test_operate_view__get__not_allowed(staff_client: Client, customer: Any) -> 
 def test_acknowledge_action__open_alerts__acknowledged_by_operator(
     staff_client: Client, operator: Any, customer: Any
 ) -> None:
-    failed = order_failed(customer)
-    alerts = list(Alert.objects.filter(run_id=failed.run_id))
+    failed, other = order_failed(customer), order_failed(customer)
+    # The declined cards raise no alert (a business outcome); each run's refused release does.
+    alerts = list(Alert.objects.filter(run_id__in=[failed.run_id, other.run_id]))
     assert len(alerts) == 2 and all(a.acknowledged_at is None for a in alerts)
+    assert {a.kind for a in alerts} == {"compensation_failed"}
 
     url = reverse("admin:supervisor_alert_changelist")
     response = _action(staff_client, url, "acknowledge", [a.pk for a in alerts])
 
     assert any("Acknowledged 2 alert(s)" in t for t in _messages(response))
-    for alert in Alert.objects.filter(run_id=failed.run_id):
+    for alert in Alert.objects.filter(run_id__in=[failed.run_id, other.run_id]):
         assert alert.acknowledged_at is not None
         assert alert.acknowledged_by_id == operator.pk
     html = staff_client.get(url, {"status": "open"}).content.decode()
@@ -126,8 +128,8 @@ def test_acknowledge_action__open_alerts__acknowledged_by_operator(
 def test_alert_acknowledge__twice__first_operator_kept(operator: Any, customer: Any) -> None:
     from django.contrib.auth import get_user_model
 
-    failed = order_failed(customer)
-    ids = list(Alert.objects.filter(run_id=failed.run_id).values_list("pk", flat=True))
+    runs = [order_failed(customer).run_id for _ in range(2)]
+    ids = list(Alert.objects.filter(run_id__in=runs).values_list("pk", flat=True))
     other = get_user_model().objects.create_user("bob", is_staff=True)
     assert alert_acknowledge(alert_ids=ids, user=operator) == 2
     first = {a.pk: a.acknowledged_at for a in Alert.objects.filter(pk__in=ids)}

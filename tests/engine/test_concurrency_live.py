@@ -95,15 +95,20 @@ def test_two_schedulers_and_two_supervisors__each_step_claimed_once_and_counted_
     owners = Counter(Step.objects.filter(id__in=pending).values_list("locked_by", flat=True))
     assert set(owners) == {"claim-A", "claim-B"}
 
-    # Every claimed attempt is now overdue (its agent never ran: the messages were not sent).
-    Step.objects.filter(id__in=pending).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC))
+    # Every claimed attempt is now overdue, and no agent ever started it (the messages were not
+    # sent): each is sent again - once - with no failure counted.
+    Step.objects.filter(id__in=pending).update(
+        start_by=datetime(2000, 1, 1, tzinfo=UTC), complete_by=datetime(2000, 1, 1, tzinfo=UTC)
+    )
     sweeps = race("sweep", quiet_engine.env)
 
     decided = [sid for r in sweeps for sid in r["ids"]]
     assert all(r["ids"] for r in sweeps), "both supervisors must have swept something"
     assert sorted(decided) == sorted(pending)
     steps = Step.objects.filter(id__in=pending)
-    assert set(steps.values_list("failure_count", flat=True)) == {1}
+    assert set(steps.values_list("failure_count", flat=True)) == {0}
     assert set(steps.values_list("process_state", flat=True)) == {Step.State.PENDING}
+    attempts = TaskExecutionHistory.objects.filter(kind="attempt", step__in=pending)
+    assert set(attempts.values_list("status", flat=True)) == {"requeued"}
     decisions = TaskExecutionHistory.objects.filter(kind="supervisor").values("step").annotate(n=Count("id"))
     assert len(decisions) == RUNS and {row["n"] for row in decisions} == {1}

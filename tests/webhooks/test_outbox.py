@@ -121,7 +121,9 @@ def test_outbox__supervisor_batch_retries_steps__subscribed_runs_events_queued_o
     quiet = order_submit(owner_id=owner.id, data=ORDER)
     for order in (subscribed, quiet):
         step_claim_due(instance="test", limit=1, run_id=order.run_id)
-        Step.objects.filter(run_id=order.run_id, seq=0).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC))
+        Step.objects.filter(run_id=order.run_id, seq=0).update(
+            complete_by=datetime(2000, 1, 1, tzinfo=UTC), start_by=None
+        )
 
     result = step_expire_sweep(batch=10, instance="sup")
 
