@@ -41,30 +41,34 @@ def amount_parse(value: object, *, currency: str | None) -> Decimal:
 
     `value` is what the client sent: a string ("25.00", recommended) or a JSON number. It must be
     written as a plain decimal (no exponent: "1e3" is refused, not read as 1000), be greater than
-    zero and at most MAX_AMOUNT, and have no more decimals than `currency`'s ISO 4217 minor unit
-    (two for EUR, none for JPY). With `currency` None (unknown or missing: the caller reports
-    that) the decimals are checked against two. Returns the amount with exactly the currency's
-    decimals ("1500" for JPY, "25.00" for EUR). Raises AmountError.
+    zero and at most MAX_AMOUNT, and have no finer fraction than `currency`'s ISO 4217 minor unit
+    allows (cents for EUR, none for JPY: "1500.00" JPY is 1500, "1.50" JPY is refused). Returns
+    the amount with exactly the currency's decimals ("1500" JPY, "25.50" EUR). With `currency`
+    None (a form field or serializer field checked before the currency is known; or an unknown
+    currency, which the caller reports) the decimals are left for a second call with the
+    currency, and the amount is returned as given. Raises AmountError.
     """
     if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
         raise AmountError(_AMOUNT_FORMAT)
-    text = str(value).strip()
+    text = format(value, "f") if isinstance(value, Decimal) else str(value).strip()
     if isinstance(value, str) and _EXPONENT.fullmatch(text):
-        raise AmountError(f'write the amount in full, without an exponent ("{text}" is not accepted)')
+        raise AmountError(f'write the amount out in full, without an exponent: "{text}" is not accepted')
     if not _PLAIN_DECIMAL.fullmatch(text):
-        # A float that Python prints with an exponent (1e+20, 1e-07) is too large or too small.
+        # Also a float that Python prints with an exponent (1e+20, 1e-07): too large or too small.
         raise AmountError(_AMOUNT_FORMAT)
     amount = Decimal(text)
     if amount <= 0:
         raise AmountError("must be greater than zero")
     if amount > MAX_AMOUNT:
         raise AmountError(f"must be at most {MAX_AMOUNT}")
-    minor = CURRENCY_MINOR_UNITS.get(currency or "", 2)
+    if currency is None:
+        return amount
+    minor = CURRENCY_MINOR_UNITS[currency]
     unit = Decimal(1).scaleb(-minor)
     if amount != amount.quantize(unit):
         if minor == 0:
             raise AmountError(f'{currency} has no minor unit: give a whole amount, such as "1500"')
-        raise AmountError(f"at most {minor} decimal places" + (f" for {currency}" if currency else ""))
+        raise AmountError(f"at most {minor} decimal places for {currency}")
     return amount.quantize(unit)
 
 
