@@ -47,7 +47,7 @@ def _form(amount: str, currency: str) -> tuple[list[str] | None, str | None]:
     form = OrderForm({"amount": amount, "currency": currency, "card": "tok_ok", "callback_url": ""})
     if form.is_valid():
         return None, str(form.cleaned_data["amount"])
-    return list(form.errors["amount"]), None
+    return [str(e) for e in form.errors["amount"]], None
 
 
 def _service(user: Any, amount: str, currency: str) -> tuple[list[str] | None, str | None]:
