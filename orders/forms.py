@@ -90,7 +90,7 @@ class OrderForm(forms.Form):
     amount = AmountFormField(
         label="Amount",
         widget=forms.TextInput(attrs={"inputmode": "decimal", "placeholder": "25.00", "autocomplete": "off"}),
-        help_text="Whole amounts for JPY and KRW (no minor unit), at most two decimals otherwise.",
+        help_text="Two decimals at most; whole amounts for JPY and KRW.",
     )
     currency = forms.ChoiceField(label="Currency", choices=[(c, c) for c in CURRENCIES], initial="EUR")
     card = forms.ChoiceField(label="Payment card", choices=CARD_CHOICES, initial="tok_ok")

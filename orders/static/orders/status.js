@@ -58,8 +58,9 @@
     body.replaceChildren.apply(body, rows);
   }
 
-  function renderProgress(p) {
+  function renderProgress(p, state) {
     var box = document.getElementById("progress");
+    box.dataset.state = state;
     var text = p.done + " of " + p.total + " steps done";
     if (p.to_undo) text += " · " + p.undone + " of " + p.to_undo + " undone";
     box.querySelector(".progress-text").textContent = text;
@@ -89,7 +90,7 @@
     banner.className = "alert alert-" + data.banner.tone;
     banner.dataset.tone = data.banner.tone;
     banner.textContent = data.banner.text;
-    renderProgress(data.progress);
+    renderProgress(data.progress, data.state);
     renderSteps(data.steps);
     renderEvents(data.events);
     document.getElementById("cancel-form").classList.toggle("hidden", !data.cancellable);
