@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import getpass
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
@@ -55,13 +55,13 @@ class Command(BaseCommand):
         self.stdout.write(f"user {username!r} created ({how} `manage.py create_api_token {username}`)")
 
     def _password(self, options: dict[str, Any]) -> str:
-        stdin = options.get("stdin", sys.stdin)
+        stdin: TextIO = options.get("stdin") or sys.stdin
         if options["password_stdin"]:
             password = stdin.readline().rstrip("\r\n")
             if not password:
                 raise CommandError("no password on stdin")
             return password
-        if not (hasattr(stdin, "isatty") and stdin.isatty()):
+        if not stdin.isatty():
             raise CommandError("no terminal to ask for a password on: use --password-stdin or --no-password")
         password = getpass.getpass("Password: ")
         if password != getpass.getpass("Password (again): "):
