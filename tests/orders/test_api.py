@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,6 +107,16 @@ def test_post_order__bad_input__400_with_field_error_and_nothing_written(
     assert field in errors, errors
     assert errors[field], errors
     assert _counts() == before
+
+
+def test_post_order__bad_second_item__errors_keyed_by_position_as_documented(api: APIClient) -> None:
+    items = [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 0}]
+
+    errors = api.post(URL, {**ORDER, "items": items}, format="json").json()
+
+    assert errors == {"items": {"1": {"quantity": ["Ensure this value is greater than or equal to 1."]}}}
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    assert '`{"items": {"1": {"quantity": ["…"]}}}`' in documented
 
 
 @pytest.mark.parametrize(
