@@ -101,7 +101,10 @@ run: $(STAMP)
 	$(PY) manage.py demo_setup
 	# The URLs and demo login; the Procfile's `urls` prints them again once the ports answer.
 	$(PY) -m devservices urls
-	exec $(VENV)/bin/honcho start -f Procfile
+	# Ctrl-C reaches honcho, which stops every process and exits 130: that is a clean stop.
+	code=0; $(VENV)/bin/honcho start -f Procfile || code=$$?
+	if [ "$$code" -eq 130 ]; then echo "stopped (Ctrl-C)"; exit 0; fi
+	exit "$$code"
 
 # ---------------------------------------------------------------------------------------------
 # Checks

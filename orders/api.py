@@ -70,14 +70,14 @@ def _order_summary(request: Request, order: Order) -> dict[str, Any]:
         "url": _order_url(request, order),
         "created_at": order.created_at,
         "items": order.items,
-        "amount": str(order.amount),
+        "amount": order.amount_display,
         "currency": order.currency,
         "callback_url": order.callback_url,
     }
 
 
 def _order_detail(request: Request, status_: OrderStatus) -> dict[str, Any]:
-    return {**_order_summary(request, status_.order), **status_.as_dict()}
+    return {**_order_summary(request, status_.order), **status_.as_dict(raw_errors=True)}
 
 
 ORDER_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The order id.")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 CURRENCIES = ("EUR", "USD", "GBP", "JPY", "KRW")
+# ISO 4217 minor units: the decimals an amount may have in each currency (no half yen or won).
+# The amount rule that uses them is orders.workflows.amount_parse.
+CURRENCY_MINOR_UNITS: dict[str, int] = {"EUR": 2, "USD": 2, "GBP": 2, "JPY": 0, "KRW": 0}
+assert set(CURRENCY_MINOR_UNITS) == set(CURRENCIES), "every accepted currency needs its minor unit"
 
 
 class Order(models.Model):
@@ -43,4 +48,11 @@ class Order(models.Model):
         indexes = [models.Index(fields=["owner", "-created_at"], name="order_owner_created_idx")]
 
     def __str__(self) -> str:
-        return f"Order {self.id} ({self.amount} {self.currency})"
+        return f"Order {self.id} ({self.amount_display} {self.currency})"
+
+    @property
+    def amount_display(self) -> str:
+        """The amount with its currency's decimals: "25.00" EUR, "1500" JPY (the column keeps
+        two decimals for every currency)."""
+        minor = CURRENCY_MINOR_UNITS.get(self.currency, 2)
+        return str(Decimal(self.amount).quantize(Decimal(1).scaleb(-minor)))

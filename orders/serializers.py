@@ -6,14 +6,20 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.core.validators import URLValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduler.models import Run, RunEvent, Step
+from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 
 from .models import CURRENCIES
-from .workflows import MAX_AMOUNT, MAX_ITEMS, MAX_QUANTITY
+from .workflows import (
+    CALLBACK_URL_MAX_LENGTH,
+    MAX_ITEMS,
+    MAX_QUANTITY,
+    AmountError,
+    amount_parse,
+    callback_url_validator,
+)
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -28,13 +34,34 @@ class StrictIntegerField(serializers.IntegerField):
 @extend_schema_field(
     {
         "type": "string",
-        # Greater than zero, at most 999999.99 here (the API also takes 1000000 and JSON numbers).
+        # Greater than zero, at most 999999.99 here (the API also takes 1000000 and JSON numbers);
+        # JPY and KRW take whole amounts only, which a per-field pattern cannot say.
         "pattern": r"^(0\.(0[1-9]|[1-9][0-9]?)|[1-9][0-9]{0,5}(\.[0-9]{1,2})?)$",
         "example": "25.00",
     }
 )
-class AmountField(serializers.DecimalField):
-    """A positive amount with at most two decimals, as a string ("25.00") or a JSON number."""
+class AmountField(serializers.Field):
+    """A positive amount, as a string ("25.00") or a JSON number, checked by the order rule
+    (`amount_parse`): format and range here, the currency's decimals in the serializer's
+    `validate`, once the currency is known."""
+
+    def to_internal_value(self, data: Any) -> Decimal:
+        try:
+            return amount_parse(data, currency=None)
+        except AmountError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
+@extend_schema_field({"type": "string", "format": "uri"})
+class HttpUrlField(serializers.CharField):
+    """An http(s) URL, checked once by the order rule's validator. (DRF's URLField adds its own
+    URLValidator to any given one, and a bad URL got "Enter a valid URL." twice.)"""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(validators=[callback_url_validator], **kwargs)
 
 
 class ItemSerializer(serializers.Serializer[dict[str, Any]]):
@@ -45,12 +72,10 @@ class ItemSerializer(serializers.Serializer[dict[str, Any]]):
 class OrderCreateSerializer(serializers.Serializer[dict[str, Any]]):
     items = ItemSerializer(many=True, allow_empty=False, min_length=1, max_length=MAX_ITEMS)
     amount = AmountField(
-        max_digits=12,
-        decimal_places=2,
-        min_value=Decimal("0.01"),
-        max_value=MAX_AMOUNT,
-        coerce_to_string=True,
-        help_text='Total to charge, as a string ("25.00") or a number; at most two decimals.',
+        help_text=(
+            'Total to charge, as a string ("25.00") or a number: greater than 0, at most 1000000, '
+            "with at most the currency's decimals (two; none for JPY and KRW); no exponent."
+        ),
     )
     currency = serializers.ChoiceField(choices=list(CURRENCIES))
     card = serializers.CharField(
@@ -59,12 +84,11 @@ class OrderCreateSerializer(serializers.Serializer[dict[str, Any]]):
         default="tok_ok",
         help_text="Card token for the payment service; tok_decline is declined by the simulator.",
     )
-    callback_url = serializers.URLField(
-        max_length=2000,
+    callback_url = HttpUrlField(
+        max_length=CALLBACK_URL_MAX_LENGTH,
         required=False,
         default="",
         allow_blank=True,
-        validators=[URLValidator(schemes=["http", "https"])],
         help_text="Every event of the order is POSTed here, signed (see docs/api.md#webhooks).",
     )
 
@@ -72,6 +96,10 @@ class OrderCreateSerializer(serializers.Serializer[dict[str, Any]]):
         unknown = sorted(set(self.initial_data) - set(self.fields))
         if unknown:
             raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        try:  # the currency's decimals, now that both fields are known
+            attrs["amount"] = amount_parse(attrs["amount"], currency=attrs["currency"])
+        except AmountError as exc:
+            raise serializers.ValidationError({"amount": [str(exc)]}) from None
         return attrs
 
     def to_order_data(self) -> tuple[dict[str, Any], str]:
@@ -83,8 +111,19 @@ class OrderCreateSerializer(serializers.Serializer[dict[str, Any]]):
         return data, callback_url
 
 
+class AttemptSerializer(serializers.Serializer[dict[str, Any]]):
+    attempt = serializers.IntegerField(help_text="1 for the first claim of the step, then 2, 3...")
+    status = serializers.ChoiceField(choices=TaskExecutionHistory.Status.choices)
+    status_label = serializers.CharField()
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField(allow_blank=True, help_text="The raw error, as the remote service said it.")
+    reason = serializers.CharField(allow_blank=True, help_text="The same, as a sentence for your customer.")
+
+
 class StepSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField()
+    label = serializers.CharField(help_text="The step's name for people, from the workflow definition.")
     kind = serializers.ChoiceField(choices=Step.Kind.choices)
     state = serializers.ChoiceField(choices=Step.State.choices)
     state_label = serializers.CharField()
@@ -93,6 +132,14 @@ class StepSerializer(serializers.Serializer[dict[str, Any]]):
     max_failures = serializers.IntegerField()
     complete_by = serializers.DateTimeField(allow_null=True, help_text="Deadline of the current attempt.")
     last_error = serializers.CharField(allow_blank=True)
+    attempt_history = AttemptSerializer(many=True, help_text="Every attempt with its outcome, oldest first.")
+
+
+class ProgressSerializer(serializers.Serializer[dict[str, Any]]):
+    done = serializers.IntegerField(help_text="Forward steps done.")
+    total = serializers.IntegerField(help_text="Forward steps.")
+    undone = serializers.IntegerField(help_text="Compensation steps done.")
+    to_undo = serializers.IntegerField(help_text="Compensation steps.")
 
 
 class EventSerializer(serializers.Serializer[dict[str, Any]]):
@@ -100,6 +147,7 @@ class EventSerializer(serializers.Serializer[dict[str, Any]]):
     type = serializers.ChoiceField(choices=RunEvent.Type.choices)
     type_label = serializers.CharField()
     step = serializers.CharField(allow_null=True)
+    step_label = serializers.CharField(allow_null=True)
     data = serializers.DictField()
     at = serializers.DateTimeField()
 
@@ -119,6 +167,7 @@ class OrderDetailSerializer(OrderSerializer):
     state_label = serializers.CharField()
     error = serializers.CharField(allow_blank=True)
     cancellable = serializers.BooleanField()
+    progress = ProgressSerializer()
     steps = StepSerializer(many=True)
     events = EventSerializer(many=True)
 

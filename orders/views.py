@@ -88,7 +88,8 @@ def order_create_view(request: HttpRequest) -> HttpResponse:
                     for error in errors:
                         form.add_error(field if field in form.fields else None, error)
             else:
-                messages.success(request, "Order placed. It is being processed now.")
+                # No flash message: the status page's banner says "Order placed..." for as long
+                # as that is true, and follows the order's state after.
                 return redirect("orders:detail", order_id=order.pk)
     else:
         form = OrderForm()
@@ -131,8 +132,10 @@ def order_cancel_view(request: HttpRequest, order_id: uuid.UUID) -> HttpResponse
         raise Http404("No such order.") from None
     try:
         order_cancel(order=order, actor=f"user {request.user.get_username()} (web)")
-    except RunNotCancellable as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.info(request, "Cancellation requested: completed steps are being undone.")
+    except RunNotCancellable:
+        order.run.refresh_from_db()
+        messages.error(
+            request, f"This order can no longer be cancelled: it is {order.run.get_state_display().lower()}."
+        )
+    # Cancelled: the status page's banner says so ("Cancelling your order..."), in the run's tone.
     return redirect("orders:detail", order_id=order.pk)

@@ -3,20 +3,73 @@ reverse by release inventory <- refund payment <- cancel shipment."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import URLValidator
 
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
 
-from .models import CURRENCIES
+from .models import CURRENCIES, CURRENCY_MINOR_UNITS
 
 ORDER_WORKFLOW = "order_fulfilment"
 MAX_ITEMS = 50
 MAX_QUANTITY = 10_000
 MAX_AMOUNT = Decimal("1000000")
+
+# A plain decimal: digits, at most one point, an optional sign. No exponent, no NaN/Infinity,
+# no thousands separators: money is written out in full.
+_PLAIN_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_EXPONENT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][+-]?[0-9]+")
+_AMOUNT_FORMAT = 'must be a decimal number such as "12.50"'
+
+
+# Where webhooks may go: an absolute http(s) URL (webhooks/ POSTs each event there).
+CALLBACK_URL_MAX_LENGTH = 2000
+callback_url_validator = URLValidator(schemes=["http", "https"])
+
+
+class AmountError(ValueError):
+    """An amount that breaks an order rule; the message is for the person who typed it."""
+
+
+def amount_parse(value: object, *, currency: str | None) -> Decimal:
+    """The order amount rule, the one the form, the API and the workflow all apply.
+
+    `value` is what the client sent: a string ("25.00", recommended) or a JSON number. It must be
+    written as a plain decimal (no exponent: "1e3" is refused, not read as 1000), be greater than
+    zero and at most MAX_AMOUNT, and have no finer fraction than `currency`'s ISO 4217 minor unit
+    allows (cents for EUR, none for JPY: "1500.00" JPY is 1500, "1.50" JPY is refused). Returns
+    the amount with exactly the currency's decimals ("1500" JPY, "25.50" EUR). With `currency`
+    None (a form field or serializer field checked before the currency is known; or an unknown
+    currency, which the caller reports) the decimals are left for a second call with the
+    currency, and the amount is returned as given. Raises AmountError.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
+        raise AmountError(_AMOUNT_FORMAT)
+    text = format(value, "f") if isinstance(value, Decimal) else str(value).strip()
+    if isinstance(value, str) and _EXPONENT.fullmatch(text):
+        raise AmountError(f'write the amount out in full, without an exponent: "{text}" is not accepted')
+    if not _PLAIN_DECIMAL.fullmatch(text):
+        # Also a float that Python prints with an exponent (1e+20, 1e-07): too large or too small.
+        raise AmountError(_AMOUNT_FORMAT)
+    amount = Decimal(text)
+    if amount <= 0:
+        raise AmountError("must be greater than zero")
+    if amount > MAX_AMOUNT:
+        raise AmountError(f"must be at most {MAX_AMOUNT}")
+    if currency is None:
+        return amount
+    minor = CURRENCY_MINOR_UNITS[currency]
+    unit = Decimal(1).scaleb(-minor)
+    if amount != amount.quantize(unit):
+        if minor == 0:
+            raise AmountError(f'{currency} has no minor unit: give a whole amount, such as "1500"')
+        raise AmountError(f"at most {minor} decimal places for {currency}")
+    return amount.quantize(unit)
 
 
 def validate_order_input(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,26 +109,15 @@ def validate_order_input(data: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(sku, str) and isinstance(quantity, int):
                 clean_items.append({"sku": sku.strip(), "quantity": quantity})
 
-    raw_amount = data.get("amount")
-    amount: Decimal | None = None
-    if isinstance(raw_amount, bool) or not isinstance(raw_amount, str | int | float):
-        errors["amount"] = ['must be a decimal number such as "12.50"']
-    else:
-        try:
-            amount = Decimal(str(raw_amount))
-        except InvalidOperation:
-            errors["amount"] = ['must be a decimal number such as "12.50"']
-        else:
-            if not amount.is_finite() or amount <= 0:
-                errors["amount"] = ["must be greater than zero"]
-            elif amount > MAX_AMOUNT:
-                errors["amount"] = [f"must be at most {MAX_AMOUNT}"]
-            elif amount.as_tuple().exponent < -2:  # type: ignore[operator]
-                errors["amount"] = ["at most two decimal places"]
-
     currency = data.get("currency")
     if currency not in CURRENCIES:
         errors["currency"] = [f"must be one of {', '.join(CURRENCIES)}"]
+
+    amount: Decimal | None = None
+    try:
+        amount = amount_parse(data.get("amount"), currency=currency if currency in CURRENCIES else None)
+    except AmountError as exc:
+        errors["amount"] = [str(exc)]
 
     card = data.get("card", "tok_ok")
     if not isinstance(card, str) or not card or len(card) > 64:
@@ -86,7 +128,7 @@ def validate_order_input(data: Mapping[str, Any]) -> dict[str, Any]:
     assert amount is not None
     cleaned: dict[str, Any] = {
         "items": clean_items,
-        "amount": str(amount.quantize(Decimal("0.01"))),
+        "amount": str(amount),
         "currency": currency,
         "card": card,
     }
@@ -149,28 +191,40 @@ def build_order_workflow() -> Workflow:
         steps=[
             StepDef(
                 name="reserve_inventory",
+                label="Reserve the items",
                 operation="agents.inventory.reserve",
                 payload=_reserve,
                 compensation=StepDef(
-                    name="release_inventory", operation="agents.inventory.release", payload=_release, **undo
+                    name="release_inventory",
+                    label="Release the items",
+                    operation="agents.inventory.release",
+                    payload=_release,
+                    **undo,
                 ),
                 **forward,
             ),
             StepDef(
                 name="charge_payment",
+                label="Charge the card",
                 operation="agents.payment.charge",
                 payload=_charge,
                 compensation=StepDef(
-                    name="refund_payment", operation="agents.payment.refund", payload=_refund, **undo
+                    name="refund_payment",
+                    label="Refund the card",
+                    operation="agents.payment.refund",
+                    payload=_refund,
+                    **undo,
                 ),
                 **forward,
             ),
             StepDef(
                 name="create_shipment",
+                label="Create the shipment",
                 operation="agents.shipping.create",
                 payload=_ship,
                 compensation=StepDef(
                     name="cancel_shipment",
+                    label="Cancel the shipment",
                     operation="agents.shipping.cancel",
                     payload=_cancel_shipment,
                     **undo,

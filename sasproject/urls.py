@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
@@ -11,7 +13,14 @@ from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
 router = SimpleRouter()
 router.register("orders", OrderViewSet, basename="api-order")
 
+# The admin's own name, not Django's default "Django administration".
+admin.site.site_header = "sasproject operations"
+admin.site.site_title = "sasproject admin"
+admin.site.index_title = "Engine and orders"
+
 urlpatterns = [
+    # Pages link their icon; this answers clients that ask for /favicon.ico anyway.
+    path("favicon.ico", RedirectView.as_view(url=static("orders/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -47,6 +47,12 @@ def _empty_payload(ctx: StepContext) -> dict[str, Any]:
     return {}
 
 
+def step_label_default(name: str) -> str:
+    """A readable label for a step name: "reserve_inventory" -> "Reserve inventory"."""
+    words = name.replace("_", " ").replace("-", " ").strip()
+    return words[:1].upper() + words[1:]
+
+
 @dataclass(frozen=True)
 class StepDef:
     name: str
@@ -73,8 +79,13 @@ class StepDef:
     # (`ctx.results`), so it is built when the step comes due - one more round trip per step.
     payload_needs_results: bool = False
     compensation: StepDef | None = None
+    # What people read (status page, admin): "Charge the card". Default: from the name,
+    # "charge_payment" -> "Charge payment".
+    label: str = ""
 
     def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", step_label_default(self.name))
         if self.timeout <= 0:
             raise ValueError(f"step {self.name}: timeout must be positive")
         if self.max_failures < 1:
@@ -96,6 +107,14 @@ class Workflow:
             raise ValueError(f"workflow {self.name}: step names must be unique")
         if not self.steps:
             raise ValueError(f"workflow {self.name}: needs at least one step")
+
+    def step_label(self, name: str) -> str:
+        """The label of step `name`; a step this definition no longer has (a run submitted
+        before the workflow changed) gets the default label of its name."""
+        try:
+            return self.step(name).label
+        except KeyError:
+            return step_label_default(name)
 
     def step(self, name: str) -> StepDef:
         for s in self.steps:

@@ -24,6 +24,16 @@ CHROMIUM_ARGS = [
 ]
 PASSWORD = "ops-browser-password"
 
+# How many pixels the page, and the box `selector`, are wider than what shows (0: nothing is cut
+# off or needs a sideways scroll).
+_OVERFLOW_JS = """(selector) => {
+  const box = document.querySelector(selector);
+  return {
+    page: Math.max(0, document.documentElement.scrollWidth - window.innerWidth),
+    box: box ? Math.max(0, box.scrollWidth - box.clientWidth) : -1,
+  };
+}"""
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -83,7 +93,11 @@ def test_admin__in_chromium__runs_detail_and_health(
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            # 1280 px: a common laptop window, where the run list was clipped and the run page
+            # scrolled sideways (issue 10).
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            not_found: list[str] = []
+            page.on("response", lambda r: not_found.append(r.url) if r.status == 404 else None)
             page.goto(f"{admin_server}/admin/login/?next=/admin/")
             page.fill("#id_username", "ops-browser")
             page.fill("#id_password", PASSWORD)
@@ -95,6 +109,7 @@ def test_admin__in_chromium__runs_detail_and_health(
                 "s => (s.href || '').includes('admin/css/base.css') && s.cssRules.length > 0)"
             )
             page.screenshot(path=str(shots / "01-admin-index.png"), full_page=True)
+            header = page.locator("#site-name").inner_text()
 
             page.click("#sas-engine-panel >> text=Runs needing attention")
             page.wait_for_selector("#result_list")
@@ -104,11 +119,14 @@ def test_admin__in_chromium__runs_detail_and_health(
             assert rows.count() == 5
             assert page.locator("#result_list .sas-badge.sas-failed").count() == 1
             page.screenshot(path=str(shots / "02-run-changelist.png"), full_page=True)
+            list_overflow = page.evaluate(_OVERFLOW_JS, "#changelist .results")
+            filter_overflow = page.evaluate(_OVERFLOW_JS, "#changelist")
 
             page.click(f"#result_list code[title='{failed_run}']")
             page.wait_for_selector("#steps-group")
             assert page.locator("text=Resume compensation").count() >= 1
             page.screenshot(path=str(shots / "03-run-detail-failed.png"), full_page=True)
+            detail_overflow = page.evaluate(_OVERFLOW_JS, "#content")
 
             page.goto(f"{admin_server}/admin/scheduler/run/health/")
             page.wait_for_selector("text=Circuit breakers")
@@ -120,3 +138,9 @@ def test_admin__in_chromium__runs_detail_and_health(
             page.screenshot(path=str(shots / "05-alerts.png"), full_page=True)
         finally:
             browser.close()
+
+    assert header == "sasproject operations"
+    assert list_overflow == {"page": 0, "box": 0}, "run list clipped or scrolling sideways"
+    assert filter_overflow == {"page": 0, "box": 0}, "run list filters wider than the list"
+    assert detail_overflow == {"page": 0, "box": 0}, "run page wider than the window"
+    assert not_found == []  # no favicon 404, nothing else missing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,6 +107,16 @@ def test_post_order__bad_input__400_with_field_error_and_nothing_written(
     assert field in errors, errors
     assert errors[field], errors
     assert _counts() == before
+
+
+def test_post_order__bad_second_item__errors_keyed_by_position_as_documented(api: APIClient) -> None:
+    items = [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 0}]
+
+    errors = api.post(URL, {**ORDER, "items": items}, format="json").json()
+
+    assert errors == {"items": {"1": {"quantity": ["Ensure this value is greater than or equal to 1."]}}}
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    assert '`{"items": {"1": {"quantity": ["…"]}}}`' in documented
 
 
 @pytest.mark.parametrize(
@@ -356,6 +367,56 @@ def test_create_api_token__unknown_user__error(db: None) -> None:
 
     with pytest.raises(CommandError, match="no user"):
         call_command("create_api_token", "nobody-here", stdout=StringIO())
+
+
+def test_create_user__password_from_stdin__signs_in_and_gets_an_api_token(db: None) -> None:
+    from django.test import Client
+
+    out = StringIO()
+    call_command("create_user", "carol", "--password-stdin", stdin=StringIO("pw-for-carol-1\n"), stdout=out)
+    token = StringIO()
+    call_command("create_api_token", "carol", stdout=token)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.getvalue().strip()}")
+
+    assert "user 'carol' created" in out.getvalue()
+    assert client.post(URL, ORDER, format="json").status_code == 201
+    assert Client().login(username="carol", password="pw-for-carol-1")
+
+
+def test_create_user__no_password__api_only(db: None) -> None:
+    from django.contrib.auth import get_user_model
+
+    call_command("create_user", "dave", "--no-password", stdout=StringIO())
+
+    assert not get_user_model().objects.get(username="dave").has_usable_password()
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        pytest.param(["alice0"], "", "already exists", id="existing-user"),
+        pytest.param(["erin", "--password-stdin"], "short\n", "password refused", id="weak-password"),
+        pytest.param(["erin", "--password-stdin"], "", "no password on stdin", id="empty-stdin"),
+        pytest.param(["erin"], "", "no terminal", id="no-terminal-to-ask"),
+    ],
+)
+def test_create_user__refused__clear_error_and_nothing_created(
+    db: None, args: list[str], stdin: str, message: str
+) -> None:
+    from django.contrib.auth import get_user_model
+    from django.core.management.base import CommandError
+
+    make_user("alice")  # alice0 (the counter is per session: look it up)
+    existing = get_user_model().objects.filter(username__startswith="alice").first()
+    assert existing is not None
+    args = [existing.username if a == "alice0" else a for a in args]
+    before = get_user_model().objects.count()
+
+    with pytest.raises(CommandError, match=message):
+        call_command("create_user", *args, stdin=StringIO(stdin), stdout=StringIO())
+
+    assert get_user_model().objects.count() == before
 
 
 def test_schema__served_without_auth__documents_the_endpoints(db: None) -> None:

@@ -116,3 +116,40 @@ def test_cancel_order__running__completed_steps_compensated(engine: Any) -> None
     assert len(engine.sim.ledger(service="inventory", operation="release")) == 1
     assert engine.sim.ledger(service="shipping") == []
     assert client.get(f"{URL}{order_id}/").json()["events"][-1]["type"] == "cancelled"
+
+
+def _wait_failures(run_id: Any, step_name: str, failures: int) -> None:
+    wait_for(
+        lambda: Step.objects.filter(run_id=run_id, name=step_name, failure_count__gte=failures).exists(),
+        timeout=30,
+        what=f"{step_name} to fail {failures} times",
+    )
+
+
+def test_get_order__step_failed_twice_then_succeeded__every_attempts_reason_kept(engine: Any) -> None:
+    """The payment service answers 503 until two attempts have failed (the second fails fast on
+    the breaker those 503s opened, which also holds the third attempt back for the breaker's
+    reset time); then it recovers and the third attempt succeeds. The detail keeps why the first
+    two failed, whatever the step row's last_error says now."""
+    engine.sim.set_faults("payment", transient_rate=1.0)
+    client = token_client(make_user("retry"))
+    order_id = client.post(URL, ORDER, format="json").json()["id"]
+    run_id = Order.objects.get(pk=order_id).run_id
+    _wait_failures(run_id, "charge_payment", 2)
+    engine.sim.clear_faults()
+    wait_run(run_id, (Run.State.COMPLETED,), timeout=30)
+
+    body = client.get(f"{URL}{order_id}/").json()
+
+    charge = next(s for s in body["steps"] if s["name"] == "charge_payment")
+    history = charge["attempt_history"]
+    assert charge["failure_count"] == 2 and charge["label"] == "Charge the card"
+    assert [a["attempt"] for a in history] == [1, 2, 3]
+    assert [a["status"] for a in history] == ["failed_transient", "failed_transient", "succeeded"]
+    assert history[0]["error"].startswith("payment answered 503")
+    assert history[1]["error"] in ("circuit open for payment", history[0]["error"])
+    assert [a["reason"] for a in history] == ["The payment service was not available at that moment."] * 2 + [
+        ""
+    ]
+    assert all(a["ended_at"] for a in history)
+    assert body["progress"] == {"done": 3, "total": 3, "undone": 0, "to_undo": 0}

@@ -4,6 +4,7 @@ Screenshots go to the artifacts folder (tests/conftest.py `artifacts_dir`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,9 @@ def _sign_in(page: Any, username: str, shots: Path | None = None) -> None:
     page.wait_for_url("**/")
 
 
-def _place_order(page: Any, *, sku: str, quantity: int, amount: str, shots: Path | None = None) -> str:
+def _place_order(
+    page: Any, *, sku: str, quantity: int, amount: str, shots: Path | None = None, card: str = "tok_ok"
+) -> str:
     page.click("text=Place order")
     page.wait_for_url("**/orders/new/")
     page.fill("#id_items-0-sku", sku)
@@ -36,12 +39,30 @@ def _place_order(page: Any, *, sku: str, quantity: int, amount: str, shots: Path
     page.fill("#id_items-1-quantity", "1")
     page.fill("#id_amount", amount)
     page.select_option("#id_currency", "EUR")
+    page.select_option("#id_card", card)
     if shots:
         page.screenshot(path=str(shots / "web-03-order-form.png"), full_page=True)
     page.click("#submit-order")
     page.wait_for_url("**/orders/*/")
     page.evaluate("window.__notReloaded = true")
     return str(page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+# How many pixels the page, and the box `selector`, are wider than what shows.
+_OVERFLOW_JS = """(selector) => {
+  const box = document.querySelector(selector);
+  return {
+    page: Math.max(0, document.documentElement.scrollWidth - window.innerWidth),
+    box: box ? Math.max(0, box.scrollWidth - box.clientWidth) : -1,
+  };
+}"""
+
+
+def _record_404s(page: Any) -> list[str]:
+    """URLs the page asked for and did not find (a missing favicon shows up here)."""
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    return missing
 
 
 def _watch_until(page: Any, state: str) -> list[str]:
@@ -64,6 +85,7 @@ def test_browser__sign_in_place_order__watch_it_complete(
     user = make_user("web")
 
     with open_page(web_server) as page:
+        not_found = _record_404s(page)
         _sign_in(page, user.username, artifacts_dir)
         page.screenshot(path=str(artifacts_dir / "web-02-empty-list.png"))
 
@@ -79,7 +101,11 @@ def test_browser__sign_in_place_order__watch_it_complete(
         errors_created_nothing = "No orders" in page.content()
 
         order_id = _place_order(page, sku="SKU-1", quantity=2, amount="25.00", shots=artifacts_dir)
+        first_banner = page.locator("#banner").inner_text()
         seen = _watch_until(page, "completed")
+        banner = (page.locator("#banner").inner_text(), page.get_attribute("#banner", "data-tone"))
+        progress = page.locator("#progress .progress-text").inner_text()
+        step_names = page.locator("#steps tbody td:first-child").all_inner_texts()
         page.screenshot(path=str(artifacts_dir / "web-05-order-completed.png"), full_page=True)
         not_reloaded = page.evaluate("window.__notReloaded")
         badge = page.locator("#run-state").inner_text()
@@ -91,6 +117,11 @@ def test_browser__sign_in_place_order__watch_it_complete(
 
     assert "greater than or equal to 1" in quantity_error
     assert "required" in amount_error
+    assert first_banner == "Order placed. It is being processed now."
+    assert banner[1] == "success" and banner[0].startswith("Your order is complete")  # followed the state
+    assert progress == "3 of 3 steps done"
+    assert step_names == ["Reserve the items", "Charge the card", "Create the shipment"]
+    assert not_found == []  # no favicon 404 (nor anything else)
     assert errors_created_nothing
     assert not_reloaded is True  # updated live, not by reloading
     assert seen[-1] == "processed,processed,processed"
@@ -112,6 +143,7 @@ def test_browser__failing_payment__watch_it_compensate(
         order_id = _place_order(page, sku="SKU-2", quantity=1, amount="99.90")
         _watch_until(page, "compensated")
         page.screenshot(path=str(artifacts_dir / "web-07-order-compensated.png"), full_page=True)
+        steps_overflow = page.evaluate(_OVERFLOW_JS, ".card:has(#steps)")
         states = dict(
             zip(
                 page.eval_on_selector_all("#steps tbody tr", "rows => rows.map(r => r.dataset.step)"),
@@ -119,7 +151,9 @@ def test_browser__failing_payment__watch_it_compensate(
                 strict=True,
             )
         )
-        charge_error = page.locator("#steps tbody tr[data-step=charge_payment] .error-cell").inner_text()
+        charge_reasons = page.locator("#steps tbody tr[data-step=charge_payment] .reasons").inner_text()
+        page_text = page.locator("main").inner_text()
+        banner = (page.locator("#banner").inner_text(), page.get_attribute("#banner", "data-tone"))
         badge = page.locator("#run-state").inner_text()
         not_reloaded = page.evaluate("window.__notReloaded")
         page.goto("/?state=compensated")
@@ -132,7 +166,92 @@ def test_browser__failing_payment__watch_it_compensate(
         "create_shipment": "cancelled",
         "release_inventory": "processed",
     }
-    assert "402" in charge_error
+    assert charge_reasons == "Attempt 1 Your card was declined, so no money was taken."
+    assert steps_overflow == {"page": 0, "box": 0}, "the steps table is wider than its card"
+    assert "402" not in page_text and "card_declined" not in page_text  # the raw error is for operators
+    assert banner[1] == "warn" and "Your card was declined" in banner[0]
     assert badge == "Compensated" and not_reloaded is True
     assert filtered_rows == 1
     assert Run.objects.get(correlation_id=order_id).state == Run.State.COMPENSATED
+
+
+# Colours as the browser computes them: the order pages' badge text, the admin's badge background.
+_COLOUR_JS = "(s) => { const e = document.querySelector(s); return e && getComputedStyle(e).%s; }"
+
+
+def test_browser__retries_cancel_confirmation_and_state_colours(
+    engine: Any, web_server: str, artifacts_dir: Path
+) -> None:
+    """A step that fails twice and then succeeds shows why each attempt failed; "Cancel order"
+    asks first; Compensated and Cancelled have colours of their own, the admin's."""
+    user = make_user("web")
+    user.is_staff = user.is_superuser = True
+    user.save()
+    engine.sim.set_faults("payment", transient_rate=1.0)
+
+    with open_page(web_server) as page:
+        not_found = _record_404s(page)
+        _sign_in(page, user.username)
+
+        retried_id = _place_order(page, sku="SKU-R", quantity=1, amount="10.00")
+        # Two failed attempts (503s, then the breaker they opened); then the service recovers.
+        page.wait_for_selector("#steps tr[data-step=charge_payment] li[data-attempt='2']", timeout=30_000)
+        engine.sim.clear_faults()
+        _watch_until(page, "completed")
+        page.screenshot(path=str(artifacts_dir / "web-09-order-retried.png"), full_page=True)
+        retried_overflow = page.evaluate(_OVERFLOW_JS, ".card:has(#steps)")
+        retry_reasons = page.locator("#steps tr[data-step=charge_payment] .reasons li").all_inner_texts()
+        attempts_cell = page.locator("#steps tr[data-step=charge_payment] td.num").inner_text()
+
+        engine.sim.set_faults("payment", hang=True)
+        cancelled_id = _place_order(page, sku="SKU-C", quantity=1, amount="11.00")
+        page.wait_for_selector("#steps tr[data-step=charge_payment][data-state=processing]")
+        dialogs: list[str] = []
+
+        def answer(accept: bool) -> Callable[[Any], None]:
+            def handle(dialog: Any) -> None:
+                dialogs.append(dialog.message)
+                dialog.accept() if accept else dialog.dismiss()
+
+            return handle
+
+        page.once("dialog", answer(False))
+        page.click("#cancel-form button")
+        page.wait_for_timeout(500)
+        kept_after_no = page.get_attribute("#run-state", "data-state")
+        page.once("dialog", answer(True))
+        page.click("#cancel-form button")
+        page.wait_for_selector("#banner[data-tone=neutral]")
+        engine.sim.clear_faults()  # the refund goes to the payment service too
+        _watch_until(page, "cancelled")
+        page.screenshot(path=str(artifacts_dir / "web-10-order-cancelled.png"), full_page=True)
+        cancel_banner = (page.locator("#banner").inner_text(), page.get_attribute("#banner", "data-tone"))
+
+        _place_order(page, sku="SKU-D", quantity=1, amount="12.00", card="tok_decline")
+        _watch_until(page, "compensated")
+        page.goto("/")
+        page.screenshot(path=str(artifacts_dir / "web-11-list-states.png"), full_page=True)
+        page_colours = {
+            state: page.evaluate(_COLOUR_JS % "color", f"#orders .badge-{state}")
+            for state in ("completed", "compensated", "cancelled")
+        }
+        page.goto("/admin/scheduler/run/")
+        admin_colours = {
+            state: page.evaluate(_COLOUR_JS % "backgroundColor", f"#result_list .sas-{state}")
+            for state in ("completed", "compensated", "cancelled")
+        }
+
+    assert retry_reasons == [
+        "Attempt 1 The payment service was not available at that moment.",
+        "Attempt 2 The payment service was not available at that moment.",
+    ]
+    assert attempts_cell == "3"
+    assert retried_overflow == {"page": 0, "box": 0}
+    assert Run.objects.get(correlation_id=retried_id).state == Run.State.COMPLETED
+    assert len(dialogs) == 2 and "Cancel this order?" in dialogs[0]
+    assert kept_after_no == "running"  # "no" left the order alone
+    assert cancel_banner == ("You cancelled this order. Everything done so far has been undone.", "neutral")
+    assert Run.objects.get(correlation_id=cancelled_id).state == Run.State.CANCELLED
+    assert len(set(page_colours.values())) == 3, page_colours  # Compensated and Cancelled differ
+    assert page_colours == admin_colours  # and read the same as in the admin
+    assert not_found == []

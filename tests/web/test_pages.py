@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.staticfiles import finders
 from django.test import Client
 
 from orders.models import Order
 from orders.services import order_cancel, order_submit
+from scheduler.services import step_claim_due, step_reply
 
-from ..orders.conftest import ORDER, make_user
+from ..orders.conftest import ORDER, make_user, token_client
+
+
+def make_superuser() -> Any:
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_superuser("ops-pages", "ops@example.com", None)
+
 
 # The test plays the scheduler (claims and replies itself): no claim inside order_submit.
 pytestmark = pytest.mark.usefixtures("manual_scheduler")
@@ -77,7 +89,7 @@ def test_place_order__deleted_item_row__not_ordered(signed_in: tuple[Client, Any
 @pytest.mark.parametrize(
     ("change", "field", "message"),
     [
-        ({"amount": "-1"}, "amount", "greater than or equal to 0.01"),
+        ({"amount": "-1"}, "amount", "must be greater than zero"),
         ({"amount": ""}, "amount", "required"),
         ({"currency": "XYZ"}, "currency", "Select a valid choice"),
         ({"items-0-quantity": "-3"}, "items-0-quantity", "greater than or equal to 1"),
@@ -161,7 +173,7 @@ def test_order_pages__another_users_order__404(signed_in: tuple[Client, Any]) ->
     assert order.run.state == "pending"
 
 
-def test_cancel_button__pending_order__cancelled(signed_in: tuple[Client, Any]) -> None:
+def test_cancel_button__pending_order__cancelled_in_a_neutral_banner(signed_in: tuple[Client, Any]) -> None:
     client, user = signed_in
     order = order_submit(owner_id=user.id, data=ORDER)
 
@@ -169,4 +181,148 @@ def test_cancel_button__pending_order__cancelled(signed_in: tuple[Client, Any]) 
 
     order.run.refresh_from_db()
     assert order.run.state == "cancelled"
-    assert b"Cancellation requested" in response.content
+    html = response.content.decode()
+    assert 'class="alert alert-neutral"' in html and "You cancelled this order." in html
+    assert "alert-error" not in html and "message-error" not in html  # a cancellation is no error
+    assert "cancelled by" not in html  # the engine's note for operators
+
+
+def test_cancel_button__finished_order__says_why_not(signed_in: tuple[Client, Any]) -> None:
+    client, user = signed_in
+    order = order_submit(owner_id=user.id, data=ORDER)
+    order_cancel(order=order, actor="test")
+
+    html = client.post(f"/orders/{order.pk}/cancel/", follow=True).content.decode()
+
+    assert "This order can no longer be cancelled: it is cancelled." in html
+
+
+def _play_steps(run_id: Any, outcomes: list[tuple[str, str]]) -> None:
+    """Play the scheduler and the agents: claim the run's next step and reply with each outcome."""
+    for outcome, error in outcomes:
+        claim = step_claim_due(instance="test", limit=1, run_id=run_id)[0]
+        step_reply(step_id=claim.step_id, lease=claim.lease, outcome=outcome, error=error, claim_next=False)  # type: ignore[arg-type]
+
+
+DECLINED = 'payment refused (402): {"error":"card_declined"}'
+
+
+def test_status_page__banner_follows_the_state(signed_in: tuple[Client, Any]) -> None:
+    client, user = signed_in
+    placed, declined = (order_submit(owner_id=user.id, data=ORDER) for _ in range(2))
+
+    before = client.get(f"/orders/{placed.pk}/status/").json()["banner"]
+    _play_steps(placed.run_id, [("success", "")] * 3)
+    after = client.get(f"/orders/{placed.pk}/status/").json()["banner"]
+    page = client.get(f"/orders/{placed.pk}/").content.decode()
+    _play_steps(declined.run_id, [("success", ""), ("permanent", DECLINED), ("success", "")])
+    undone = client.get(f"/orders/{declined.pk}/status/").json()
+
+    assert before == {"tone": "info", "text": "Order placed. It is being processed now."}
+    assert after["tone"] == "success" and after["text"].startswith("Your order is complete")
+    assert "Order placed" not in page and 'class="alert alert-success"' in page
+    assert undone["state"] == "compensated" and undone["banner"] == {
+        "tone": "warn",
+        "text": "Your order could not be completed. Your card was declined, so no money was taken. "
+        "Everything done so far has been undone.",
+    }
+
+
+def test_status_page__remote_error__customer_sentence_raw_error_only_for_the_api(
+    signed_in: tuple[Client, Any],
+) -> None:
+    client, user = signed_in
+    order = order_submit(owner_id=user.id, data=ORDER)
+    _play_steps(order.run_id, [("success", ""), ("permanent", DECLINED), ("success", "")])
+
+    page = client.get(f"/orders/{order.pk}/").content.decode()
+    status = client.get(f"/orders/{order.pk}/status/").content.decode()
+    charge = next(s for s in json.loads(status)["steps"] if s["name"] == "charge_payment")
+    api = token_client(user).get(f"/api/orders/{order.pk}/").json()
+    api_charge = next(s for s in api["steps"] if s["name"] == "charge_payment")
+
+    for customer_view in (page, status):
+        assert "card_declined" not in customer_view and "402" not in customer_view
+    assert [a["reason"] for a in charge["attempt_history"]] == [
+        "Your card was declined, so no money was taken."
+    ]
+    assert "Attempt 1</span> Your card was declined" in page
+    assert api_charge["attempt_history"][0]["error"] == DECLINED  # kept for whoever operates
+    assert api_charge["attempt_history"][0]["reason"] == "Your card was declined, so no money was taken."
+
+
+def test_status_page__step_labels_and_progress(signed_in: tuple[Client, Any]) -> None:
+    client, user = signed_in
+    order = order_submit(owner_id=user.id, data=ORDER)
+    _play_steps(order.run_id, [("success", "")])
+
+    page = client.get(f"/orders/{order.pk}/").content.decode()
+    status = client.get(f"/orders/{order.pk}/status/").json()
+
+    assert [s["label"] for s in status["steps"]] == [
+        "Reserve the items",
+        "Charge the card",
+        "Create the shipment",
+    ]
+    assert status["progress"] == {"done": 1, "total": 3, "undone": 0, "to_undo": 0}
+    assert "1 of 3 steps done" in page and 'aria-valuenow="1"' in page
+    cells = re.findall(r'<tr data-step="[a-z_]+"[^>]*>\s*<td>([^<]*)</td>', page)
+    assert [c.strip() for c in cells] == ["Reserve the items", "Charge the card", "Create the shipment"]
+    assert [e["step_label"] for e in status["events"] if e["step_label"]] == ["Reserve the items"]
+
+
+def _item_form(**rows: str) -> dict[str, str]:
+    data = {k: v for k, v in FORM.items() if not k.startswith("items-")}
+    return {
+        **data,
+        "items-INITIAL_FORMS": "0",
+        "items-MIN_NUM_FORMS": "1",
+        "items-MAX_NUM_FORMS": "50",
+        **rows,
+    }
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        pytest.param(
+            {"items-TOTAL_FORMS": "1", "items-0-sku": "", "items-0-quantity": "1"},
+            "This field is required.",
+            id="empty-row",
+        ),
+        pytest.param(
+            {
+                "items-TOTAL_FORMS": "1",
+                "items-0-sku": "SKU-1",
+                "items-0-quantity": "1",
+                "items-0-DELETE": "on",
+            },
+            "Add at least one item.",
+            id="every-row-removed",
+        ),
+        pytest.param({"items-TOTAL_FORMS": "0"}, "Add at least one item.", id="no-rows"),
+    ],
+)
+def test_place_order__no_item__one_clear_message(
+    signed_in: tuple[Client, Any], rows: dict[str, str], message: str
+) -> None:
+    client, _ = signed_in
+
+    html = client.post("/orders/new/", _item_form(**rows)).content.decode()
+
+    assert html.count(message) == 1, html
+    assert "Please submit at least" not in html
+    assert Order.objects.count() == 0
+
+
+def test_favicon__linked_on_every_page_and_served(signed_in: tuple[Client, Any]) -> None:
+    client, _ = signed_in
+    client.force_login(make_superuser())
+
+    pages = [client.get(url).content.decode() for url in ("/", "/orders/new/", "/admin/")]
+    redirect = client.get("/favicon.ico")
+    icon = finders.find("orders/favicon.svg")  # what runserver or collectstatic serves there
+
+    assert all('rel="icon" href="/static/orders/favicon.svg"' in html for html in pages)
+    assert redirect.status_code == 301 and redirect["Location"] == "/static/orders/favicon.svg"
+    assert isinstance(icon, str) and "<svg" in Path(icon).read_text()

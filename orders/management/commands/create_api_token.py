@@ -19,7 +19,10 @@ class Command(BaseCommand):
         try:
             user = user_model.objects.get(**{user_model.USERNAME_FIELD: options["username"]})
         except user_model.DoesNotExist:
-            raise CommandError(f"no user {options['username']!r}") from None
+            name = options["username"]
+            raise CommandError(
+                f"no user {name!r}: create it first with `manage.py create_user {name}`"
+            ) from None
         if options["rotate"]:
             Token.objects.filter(user=user).delete()
         token, _ = Token.objects.get_or_create(user=user)

@@ -1,6 +1,7 @@
 // Live status of one order: polls the status endpoint every second until the run is terminal,
-// and redraws the steps, the state badge and the event log. No framework; text only (no
-// innerHTML with data), so nothing a remote service says can inject markup.
+// and redraws the banner, the progress, the steps (with each failed attempt's reason), the state
+// badge and the event log. No framework; text only (no innerHTML with data), so nothing a remote
+// service says can inject markup.
 (function () {
   "use strict";
   var config = JSON.parse(document.getElementById("status-config").textContent);
@@ -27,22 +28,45 @@
     return el("span", { "class": "badge badge-" + state, text: label });
   }
 
+  function reasons(step) {
+    // Every attempt that failed, with its reason: a later success does not hide earlier failures.
+    return el("ol", { "class": "attempts" }, step.attempt_history.filter(function (a) {
+      return a.reason;
+    }).map(function (a) {
+      return el("li", { "data-attempt": String(a.attempt), "data-status": a.status }, [
+        el("span", { "class": "attempt-n", text: "Attempt " + a.attempt }),
+        document.createTextNode(" " + a.reason),
+      ]);
+    }));
+  }
+
   function renderSteps(steps) {
     var body = document.querySelector("#steps tbody");
     var rows = steps.map(function (s) {
       var name = el("td", {}, [
         s.kind === "compensation" ? el("span", { "class": "undo", title: "Compensation", text: "↺ " }) : null,
-        document.createTextNode(s.name),
+        document.createTextNode(s.label),
       ]);
       return el("tr", { "data-step": s.name, "data-state": s.state }, [
         name,
         el("td", {}, [badge(s.state, s.state_label)]),
         el("td", { "class": "num", text: String(s.attempts) }),
         el("td", { "class": "mono small", text: time(s.complete_by) }),
-        el("td", { "class": "error-cell", text: s.last_error || "" }),
+        el("td", { "class": "reasons" }, [reasons(s)]),
       ]);
     });
     body.replaceChildren.apply(body, rows);
+  }
+
+  function renderProgress(p, state) {
+    var box = document.getElementById("progress");
+    box.dataset.state = state;
+    var text = p.done + " of " + p.total + " steps done";
+    if (p.to_undo) text += " · " + p.undone + " of " + p.to_undo + " undone";
+    box.querySelector(".progress-text").textContent = text;
+    box.querySelector(".progress-fill").style.width = (p.total ? Math.round(100 * p.done / p.total) : 0) + "%";
+    box.setAttribute("aria-valuemax", String(p.total));
+    box.setAttribute("aria-valuenow", String(p.done));
   }
 
   function renderEvents(events) {
@@ -52,8 +76,8 @@
         el("time", { text: time(e.at) }),
         document.createTextNode(" "),
         el("span", { "class": "event-type", text: e.type_label }),
-        e.step ? document.createTextNode(" ") : null,
-        e.step ? el("span", { "class": "mono", text: e.step }) : null,
+        e.step_label ? document.createTextNode(" ") : null,
+        e.step_label ? el("span", { text: e.step_label }) : null,
       ]);
     }));
   }
@@ -62,11 +86,13 @@
     var state = document.getElementById("run-state");
     state.dataset.state = data.state;
     state.replaceChildren(badge(data.state, data.state_label));
+    var banner = document.getElementById("banner");
+    banner.className = "alert alert-" + data.banner.tone;
+    banner.dataset.tone = data.banner.tone;
+    banner.textContent = data.banner.text;
+    renderProgress(data.progress, data.state);
     renderSteps(data.steps);
     renderEvents(data.events);
-    var error = document.getElementById("run-error");
-    error.textContent = data.error || "";
-    error.classList.toggle("hidden", !data.error);
     document.getElementById("cancel-form").classList.toggle("hidden", !data.cancellable);
     document.getElementById("live").classList.toggle("hidden", data.terminal);
   }
@@ -83,6 +109,11 @@
       })
       .catch(function () { window.setTimeout(poll, POLL_MS * 3); });
   }
+
+  var cancel = document.getElementById("cancel-form");
+  cancel.addEventListener("submit", function (event) {
+    if (!window.confirm(cancel.dataset.confirm)) event.preventDefault();
+  });
 
   render(initial);
   if (!initial.terminal) window.setTimeout(poll, POLL_MS);

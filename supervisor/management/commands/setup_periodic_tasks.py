@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from supervisor.periodic import periodic_tasks_ensure
+from supervisor.periodic import PERIODIC_TASKS, periodic_tasks_ensure
 
 
 class Command(BaseCommand):
@@ -22,4 +22,9 @@ class Command(BaseCommand):
             intervals=settings.SAS,
             reset=options["reset"],
         )
-        self.stdout.write(f"periodic tasks created/reset: {', '.join(touched) or 'none (already present)'}")
+        if touched:
+            self.stdout.write(
+                f"periodic tasks {'reset' if options['reset'] else 'created'}: {', '.join(touched)}"
+            )
+        else:  # already there: the migration creates them, so this is also a new database's case
+            self.stdout.write(f"periodic tasks in place: {', '.join(name for name, *_ in PERIODIC_TASKS)}")
