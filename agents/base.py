@@ -192,6 +192,20 @@ class AgentTask(Task):
                 except TransientFault as exc:
                     breaker.record_failure()
                     reached = reached or exc.reached
+                    if not decision.clean:
+                        # This call was the open breaker's probe, and the service is still
+                        # down: the breaker's business, not the step's - no failure counted
+                        # (the step's whole deadline bounds the wait). It may have reached the
+                        # service, so the step stays one to compensate.
+                        return self._reply(
+                            step_id,
+                            lease,
+                            deadline,
+                            "deferred",
+                            error=f"probe failed, circuit open for {self.service}: {exc}",
+                            retry_after=self.breaker_retry_after(),
+                            reached=reached,
+                        )
                     last_error = str(exc)
                     logger.info("step %s try %d: %s", step_id, tries, exc)
                     pause = policy.delay(tries)
@@ -222,6 +236,10 @@ class AgentTask(Task):
         """The circuit breaker this call goes through; one per remote service by default."""
         return self.service
 
+    def breaker_retry_after(self) -> float:
+        """Seconds until the breaker lets a probe through again (its reset timeout)."""
+        return float(settings.SAS["BREAKER_RESET_TIMEOUT"])
+
     def call_remote(self, *, path: str, payload: dict[str, Any], idempotency_key: str, timeout: float) -> Any:
         """One call to the remote; raises TransientFault / PermanentFault. Returns the result."""
         return remote_post(
@@ -238,6 +256,7 @@ class AgentTask(Task):
         result: Any = None,
         error: str = "",
         retry_after: float = 0.0,
+        reached: bool = False,
     ) -> str:
         if timezone.now() >= deadline:
             # The pattern's rule: past complete-by the agent says nothing, not even an error.
@@ -257,6 +276,7 @@ class AgentTask(Task):
                     "error": error,
                     "worker": worker,
                     "retry_after": retry_after,
+                    "reached": reached,
                 },
                 ignore_result=True,
             )
@@ -271,6 +291,7 @@ class AgentTask(Task):
                 error=error,
                 worker=worker,
                 retry_after=retry_after,
+                reached=reached,
             )
 
         try:

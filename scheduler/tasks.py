@@ -74,6 +74,7 @@ def scheduler_reply(
     error: str = "",
     worker: str = "",
     retry_after: float = 0.0,
+    reached: bool = False,
 ) -> str:
     """An agent's reply, in "queue" reply mode. Fenced by the lease in the service."""
     if outcome not in ("success", "permanent", "transient", "deferred"):
@@ -87,4 +88,5 @@ def scheduler_reply(
         error=error,
         worker=worker,
         retry_after=retry_after,
+        reached=reached,
     )

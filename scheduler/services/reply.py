@@ -35,6 +35,7 @@ def step_reply(
     worker: str = "",
     claim_next: bool = True,
     retry_after: float = 0.0,
+    reached: bool = False,
 ) -> ReplyResult:
     """Accept an agent's reply if it still holds the step: state Processing, same lease, deadline
     not passed. Otherwise record it as ignored and change nothing.
@@ -43,8 +44,9 @@ def step_reply(
     permanent -> Error, the run compensates (or, for a compensation, the run Fails).
     transient -> failure_count + 1, Pending after backoff (at least `retry_after`), or Error at
     a forward step's limit or whole-step deadline (a compensation keeps trying).
-    deferred -> the attempt never reached the service (open breaker, connection refused):
-    Pending at `retry_after` (the breaker's next probe), no failure counted.
+    deferred -> the attempt did not count (open breaker, connection refused, a failed probe of
+    an open breaker): Pending at `retry_after` (the breaker's next probe), no failure counted;
+    `reached` says whether it may have reached the service all the same (a probe).
 
     With `claim_next`, the run's next step and one more due step of the same operation are
     claimed in the same transaction and dispatched after commit (the scheduler's work, done in
