@@ -214,6 +214,7 @@ def step_as_dict(step: Step, *, label: str = "", attempts: list[Attempt] | None 
         "failure_count": step.failure_count,
         "max_failures": step.max_failures,
         "complete_by": step.complete_by.isoformat() if step.complete_by else None,
+        "deadline": step.close_by.isoformat() if step.close_by else None,
         "last_error": step.last_error,
         "attempt_history": [
             {

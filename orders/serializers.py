@@ -131,6 +131,13 @@ class StepSerializer(serializers.Serializer[dict[str, Any]]):
     failure_count = serializers.IntegerField()
     max_failures = serializers.IntegerField()
     complete_by = serializers.DateTimeField(allow_null=True, help_text="Deadline of the current attempt.")
+    deadline = serializers.DateTimeField(
+        allow_null=True,
+        help_text=(
+            "The whole step's deadline: it keeps trying (through outages) until then, and the order "
+            "is undone if it has not succeeded by then. Null before its first attempt."
+        ),
+    )
     last_error = serializers.CharField(allow_blank=True)
     attempt_history = AttemptSerializer(many=True, help_text="Every attempt with its outcome, oldest first.")
 

@@ -52,6 +52,7 @@
         el("td", {}, [badge(s.state, s.state_label)]),
         el("td", { "class": "num", text: String(s.attempts) }),
         el("td", { "class": "mono small", text: time(s.complete_by) }),
+        el("td", { "class": "mono small", text: time(s.deadline) }),
         el("td", { "class": "reasons" }, [reasons(s)]),
       ]);
     });
