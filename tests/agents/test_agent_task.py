@@ -9,9 +9,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.base import close_http_client
-from orders.tasks import payment_charge
+from agents.operations import remote_operation
 from scheduler.models import Step
 from scheduler.services import run_submit, step_claim_due
+from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
+
+# An agent operation of the test's own (the agent base knows no domain): a charge at the simulator.
+payment_charge = remote_operation(
+    name="agents.payment.test_charge", service="payment", path="/payment/charge"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -22,16 +28,12 @@ def _close_client():
 
 @pytest.fixture
 def claimed_charge(engine, demo_user):
-    """A run whose charge step is claimed by the test (the engine's workers never see it)."""
-    run = run_submit(
-        workflow="order_fulfilment",
-        input={"items": [{"sku": "A", "quantity": 1}], "amount": "3.00", "currency": "EUR"},
-        owner_id=demo_user.id,
-        kick=False,
-    )
-    Step.objects.filter(run=run, seq=0).update(process_state="processed")
-    Step.objects.filter(run=run, name="charge_payment").update(
-        process_state="pending", payload={"amount": "3.00", "currency": "EUR", "card": "tok_ok"}
+    """A run of the engine's own test workflow whose first step is claimed by the test (the
+    engine's workers never see it), its payload a charge for the payment service."""
+    register_engine_workflow()
+    run = run_submit(workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, owner_id=demo_user.id, kick=False)
+    Step.objects.filter(run=run, seq=0).update(
+        payload={"amount": "3.00", "currency": "EUR", "card": "tok_ok"}, operation=payment_charge.name
     )
     with transaction.atomic():
         (claim,) = step_claim_due(instance="test", limit=1, run_id=run.id)
@@ -73,3 +75,33 @@ def test_agent__declined__permanent_reply_accepted(engine, claimed_charge):
     assert outcome == "accepted"
     step = Step.objects.get(pk=claimed_charge.step_id)
     assert step.process_state == "error" and step.error_permanent and "card_declined" in step.last_error
+
+
+def test_agent__read_after_its_start_by__dropped_unread(engine, claimed_charge):
+    message = claimed_charge.message()
+    message["start_by"] = (timezone.now() - timedelta(seconds=1)).isoformat()
+
+    assert payment_charge.perform(path="/payment/charge", **message) == "dropped"
+    assert engine.sim.stats()["total"] == 0
+
+
+def test_agent__connection_refused__deferred_without_a_failure(engine, claimed_charge, settings):
+    settings.SAS = {
+        **settings.SAS,
+        "REMOTE_URLS": {**settings.SAS["REMOTE_URLS"], "payment": "http://127.0.0.1:9"},
+    }
+
+    outcome = perform(claimed_charge)
+
+    assert outcome == "accepted"
+    step = Step.objects.get(pk=claimed_charge.step_id)
+    assert step.process_state == "pending" and step.failure_count == 0 and not step.reached
+    assert step.history.get(kind="attempt").status == "deferred"
+
+
+def test_agent__start__marked_for_the_supervisor(engine, claimed_charge):
+    from scheduler.attempts import attempts_started
+
+    assert attempts_started(leases=[claimed_charge.lease]) == set()
+    assert perform(claimed_charge) == "accepted"
+    assert attempts_started(leases=[claimed_charge.lease]) == {claimed_charge.lease}
