@@ -33,7 +33,7 @@ from django.utils import timezone
 from scheduler.attempts import attempt_mark_started
 from scheduler.services import scheduler_instance_id, step_reply
 
-from .breaker import CircuitBreaker
+from .breaker import HALF_OPEN, CircuitBreaker
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class AgentTask(Task):
                 except TransientFault as exc:
                     breaker.record_failure()
                     reached = reached or exc.reached
-                    if not decision.clean:
+                    if decision.state == HALF_OPEN:
                         # This call was the open breaker's probe, and the service is still
                         # down: the breaker's business, not the step's - no failure counted
                         # (the step's whole deadline bounds the wait). It may have reached the

@@ -26,7 +26,10 @@ REFUSALS: dict[str, str] = {
 
 # The agents' error texts (agents/base.py) and the supervisor's (supervisor/services.py).
 _REFUSED = re.compile(r"^\S+ refused \((?P<status>\d+)\): (?P<body>.*)$", re.DOTALL)
-_UNAVAILABLE = re.compile(r"^\S+ (answered \d+|unreachable|timed out|sent a body)|^circuit open for ")
+_UNAVAILABLE = re.compile(
+    r"^\S+ (answered \d+|unreachable|timed out|sent a body)"
+    r"|^circuit open for |^probe failed, circuit open for "
+)
 _NO_REPLY = re.compile(r"^no reply before complete_by")
 _NOT_STARTED = re.compile(r"^not started by ")
 _CANCELLED = re.compile(r"^cancelled by ")

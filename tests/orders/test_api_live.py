@@ -144,12 +144,14 @@ def test_get_order__step_failed_twice_then_succeeded__every_attempts_reason_kept
     charge = next(s for s in body["steps"] if s["name"] == "charge_payment")
     history = charge["attempt_history"]
     assert charge["failure_count"] == 2 and charge["label"] == "Charge the card"
-    assert [a["attempt"] for a in history] == [1, 2, 3]
-    assert [a["status"] for a in history] == ["failed_transient", "failed_transient", "succeeded"]
+    assert [a["attempt"] for a in history] == list(range(1, len(history) + 1))
+    # Two attempts reached the service and failed; while its breaker was open, later attempts
+    # were deferred (they cost no failure), until one succeeded.
+    statuses = [a["status"] for a in history]
+    assert statuses[:2] == ["failed_transient", "failed_transient"] and statuses[-1] == "succeeded"
+    assert set(statuses[2:-1]) <= {"deferred"}
     assert history[0]["error"].startswith("payment answered 503")
-    assert history[1]["error"] in ("circuit open for payment", history[0]["error"])
-    assert [a["reason"] for a in history] == ["The payment service was not available at that moment."] * 2 + [
-        ""
-    ]
+    unavailable = "The payment service was not available at that moment."
+    assert [a["reason"] for a in history] == [unavailable] * (len(history) - 1) + [""]
     assert all(a["ended_at"] for a in history)
     assert body["progress"] == {"done": 3, "total": 3, "undone": 0, "to_undo": 0}

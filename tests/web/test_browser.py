@@ -69,11 +69,17 @@ def _watch_until(page: Any, state: str) -> list[str]:
     """Collect the step states the page shows while it updates itself, until the run is `state`."""
     seen: list[str] = []
     for _ in range(300):
-        rows = page.eval_on_selector_all("#steps tbody tr", "rows => rows.map(r => r.dataset.state || '')")
+        # One evaluation reads both, so a render between two reads cannot mix two polls.
+        rows, run_state = page.evaluate(
+            """() => [
+                Array.from(document.querySelectorAll("#steps tbody tr")).map(r => r.dataset.state || ""),
+                document.getElementById("run-state").dataset.state,
+            ]"""
+        )
         snapshot = ",".join(rows)
         if not seen or seen[-1] != snapshot:
             seen.append(snapshot)
-        if page.get_attribute("#run-state", "data-state") == state:
+        if run_state == state:
             return seen
         page.wait_for_timeout(100)
     raise AssertionError(f"page never showed {state}; saw {seen}")

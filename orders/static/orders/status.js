@@ -52,8 +52,16 @@
         el("td", {}, [badge(s.state, s.state_label)]),
         el("td", { "class": "num", text: String(s.attempts) }),
         el("td", { "class": "mono small", text: time(s.complete_by) }),
-        el("td", { "class": "mono small", text: time(s.deadline) }),
-        el("td", { "class": "reasons" }, [reasons(s)]),
+        el("td", { "class": "reasons" }, [
+          s.deadline && (s.state === "pending" || s.state === "processing")
+            ? el("p", {
+                "class": "small deadline",
+                title: "The step keeps trying, through outages, until then; after that the order is undone.",
+                text: "Keeps trying until " + time(s.deadline),
+              })
+            : null,
+          reasons(s),
+        ]),
       ]);
     });
     body.replaceChildren.apply(body, rows);
