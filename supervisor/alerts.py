@@ -5,12 +5,23 @@ from __future__ import annotations
 import logging
 import uuid
 
-from django.db.models import F
-from django.db.models.functions import Now
+from django.db import connection
 
 from .models import Alert
 
 logger = logging.getLogger("sas.alerts")
+
+
+# One statement: a new alert, or one more occurrence of the open alert with the same key. The
+# conflict target is the partial unique index alert_open_key_unique.
+_RAISE_SQL = """
+INSERT INTO supervisor_alert (run_id, step_id, kind, severity, message, key, count, created_at, last_seen_at)
+VALUES (%(run_id)s, %(step_id)s, %(kind)s, %(severity)s, %(message)s, %(key)s, 1,
+        statement_timestamp(), statement_timestamp())
+ON CONFLICT (key) WHERE acknowledged_at IS NULL AND key <> ''
+DO UPDATE SET count = supervisor_alert.count + 1, last_seen_at = statement_timestamp()
+RETURNING id, count
+"""
 
 
 def alert_raise(
@@ -21,26 +32,26 @@ def alert_raise(
     message: str,
     severity: str = Alert.Severity.WARNING,
     key: str = "",
-) -> Alert:
+) -> int:
     """Store an alert and log it - or, while an unacknowledged alert with the same `key` is
-    open, count this one on it (one alert per incident, not one per order). Runs inside the
-    caller's transaction: no alert for a change that rolls back; the open alert's row is locked
-    while it is counted, so two raisers never both create one."""
-    if key:
-        updated = (
-            Alert.objects.select_for_update()
-            .filter(key=key, acknowledged_at__isnull=True)
-            .order_by("-created_at")
-            .first()
+    open, count this one on it (one alert per incident, not one per order; concurrent raisers
+    meet on a unique index). Runs inside the caller's transaction: no alert for a change that
+    rolls back. Returns the alert's id."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RAISE_SQL,
+            {
+                "run_id": str(run_id),
+                "step_id": step_id,
+                "kind": kind,
+                "severity": severity,
+                "message": message,
+                "key": key,
+            },
         )
-        if updated is not None:
-            Alert.objects.filter(pk=updated.pk).update(count=F("count") + 1, last_seen_at=Now())
-            logger.warning(
-                "ALERT %s again (incident %s) run=%s step=%s: %s", kind, key, run_id, step_id, message
-            )
-            return updated
-    alert = Alert.objects.create(
-        run_id=run_id, step_id=step_id, kind=kind, severity=severity, message=message, key=key
-    )
-    logger.error("ALERT %s run=%s step=%s: %s", kind, run_id, step_id, message)
-    return alert
+        alert_id, count = cursor.fetchone()
+    if count == 1:
+        logger.error("ALERT %s run=%s step=%s: %s", kind, run_id, step_id, message)
+    else:
+        logger.warning("ALERT %s again (%d times, incident %s) run=%s: %s", kind, count, key, run_id, message)
+    return int(alert_id)

@@ -45,8 +45,15 @@ class Alert(models.Model):
             models.Index(
                 fields=["-created_at"], name="alert_open_idx", condition=Q(acknowledged_at__isnull=True)
             ),
-            models.Index(
-                fields=["key"], name="alert_open_key_idx", condition=Q(acknowledged_at__isnull=True)
+        ]
+        constraints = [
+            # At most one open alert per incident: concurrent raisers meet here (INSERT ... ON
+            # CONFLICT in supervisor/alerts.py), so an outage failing many orders at once in
+            # many worker processes still makes one alert.
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=Q(acknowledged_at__isnull=True) & ~Q(key=""),
+                name="alert_open_key_unique",
             ),
         ]
 

@@ -1,12 +1,14 @@
 """Outages, stopped workers and refusals are waited out (issue 7), on real workers and real time.
 
 The session's engine runs with the test policy (tests/envsetup.py): attempts of 3 s, a queue
-timeout of 2 s, a whole-step deadline of 60 s, a breaker that opens after 5 failures and probes
+timeout of 2 s, a whole-step deadline of 90 s, a breaker that opens after 5 failures and probes
 every 2 s, compensations that alert after 6 failures and retry at most 2 s apart.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections import Counter
 from datetime import timedelta
@@ -145,7 +147,10 @@ def test_outage__shipping_slow_for_2_minutes__compensation_waits_it_out(engine, 
 
 def test_outage__agents_stopped_60s_with_50_in_flight__all_complete_nothing_counted(engine, demo_user):
     orders = [submit_order(demo_user) for _ in range(50)]
-    engine.agents.stop()
+    # A deploy stops the worker the way Celery means it to be stopped: SIGTERM to its main
+    # process (a warm shutdown: calls in progress finish, the rest of its messages go back).
+    os.kill(engine.agents.pid, signal.SIGTERM)
+    engine.agents.popen.wait(timeout=30)
     try:
         time.sleep(60)
     finally:
@@ -155,7 +160,11 @@ def test_outage__agents_stopped_60s_with_50_in_flight__all_complete_nothing_coun
 
     assert {r.state for r in runs} == {Run.State.COMPLETED}
     steps = Step.objects.filter(run_id__in=[o.run_id for o in orders])
-    assert set(steps.values_list("failure_count", flat=True)) == {0}
+    counted = [
+        (s.name, list(s.history.values_list("kind", "status", "error", "worker")))
+        for s in steps.filter(failure_count__gt=0)
+    ]
+    assert counted == []
     # Sent again while no agent was there, never counted, and each call made once.
     assert TaskExecutionHistory.objects.filter(status=TaskExecutionHistory.Status.REQUEUED).exists()
     for service, operation in (("inventory", "reserve"), ("payment", "charge"), ("shipping", "create")):
