@@ -328,7 +328,9 @@ $$;
 -- complete_by), a deferral (the attempt never reached the service: open breaker, connection
 -- refused) and a requeue (no agent started it before start_by).
 --   p_count: the attempt counts against the failure budget (it reached the service, or may
---   have). Deferrals and requeues do not count.
+--   have). Deferrals and requeues do not count - for a forward step. A compensation has no
+--   budget to lose (it never gives up): every attempt it makes counts toward its alert
+--   threshold, so an undo held up by an open breaker or by missing workers is reported too.
 --   Processing -> Pending with not_before = now + delay: counted, exponential backoff with
 --   equal jitter (capped by backoff_max), at least p_min_backoff; not counted, p_min_backoff
 --   (the breaker's next probe) plus a little jitter.
@@ -353,7 +355,7 @@ BEGIN
         SELECT * FROM unnest(p_ids, p_leases, p_errors, p_reached) AS t(id, lease, error, reached)
     ), cur AS (
         SELECT s.id, s.run_id, s.name, s.kind, s.lease, s.max_failures, s.close_by,
-               s.failure_count + CASE WHEN p_count THEN 1 ELSE 0 END AS failures,
+               s.failure_count + CASE WHEN p_count OR s.kind = 'compensation' THEN 1 ELSE 0 END AS failures,
                s.reached OR coalesce(i.reached, false) AS reached,
                left(i.error, 4000) AS error,
                CASE WHEN p_count
@@ -429,7 +431,7 @@ BEGIN
                         'step_id', id, 'run_id', run_id, 'name', name, 'kind', kind,
                         'failure_count', failures, 'max_failures', max_failures, 'error', error)
                         ORDER BY id), '[]'::jsonb)
-                    FROM changed WHERE kind = 'compensation' AND p_count AND failures = max_failures),
+                    FROM changed WHERE kind = 'compensation' AND failures = max_failures),
         'event_ids', (SELECT coalesce(jsonb_agg(id), '[]'::jsonb) FROM retry_events))
     INTO v_result;
     RETURN v_result || jsonb_build_object('events', sas_observed_events(ARRAY(
