@@ -34,8 +34,11 @@ def submit(user, **kwargs):
 def claim(run):
     Step.objects.filter(run=run, process_state="pending").update(not_before=datetime(2000, 1, 1, tzinfo=UTC))
     with transaction.atomic():
-        (c,) = step_claim_due(instance="test", limit=1, run_id=run.id)
-    return c
+        claims = step_claim_due(instance="test", limit=1, run_id=run.id)
+    assert len(claims) == 1, list(
+        Step.objects.filter(run=run).values_list("name", "process_state", "not_before")
+    )
+    return claims[0]
 
 
 def test_defer__breaker_open__pending_at_probe_time_no_failure_counted(user):
@@ -60,7 +63,14 @@ def test_defer__many_times__never_errors_before_the_deadline(user):
     run = submit(user)
     for _ in range(10):
         c = claim(run)
-        step_reply(step_id=c.step_id, lease=c.lease, outcome="deferred", error="circuit open", retry_after=0)
+        step_reply(
+            step_id=c.step_id,
+            lease=c.lease,
+            outcome="deferred",
+            error="circuit open",
+            retry_after=0,
+            claim_next=False,
+        )
 
     step = Step.objects.get(pk=c.step_id)
     assert step.process_state == "pending" and step.failure_count == 0 and step.attempts == 10
@@ -154,7 +164,13 @@ def test_compensation__never_errors_on_its_count__alerts_once_and_keeps_trying(u
     try:
         for _ in range(9):
             c = claim(run)
-            step_reply(step_id=c.step_id, lease=c.lease, outcome="transient", error="inventory answered 503")
+            step_reply(
+                step_id=c.step_id,
+                lease=c.lease,
+                outcome="transient",
+                error="inventory answered 503",
+                claim_next=False,
+            )
     finally:
         step_struggling.disconnect(dispatch_uid="test-struggling")
 
