@@ -35,8 +35,17 @@ def procfile_agents(engine: Engine, tmp_path: Path) -> Iterator[list[Proc]]:
     engine.agents.stop()
     procs: list[Proc] = []
     try:
+        # Started together, then waited for together: four workers booting one after another
+        # cost seconds of the suite.
         for name in names:
-            procs.append(procfile_process(name, log_dir=tmp_path, env=env).start(ready_marker=" ready."))
+            procs.append(procfile_process(name, log_dir=tmp_path, env=env).start(ready_marker=None))
+        for proc in procs:
+
+            def ready(proc: Proc = proc) -> bool:
+                return " ready." in proc.log() or not proc.alive()
+
+            wait_for(ready, timeout=40, what=f"{proc.name} to be ready")
+            assert proc.alive(), proc.log()[-3000:]
         yield procs
     finally:
         for proc in procs:
