@@ -51,6 +51,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: an overloaded database answers 503 + Retry-After wherever it surfaces (issue 7).
+    "sasproject.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -80,17 +82,43 @@ TEMPLATES = [
 WSGI_APPLICATION = "sasproject.wsgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sasproject")
+# Connections per process are bounded by configuration, never by load (issue 7: runserver's
+# thread per request, each keeping its own connection, opened 96 and PostgreSQL refused
+# everyone with "too many clients already"). Two ways, chosen per process by the environment:
+# - DATABASE_POOL_MAX_SIZE > 0: a psycopg connection pool of that many connections per process,
+#   shared by its threads (the web: gunicorn's threads borrow one per request and give it back at
+#   the end of it; a request that waits longer than DATABASE_POOL_TIMEOUT for one gets a 503).
+#   https://docs.djangoproject.com/en/5.2/ref/databases/#connection-pool
+# - otherwise persistent connections, one per thread that uses the database: a Celery prefork
+#   child runs one task at a time, so a worker holds at most its concurrency. A Celery worker
+#   runs thousands of short tasks; reconnecting per task would dominate the cost of a step.
+#   https://docs.djangoproject.com/en/5.2/ref/databases/#persistent-connections
+# The bound of each process of `make run` and the figures behind the choice: docs/design.md,
+# "Database connections".
+DATABASE_POOL_MAX_SIZE = int(os.environ.get("DATABASE_POOL_MAX_SIZE", "0"))
 DATABASES = {
-    # Persistent connections: a Celery worker runs thousands of short tasks; reconnecting per
-    # task would dominate the cost of a step. Health checks drop a connection that PostgreSQL
-    # closed (restart, failover) instead of failing the next task with it.
-    # https://docs.djangoproject.com/en/5.2/ref/databases/#persistent-connections
+    # Health checks drop a connection that PostgreSQL closed (restart, failover) instead of
+    # failing the next task with it.
     "default": dj_database_url.parse(
         DATABASE_URL,
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "300")),
+        conn_max_age=0 if DATABASE_POOL_MAX_SIZE else int(os.environ.get("DATABASE_CONN_MAX_AGE", "300")),
         conn_health_checks=True,
     ),
 }
+# Who holds a connection shows in pg_stat_activity.application_name (the Procfile names each
+# process). https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNECT-APPLICATION-NAME
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["OPTIONS"]["application_name"] = os.environ.get(
+    "DATABASE_APPLICATION_NAME", "sasproject"
+)
+if DATABASE_POOL_MAX_SIZE:
+    # min_size connections are opened when the pool opens (first query) and kept; more up to
+    # max_size on demand. https://www.psycopg.org/psycopg3/docs/api/pool.html
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": min(int(os.environ.get("DATABASE_POOL_MIN_SIZE", "1")), DATABASE_POOL_MAX_SIZE),
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": env_float("DATABASE_POOL_TIMEOUT", 5.0),
+    }
 DATABASES["default"].setdefault("TEST", {})
 DATABASES["default"]["TEST"]["NAME"] = os.environ.get("DATABASE_TEST_NAME") or None
 
@@ -105,6 +133,9 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+# Seconds a client is told to wait (Retry-After) when the database cannot serve its request.
+SAS_WEB_RETRY_AFTER = int(os.environ.get("SAS_WEB_RETRY_AFTER", "2"))
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".staticfiles"

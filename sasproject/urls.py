@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
@@ -30,3 +31,8 @@ urlpatterns = [
     path("api/", include(router.urls)),
     path("", include("orders.urls")),
 ]
+# Static files (the admin's CSS, the pages' stylesheet) from the apps' folders while DEBUG is on,
+# as runserver did: `make run` serves the web with gunicorn. Empty when DEBUG is off - then run
+# collectstatic and serve STATIC_ROOT from the front web server.
+# https://docs.djangoproject.com/en/5.2/howto/static-files/#serving-static-files-during-development
+urlpatterns += staticfiles_urlpatterns()

@@ -142,3 +142,26 @@ def simulator_process(*, url: str, log_dir: Path, env: dict[str, str]) -> Proc:
     port = url.rsplit(":", 1)[1]
     args = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", port]
     return Proc(name="simulator", args=args, log_path=log_dir / "simulator.log", env=env)
+
+
+PROCFILE = REPO / "Procfile"
+
+
+def procfile_commands() -> dict[str, str]:
+    """The Procfile's processes, name -> shell command, exactly as `make run` (honcho) reads them."""
+    commands: dict[str, str] = {}
+    for line in PROCFILE.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, _, command = line.partition(":")
+        commands[name.strip()] = command.strip()
+    return commands
+
+
+def procfile_process(name: str, *, log_dir: Path, env: dict[str, str]) -> Proc:
+    """One Procfile process, run by a shell as honcho does, with the virtualenv's bin first on
+    PATH (the Makefile's export) so that `celery` and `gunicorn` are this interpreter's."""
+    command = procfile_commands()[name]
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', os.environ.get('PATH', ''))}"}
+    return Proc(name=name, args=["/bin/sh", "-c", command], log_path=log_dir / f"{name}.log", env=env)

@@ -1,17 +1,17 @@
 """The admin in a real browser: Debian's headless Chromium, driven by Playwright, against
-`manage.py runserver` on the test database. Screenshots go to the artifacts folder."""
+the Procfile's web (gunicorn) on the test database. Screenshots go to the artifacts folder."""
 
 from __future__ import annotations
 
 import socket
-import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..harness import REPO, Proc
+from ..harness import procfile_process, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -44,18 +44,25 @@ def _free_port() -> int:
 @pytest.fixture
 def admin_server(live_db: None, worker_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     port = _free_port()
-    proc = Proc(
-        name="web",
-        args=[sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        log_path=tmp_path / "web.log",
-        # DEBUG on, as under `make run`: runserver serves the admin's CSS and JS only then (the
-        # workers' environment turns DEBUG off, and the screenshots came out unstyled).
-        env={**worker_env, "DJANGO_DEBUG": "1"},
-    )
-    assert (REPO / "manage.py").exists()
-    proc.start(ready_marker="Quit the server with")
+    # The Procfile's web (gunicorn), DEBUG on as under `make run`: the project's urls serve the
+    # admin's CSS and JS only then (the workers' environment turns DEBUG off, and the
+    # screenshots came out unstyled).
+    proc = procfile_process(
+        "web", log_dir=tmp_path, env={**worker_env, "DJANGO_DEBUG": "1", "WEB_PORT": str(port)}
+    ).start(ready_marker="Booting worker")
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(f"{base}/admin/login/", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            assert proc.alive(), proc.log()[-3000:]
+            return False
+
     try:
-        yield f"http://127.0.0.1:{port}"
+        wait_for(up, timeout=30, interval=0.2, what="the web to answer")
+        yield base
     finally:
         proc.stop()
 

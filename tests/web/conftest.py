@@ -1,11 +1,11 @@
-"""A real web server (manage.py runserver, a subprocess on the test database, like the workers)
+"""A real web server (the Procfile's gunicorn, a subprocess on the test database, like the workers)
 and a headless Chromium driven by Playwright."""
 
 from __future__ import annotations
 
 import os
 import socket
-import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ..harness import Proc
+from ..harness import procfile_process, wait_for
 
 CHROMIUM = os.environ.get("SAS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -35,16 +35,26 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def web_server(worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The Procfile's web command (gunicorn, as `make run` serves it, DEBUG on so that it serves
+    the static files too) on a free port."""
     port = _free_port()
     log_dir = tmp_path_factory.mktemp("web-logs")
-    proc = Proc(
-        name="web",
-        args=[sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"],
-        log_path=log_dir / "web.log",
-        env={**worker_env, "DJANGO_DEBUG": "1"},
-    ).start(ready_marker="Quit the server with")
+    proc = procfile_process(
+        "web", log_dir=log_dir, env={**worker_env, "DJANGO_DEBUG": "1", "WEB_PORT": str(port)}
+    ).start(ready_marker="Booting worker")
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(f"{base}/accounts/login/", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            assert proc.alive(), proc.log()[-3000:]
+            return False
+
     try:
-        yield f"http://127.0.0.1:{port}"
+        wait_for(up, timeout=30, interval=0.2, what="the web to answer")
+        yield base
     finally:
         proc.stop()
 

@@ -1,0 +1,35 @@
+"""gunicorn's settings for the web process (`make run`'s Procfile and docker/compose.yml).
+
+A fixed number of processes and threads, so the web holds a known number of PostgreSQL
+connections whatever the request concurrency: WEB_WORKERS processes, each with WEB_THREADS
+threads serving requests and a connection pool of DATABASE_POOL_MAX_SIZE (settings.py) that
+those threads share. Requests beyond the threads wait in the listen backlog; a request that
+waits longer than DATABASE_POOL_TIMEOUT for a connection answers 503 with Retry-After
+(sasproject/middleware.py). The figures behind the defaults: docs/design.md, "Database
+connections". https://docs.gunicorn.org/en/stable/settings.html
+"""
+
+from __future__ import annotations
+
+import os
+
+# The web's database connections: a pool per process, shared by its threads (settings.py). The
+# environment may override these; the defaults are what `make run` and docker/compose.yml use.
+# 4 per process held 2 x 8 threads at the throughput of one connection per thread (16) and of
+# per-request connections (bench/web_load.py, docs/design.md).
+os.environ.setdefault("DATABASE_POOL_MAX_SIZE", "4")
+os.environ.setdefault("DATABASE_POOL_MIN_SIZE", "1")
+os.environ.setdefault("DATABASE_APPLICATION_NAME", "sas-web")
+
+bind = [f"{os.environ.get('WEB_HOST', '127.0.0.1')}:{os.environ.get('WEB_PORT', '8000')}"]
+workers = int(os.environ.get("WEB_WORKERS", "2"))
+# gthread: a thread per request in flight, up to `threads` per process.
+# https://docs.gunicorn.org/en/stable/design.html#choosing-a-worker-type
+worker_class = "gthread"
+threads = int(os.environ.get("WEB_THREADS", "8"))
+# A request slower than this is killed with its worker (the default, said out loud).
+timeout = 30
+graceful_timeout = 10
+# One line per request on stdout, like runserver.
+accesslog = "-"
+errorlog = "-"
