@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 
 
 class RunState(models.TextChoices):
@@ -185,7 +185,9 @@ class Step(models.Model):
     locked_by = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     complete_by = models.DateTimeField(null=True, blank=True)
     failure_count = models.PositiveIntegerField(default=0)
-    not_before = models.DateTimeField()
+    # From the database clock when the row is written (db_default), like every time on the
+    # engine's path; later set by the transitions (backoff, deferral) on the same clock.
+    not_before = models.DateTimeField(db_default=Now())
     lease = models.UUIDField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, unique=True)
     # Time in the queue is not time at work (Temporal's schedule-to-start): a claimed step whose

@@ -8,6 +8,7 @@ are `run_compensate`, `step_cancel_unstarted`, `step_stop`, `step_mark_compensat
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -59,10 +60,12 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
             or (s.process_state == Step.State.ERROR and not s.error_permanent and s.reached)
         }
         undo_ids |= {pk for pk, reached in transitions.step_cancel_unstarted(run_id=run.id) if reached}
-        wait_until = timezone.now()
+        # A step stopped in flight is undone after its old complete_by (database clock), when
+        # its agent has given up; otherwise the compensation is due at once (db_default).
+        wait_until: datetime | None = None
         for pk, complete_by in transitions.step_stop(run_id=run.id, reason=reason):
             undo_ids.add(pk)
-            wait_until = max(wait_until, complete_by)
+            wait_until = complete_by if wait_until is None else max(wait_until, complete_by)
         skipped = [s for s in forward if s.pk not in undo_ids and s.attempts > 0 and not s.error_permanent]
 
         definition = get_workflow(run.workflow)
@@ -79,7 +82,8 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
                 state=Step.State.PENDING if not compensations else Step.State.WAITING,
             )
             comp.compensates = s
-            comp.not_before = wait_until
+            if wait_until is not None:
+                comp.not_before = wait_until
             compensations.append(comp)
         if compensations:
             # Every forward step is finished, so every compensation's payload can be built now.

@@ -8,7 +8,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from scheduler import transitions
 from scheduler.models import Run, RunEvent, Step
@@ -53,7 +52,6 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
         backoff_max=definition.backoff_max,
         priority=run.priority,
         deadline=run.deadline,
-        not_before=timezone.now(),
     )
 
 
