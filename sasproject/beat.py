@@ -8,7 +8,7 @@ it re-reads the whole schedule (`all_as_schedule`) without catching database err
 exception out of `Scheduler.tick` ends beat (`celery.beat.Service.start` only catches
 KeyboardInterrupt/SystemExit). So an outage that covers one of those re-reads - any outage longer
 than 5 minutes - killed beat, and with it every sweep after the database came back.
-tests/engine/test_outage_live.py reproduces it with a shortened period.
+tests/e2e/test_outage_live.py reproduces it with a shortened period.
 """
 
 from __future__ import annotations

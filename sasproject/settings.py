@@ -195,7 +195,7 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Never give up reconnecting to the broker. The default (100 retries, 2 s apart growing to 30 s)
 # makes a worker exit with status 1 after ~47 minutes without Redis - the control worker is the
-# supervisor, which must outlive a broker outage (tests/engine/test_outage_live.py). None means
+# supervisor, which must outlive a broker outage (tests/e2e/test_outage_live.py). None means
 # retry forever (0 would mean "do not retry"): kombu.utils.functional.retry_over_time.
 # https://docs.celeryq.dev/en/stable/userguide/configuration.html#broker-connection-max-retries
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None

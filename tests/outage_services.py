@@ -1,6 +1,6 @@
 """Private PostgreSQL and Redis servers that a test may stop and start again.
 
-The outage tests (tests/engine/test_outage_live.py) take the state store and the broker away
+The outage tests (tests/e2e/test_outage_live.py) take the state store and the broker away
 from a running engine. They must never touch the machine's shared servers (127.0.0.1:5432 and
 :6379, which other sessions use), so each test module gets its own servers on free ports, with
 their files under a temporary directory, and the engine's processes are pointed at them with

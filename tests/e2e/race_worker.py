@@ -1,6 +1,6 @@
 """A separate OS process that claims or sweeps in a loop, for the concurrency tests.
 
-    python -m tests.engine.race_worker claim|sweep --name A --start-at <epoch seconds>
+    python -m tests.e2e.race_worker claim|sweep --name A --start-at <epoch seconds>
 
 Prints one JSON line: {"name", "ids": [...]} of the step ids it claimed / decided.
 """

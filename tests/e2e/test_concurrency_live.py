@@ -44,7 +44,7 @@ def race(mode: str, env: dict[str, str]) -> list[dict]:
             [
                 sys.executable,
                 "-m",
-                "tests.engine.race_worker",
+                "tests.e2e.race_worker",
                 mode,
                 "--name",
                 name,
