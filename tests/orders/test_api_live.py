@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from orders.models import Order
 from scheduler.models import Run, Step
 
-from ..engine.helpers import wait_run, wait_step_state
+from ..e2e.helpers import wait_run, wait_step_state
 from ..harness import wait_for
 from .conftest import ORDER, make_user, token_client
 

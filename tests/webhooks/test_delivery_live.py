@@ -12,7 +12,7 @@ from supervisor.models import Alert
 from webhooks.models import WebhookDelivery
 from webhooks.workflows import WEBHOOK_WORKFLOW
 
-from ..engine.helpers import wait_run
+from ..e2e.helpers import wait_run
 from ..harness import wait_for
 from ..orders.conftest import ORDER, make_user, token_client
 from .receiver import Receiver
