@@ -63,6 +63,16 @@ def _ensure_database(admin_url: str, name: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')
+        others = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,)
+        ).fetchone()
+    if others and others[0]:
+        # Every bench TRUNCATEs the engine's tables (and migrates its own branch's schema): two at
+        # once on one database - say from two worktrees on one machine - ruin each other's figures.
+        raise SystemExit(
+            f"{others[0]} other connection(s) to the bench database {name!r}: another bench is running "
+            "on it. Wait for it to finish, or give this one a database of its own: SAS_BENCH_DB=<name>."
+        )
 
 
 def log_dir() -> Path:
