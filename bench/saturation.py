@@ -107,8 +107,9 @@ class RssSampler:
 def drain(env: dict[str, str], concurrency: int, orders: int) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
     from django.db import connection
+    from django.db.models import Count
 
-    from scheduler.models import Run
+    from scheduler.models import Run, RunEvent
     from tests.harness import celery_beat, celery_worker
 
     truncate_engine()
@@ -149,9 +150,15 @@ def drain(env: dict[str, str], concurrency: int, orders: int) -> dict[str, Any]:
         beat.stop()
         worker.stop()
 
-    bad = Run.objects.exclude(state=Run.State.COMPLETED).count()
-    if bad:
-        raise RuntimeError(f"{bad} of {orders} runs did not complete")
+    # A run that ended otherwise (a step timed out past its failure limit under the backlog, and
+    # the run was compensated) is a finding to report, not a reason to lose the figures.
+    not_completed = dict(
+        Run.objects.exclude(state=Run.State.COMPLETED)
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .values_list("state", "n")
+    )
+    timeouts = RunEvent.objects.filter(type=RunEvent.Type.STEP_RETRYING).count()
     finished = sorted(
         (t - drain_start).total_seconds() for t in Run.objects.values_list("finished_at", flat=True)
     )
@@ -169,6 +176,8 @@ def drain(env: dict[str, str], concurrency: int, orders: int) -> dict[str, Any]:
         "bytes_per_1000_submitted": sum(sizes_submitted.values()) * 1000 / orders,
         "bytes_per_1000_drained": sum(sizes_drained.values()) * 1000 / orders,
         "tables_drained": sizes_drained,
+        "not_completed": not_completed,
+        "step_retries": timeouts,
         **rss.figures(),
     }
     truncate_engine()
@@ -208,6 +217,11 @@ def main() -> None:
                     ("orders", f"{r['orders']:,} (submitted in {r['submit_s']:.0f} s)"),
                     ("drain orders/s (steps/s)", f"{r['orders_per_s']:.1f} ({3 * r['orders_per_s']:.0f})"),
                     ("drain time", f"{r['drain_s']:.0f} s"),
+                    (
+                        "runs not Completed (target 0)",
+                        f"{sum(r['not_completed'].values())} {r['not_completed'] or ''} "
+                        f"{'met' if not r['not_completed'] else 'MISSED'}; step retries: {r['step_retries']}",
+                    ),
                     (
                         "first 10% / last 10% of completions",
                         f"{r['first10_per_s']:.1f} / {r['last10_per_s']:.1f} /s",
