@@ -46,7 +46,9 @@ PREFIX = os.environ.get("BARE_PREFIX", "benchbare:")
 SIMULATOR_URL = os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055").rstrip("/")
 QUEUE = "bare"
 
-app = Celery("bare", broker=REDIS_URL)
+# Not the current app: importing this module (tests/bench/ does) must not redirect
+# `current_app.send_task` elsewhere in that process to this app's broker and prefix.
+app = Celery("bare", broker=REDIS_URL, set_as_current=False)
 app.conf.update(
     # The settings our workers run with (sasproject/settings.py), less what needs Django.
     task_serializer="json",
@@ -198,6 +200,7 @@ def main() -> None:
 
     from tests.harness import Proc
 
+    app.set_current()  # this process is the baseline's client and nothing else
     log_dir = Path(os.environ.get("BENCH_LOG_DIR", "/tmp"))
     name = f"bare-{args.mode}-{args.concurrency}"
     worker = Proc(

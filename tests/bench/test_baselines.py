@@ -46,3 +46,12 @@ def test_bench_requirements_are_exact_pins() -> None:
     bad = [line for line in lines if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][A-Za-z0-9.]*", line)]
     assert bad == []
     assert ".bench-venv/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_importing_the_baseline_leaves_our_celery_app_current() -> None:
+    """The baseline app must not take over `current_app` (the engine publishes through it):
+    importing it in a test session once sent every later kick to the baseline's broker prefix."""
+    from celery import current_app
+
+    assert bare_celery.app is not current_app._get_current_object()
+    assert current_app.main == "sasproject"
