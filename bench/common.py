@@ -63,6 +63,16 @@ def _ensure_database(admin_url: str, name: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')
+        others = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,)
+        ).fetchone()
+    if others and others[0]:
+        # Every bench TRUNCATEs the engine's tables (and migrates its own branch's schema): two at
+        # once on one database - say from two worktrees on one machine - ruin each other's figures.
+        raise SystemExit(
+            f"{others[0]} other connection(s) to the bench database {name!r}: another bench is running "
+            "on it. Wait for it to finish, or give this one a database of its own: SAS_BENCH_DB=<name>."
+        )
 
 
 def log_dir() -> Path:
@@ -106,3 +116,62 @@ def print_table(rows: list[tuple[str, Any]]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key.ljust(width)}  {value}")
+
+
+# -- shared by bench/compare.py and its baselines (bench/baselines/) ---------------------------
+
+# Every latency sample of every system is taken the same way: the clock starts when the
+# submitting call returns, and the final state is polled at this interval until readable.
+POLL_INTERVAL = 0.002
+# A burst is timed from just before the first submit until a poll (at this interval) sees the
+# last order done.
+BURST_POLL_INTERVAL = 0.01
+
+BENCH_VENV = REPO / ".bench-venv"
+BASELINE_REQUIREMENTS = REPO / "bench" / "requirements-baselines.txt"
+
+
+def ensure_bench_venv() -> Path:
+    """The bench-only venv (Procrastinate and its pins), created or updated on demand: the
+    runtime venv is never touched. Returns its python."""
+    python = BENCH_VENV / "bin" / "python"
+    stamp = BENCH_VENV / ".requirements-installed"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+    if not stamp.exists() or stamp.stat().st_mtime < BASELINE_REQUIREMENTS.stat().st_mtime:
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+                str(BASELINE_REQUIREMENTS),
+            ],
+            check=True,
+        )
+        stamp.touch()
+    return python
+
+
+def baseline_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment for a baseline's processes: no Django (Celery's Django fix-up switches on
+    when DJANGO_SETTINGS_MODULE is set), our code importable."""
+    clean = {
+        k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE" and not k.startswith("VIRTUAL_ENV")
+    }
+    clean["PYTHONPATH"] = str(REPO)
+    return clean
+
+
+def wait_until(predicate: Any, *, timeout: float, interval: float, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")

@@ -7,7 +7,11 @@
 2. bench/engine.py --reply-mode queue: the same with replies through the scheduler queue - the
    measurement behind the inline default;
 3. bench/sweep.py: the supervisor's sweep at 1,000,000 step rows, idle and with 1% expired;
-4. bench/kill_rerun.py: how soon a step whose agent was SIGKILLed runs again.
+4. bench/kill_rerun.py: how soon a step whose agent was SIGKILLed runs again;
+5. bench/compare.py (issue 6): the engine against a standalone Celery no-op, a plain Celery chain
+   and a Procrastinate chain, orders/s and p50/p99, with 1 and 2 worker processes;
+6. bench/saturation.py (issue 6): drain a backlog of --saturation-orders orders submitted up
+   front (10,000 here; the script's own default is 50,000), with 1 and 2 worker processes.
 
 Each script prints its own table (figures and ratios against the targets); this one runs them
 in order so they share the machine's state, and stops at the first that fails. `--quick` runs
@@ -30,6 +34,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: check the scripts run")
+    parser.add_argument(
+        "--saturation-orders", type=int, default=10_000, help="backlog for bench/saturation.py"
+    )
+    parser.add_argument(
+        "--only", nargs="+", metavar="SCRIPT", help="run only these scripts (e.g. compare.py)"
+    )
     args = parser.parse_args()
     if args.quick:
         engine = ["--orders", "30", "--noop-tasks", "300", "--latency-samples", "10"]
@@ -38,6 +48,8 @@ def main() -> None:
             ("engine.py", [*engine, "--reply-mode", "queue", "--concurrency", "1"]),
             ("sweep.py", ["--rows", "100000"]),
             ("kill_rerun.py", ["--trials", "1"]),
+            ("compare.py", ["--orders", "30", "--noop-tasks", "300", "--latency-samples", "10"]),
+            ("saturation.py", ["--orders", "300"]),
         ]
     else:
         plans = [
@@ -45,7 +57,14 @@ def main() -> None:
             ("engine.py", ["--reply-mode", "queue"]),
             ("sweep.py", []),
             ("kill_rerun.py", []),
+            ("compare.py", []),
+            ("saturation.py", ["--orders", str(args.saturation_orders)]),
         ]
+    if args.only:
+        unknown = set(args.only) - {script for script, _ in plans}
+        if unknown:
+            parser.error(f"unknown script(s): {', '.join(sorted(unknown))}")
+        plans = [plan for plan in plans if plan[0] in args.only]
     for script, script_args in plans:
         print(f"\n=== bench/{script} {' '.join(script_args)}", flush=True)
         started = time.monotonic()

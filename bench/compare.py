@@ -1,0 +1,253 @@
+"""Issue 6's comparison: the engine against three baselines, in one run, on this machine.
+
+    python bench/compare.py [--orders 300] [--latency-samples 100] [--noop-tasks 3000] [--concurrency 1 2]
+
+For each number of worker processes (1 and 2 by default), each system gets its own workers and
+the same simulator (zero latency):
+  (a) a standalone Celery app (no Django, no task events; bench/baselines/bare_celery.py) with our
+      workers' settings: no-op tasks/s over a burst of --noop-tasks;
+  (b) the same 3-step order as a plain Celery chain in that app, each task making the agents'
+      HTTP call to the simulator: orders/s over a burst of --orders, and p50/p99 latency;
+  (c) the same three calls as three chained Procrastinate jobs (bench/baselines/
+      procrastinate_{app,bench}.py, in the bench-only venv .bench-venv/, created on demand from
+      bench/requirements-baselines.txt) on the same PostgreSQL, a database of its own: the same;
+  engine: orders through `orders.services.order_submit` with one worker consuming every queue and
+      beat running, as in bench/engine.py: the same.
+
+Latency is taken the same way for every system, over --latency-samples orders one at a time: the
+clock starts when the submitting call returns and stops when a poll (every 2 ms) reads the final
+state - the engine's Run row Completed (PostgreSQL), the chain's last task's Redis key, the last
+Procrastinate job's row 'succeeded'. A burst is timed from just before its first submit until a
+poll (every 10 ms) sees its last order done. The targets of issue 6 are printed met / missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (
+    BENCH_DB,
+    BURST_POLL_INTERVAL,
+    POLL_INTERVAL,
+    REPO,
+    baseline_env,
+    bench_environment,
+    ensure_bench_venv,
+    fmt_ms,
+    log_dir,
+    summary,
+    truncate_engine,
+)
+from bench.engine import ENGINE_QUEUES, ORDER
+
+PROCRASTINATE_DB = f"{BENCH_DB}_procrastinate"
+
+
+def run_baseline(python: str, module: str, args: list[str], env: dict[str, str]) -> dict[str, float]:
+    result = subprocess.run(
+        [python, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"{module} {' '.join(args)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+        )
+    figures: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def engine(env: dict[str, str], concurrency: int, orders: int, samples: int, logs: Path) -> dict[str, float]:
+    from django.contrib.auth import get_user_model
+
+    from orders.services import order_submit
+    from scheduler.models import Run
+    from tests.harness import celery_beat, celery_worker
+
+    truncate_engine()
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    worker = celery_worker(
+        name=f"compare-engine-{concurrency}",
+        queues=ENGINE_QUEUES,
+        log_dir=logs,
+        env=env,
+        concurrency=concurrency,
+    ).start(ready_marker=" ready.")
+    # Beat runs as in production: the supervisor sweep and the scheduler tick.
+    beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting")
+
+    def latencies(n: int) -> list[float]:
+        values = []
+        for _ in range(n):
+            order = order_submit(owner_id=user.id, data=ORDER)
+            t0 = time.perf_counter()
+            deadline = time.monotonic() + 30
+            while True:
+                state = Run.objects.filter(pk=order.run_id).values_list("state", flat=True).first()
+                if state == Run.State.COMPLETED:
+                    break
+                if state in Run.TERMINAL_STATES or time.monotonic() > deadline:
+                    raise RuntimeError(f"bench order {order.pk} is {state}")
+                time.sleep(POLL_INTERVAL)
+            values.append(time.perf_counter() - t0)
+        return values
+
+    try:
+        latencies(10)  # warm-up: pools, connections and caches hot
+        truncate_engine()
+        started = time.perf_counter()
+        for _ in range(orders):
+            order_submit(owner_id=user.id, data=ORDER)
+        last, last_change = -1, time.monotonic()
+        while (done := Run.objects.filter(state__in=Run.TERMINAL_STATES).count()) < orders:
+            if done != last:
+                last, last_change = done, time.monotonic()
+            elif time.monotonic() - last_change > 60:
+                raise RuntimeError(f"engine burst stalled at {done}/{orders}")
+            time.sleep(BURST_POLL_INTERVAL)
+        elapsed = time.perf_counter() - started
+        bad = Run.objects.exclude(state=Run.State.COMPLETED).count()
+        if bad:
+            raise RuntimeError(f"{bad} bench runs did not complete")
+        truncate_engine()
+        lat = summary(latencies(samples))
+        return {"per_s": orders / elapsed, "p50": lat["p50"], "p99": lat["p99"], "n": orders}
+    finally:
+        beat.stop()
+        worker.stop()
+        truncate_engine()
+
+
+def verdict(value: float, target: float, *, at_least: bool) -> str:
+    met = value >= target if at_least else value <= target
+    return "met" if met else "MISSED"
+
+
+def report(results: dict[str, dict[str, dict[str, float]]]) -> None:
+    cols = list(results)
+    head = (
+        "| | "
+        + " | ".join(f"{c[1:]} worker process{'es' if c != 'c1' else ''}" for c in cols)
+        + " | target |"
+    )
+    lines = [head, "|---" * (len(cols) + 2) + "|"]
+
+    def row(label: str, cell: Any, target: str = "") -> None:
+        lines.append(f"| {label} | " + " | ".join(cell(results[c]) for c in cols) + f" | {target} |")
+
+    def ratio(r: dict[str, dict[str, float]], a: str, b: str, key: str, target: float, at_least: bool) -> str:
+        value = r[a][key] / r[b][key]
+        return f"**{value:.2f}** {verdict(value, target, at_least=at_least)}"
+
+    row("(a) bare Celery no-op tasks/s", lambda r: f"{r['noop']['per_s']:.0f}")
+    row("(b) plain Celery chain orders/s", lambda r: f"{r['chain']['per_s']:.1f}")
+    row("(b) chain p50 / p99", lambda r: f"{fmt_ms(r['chain']['p50'])} / {fmt_ms(r['chain']['p99'])}")
+    row("(c) Procrastinate orders/s", lambda r: f"{r['procrastinate']['per_s']:.1f}")
+    row(
+        "(c) Procrastinate p50 / p99",
+        lambda r: f"{fmt_ms(r['procrastinate']['p50'])} / {fmt_ms(r['procrastinate']['p99'])}",
+    )
+    row("engine orders/s", lambda r: f"{r['engine']['per_s']:.1f}")
+    row("engine steps/s", lambda r: f"{3 * r['engine']['per_s']:.0f}")
+    row("engine p50 / p99", lambda r: f"{fmt_ms(r['engine']['p50'])} / {fmt_ms(r['engine']['p99'])}")
+    row("engine orders/s : chain's", lambda r: ratio(r, "engine", "chain", "per_s", 0.75, True), ">= 0.75")
+    row(
+        "engine orders/s : Procrastinate's",
+        lambda r: ratio(r, "engine", "procrastinate", "per_s", 1.0, True),
+        ">= 1",
+    )
+    row("engine p50 : chain p50", lambda r: ratio(r, "engine", "chain", "p50", 2.0, False), "<= 2")
+    row("engine p99 : chain p99", lambda r: ratio(r, "engine", "chain", "p99", 3.0, False), "<= 3")
+    row(
+        "engine steps/s : (a) no-op tasks/s",
+        lambda r: f"**{3 * r['engine']['per_s'] / r['noop']['per_s']:.2f}**",
+        "reported",
+    )
+    print("\n" + "\n".join(lines), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--orders", type=int, default=300, help="orders in each burst")
+    parser.add_argument("--noop-tasks", type=int, default=3000, help="no-op tasks in baseline (a)'s burst")
+    parser.add_argument("--latency-samples", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2], help="worker processes")
+    parser.add_argument(
+        "--procrastinate-layout",
+        choices=["concurrency", "processes"],
+        default="concurrency",
+        help="N as one Procrastinate worker with --concurrency N (default) or N workers of concurrency 1",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+
+    env = bench_environment()
+    from tests.harness import simulator_process
+
+    bench_python = str(ensure_bench_venv())
+    logs = log_dir()
+    head, _, _ = env["DATABASE_URL"].rpartition("/")
+    base_env = {
+        **baseline_env(env),
+        "BARE_PREFIX": f"benchbare{os.getpid()}:",
+        "BENCH_LOG_DIR": str(logs),
+        "PROCRASTINATE_DSN": f"{head.replace('postgres://', 'postgresql://', 1)}/{PROCRASTINATE_DB}",
+    }
+    sim = simulator_process(url=env["SIMULATOR_URL"], log_dir=logs, env=env).start(
+        ready_marker="SIMULATOR_LISTENING"
+    )
+    samples = ["--samples", str(args.latency_samples)]
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    try:
+        for c in args.concurrency:
+            r: dict[str, dict[str, float]] = {}
+            print(f"\nworker processes: {c}  (logs in {logs})", flush=True)
+            module = "bench.baselines.bare_celery"
+            conc = ["--concurrency", str(c)]
+            r["noop"] = run_baseline(
+                sys.executable, module, ["noop", *conc, "--tasks", str(args.noop_tasks), *samples], base_env
+            )
+            print(f"  (a) no-op: {r['noop']['per_s']:.0f} tasks/s", flush=True)
+            r["chain"] = run_baseline(
+                sys.executable, module, ["chain", *conc, "--orders", str(args.orders), *samples], base_env
+            )
+            print(
+                f"  (b) chain: {r['chain']['per_s']:.1f} orders/s, p50 {fmt_ms(r['chain']['p50'])}",
+                flush=True,
+            )
+            layout = (
+                ["--processes", "1", "--concurrency", str(c)]
+                if args.procrastinate_layout == "concurrency"
+                else ["--processes", str(c), "--concurrency", "1"]
+            )
+            r["procrastinate"] = run_baseline(
+                bench_python,
+                "bench.baselines.procrastinate_bench",
+                [*layout, "--orders", str(args.orders), *samples],
+                base_env,
+            )
+            p = r["procrastinate"]
+            print(f"  (c) Procrastinate: {p['per_s']:.1f} orders/s, p50 {fmt_ms(p['p50'])}", flush=True)
+            r["engine"] = engine(env, c, args.orders, args.latency_samples, logs)
+            print(
+                f"  engine: {r['engine']['per_s']:.1f} orders/s, p50 {fmt_ms(r['engine']['p50'])}", flush=True
+            )
+            results[f"c{c}"] = r
+    finally:
+        sim.stop()
+    report(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
