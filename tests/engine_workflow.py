@@ -63,3 +63,34 @@ def register_engine_workflow() -> Workflow:
                 steps=[_step("a", _first), _step("b", _after("a")), _step("c", _after("b"))],
             )
         )
+
+
+# Helpers for tests that play the scheduler themselves on this workflow.
+
+
+def submit(user: Any, **kwargs: Any) -> Any:
+    """A run of the engine workflow, not kicked (the test claims)."""
+    from scheduler.services import run_submit
+
+    return run_submit(workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, owner_id=user.id, kick=False, **kwargs)
+
+
+def claim_one(run: Any) -> Any:
+    """Claim the run's one due step (exactly one must be due)."""
+    from django.db import transaction
+
+    from scheduler.services import step_claim_due
+
+    with transaction.atomic():
+        claims = step_claim_due(instance="test", limit=10, run_id=run.id)
+    assert len(claims) == 1
+    return claims[0]
+
+
+def expire(step_id: int) -> None:
+    """Its agent started the attempt, and its complete_by is long past."""
+    from datetime import UTC, datetime
+
+    from scheduler.models import Step
+
+    Step.objects.filter(pk=step_id).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC), start_by=None)

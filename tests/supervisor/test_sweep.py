@@ -5,29 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
-from scheduler.services import run_submit, step_claim_due
 from supervisor.services import step_expire_sweep
-from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
+from tests.engine_workflow import claim_one, expire, submit
 
 pytestmark = pytest.mark.django_db
-
-
-def submit(user, **kwargs):
-    return run_submit(workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, owner_id=user.id, kick=False, **kwargs)
-
-
-def claim_one(run):
-    with transaction.atomic():
-        claims = step_claim_due(instance="test", limit=10, run_id=run.id)
-    assert len(claims) == 1
-    return claims[0]
-
-
-def expire(step_id):
-    Step.objects.filter(pk=step_id).update(complete_by=datetime(2000, 1, 1, tzinfo=UTC), start_by=None)
 
 
 def test_sweep__expired_step_at_limit__error_alert_and_compensation(user):
