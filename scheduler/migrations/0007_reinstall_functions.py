@@ -1,5 +1,5 @@
 """functions.sql changed after 0005 (a compensation's every attempt counts toward its alert
-threshold; a success reply commits without waiting for the WAL flush): install it again."""
+threshold): install it again."""
 
 from django.db import migrations
 

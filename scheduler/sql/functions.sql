@@ -253,12 +253,6 @@ BEGIN
     IF NOT FOUND THEN
         RETURN sas_reply_ignored(p_step_id, p_lease, 'success', p_instance, '', p_result);
     END IF;
-    -- This transaction's commit does not wait for the WAL flush (bench/README.md: it was most of
-    -- the statement's time). Safe here, and only here: a success lost to a database crash leaves
-    -- the step Processing, the supervisor sends it again under the same idempotency key, and the
-    -- remote service answers with the effect it already made; a claim lost with it was never
-    -- dispatched, or its reply is refused by the fence. Nothing is done twice, nothing is lost.
-    PERFORM set_config('synchronous_commit', 'off', true);
 
     SELECT observed INTO v_observed FROM scheduler_run WHERE id = s.run_id;
     IF v_observed AND NOT p_observed_ok THEN

@@ -66,7 +66,6 @@ NOT_STATES = {
     "result", "retried", "run_id", "step", "step_id", "type", "success", "alerting", "claim_events",
     "counted", "deadline", "failures", "give_up", "marked_done_by", "mark_done", "reason", "refused",
     "start_by", "timeout", "operator", "action",
-    "synchronous_commit", "off",  # a setting and its value (sas_step_succeed's commit)
 }  # fmt: skip
 
 
