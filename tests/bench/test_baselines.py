@@ -30,7 +30,7 @@ def test_bare_celery_runs_with_our_worker_settings() -> None:
 def test_bare_chain_calls_what_the_order_agents_call() -> None:
     """Same three endpoints as the order workflow's agents, in the same order."""
     source = (REPO / "bench" / "baselines" / "bare_celery.py").read_text()
-    agents = (REPO / "agents" / "tasks.py").read_text()
+    agents = (REPO / "orders" / "tasks.py").read_text()  # the order domain's agent operations
     paths = ["/inventory/reserve", "/payment/charge", "/shipping/create"]
     assert [p for p in paths if f'"{p}"' in source] == paths
     assert [p for p in paths if f'"{p}"' in agents] == paths
