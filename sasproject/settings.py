@@ -45,6 +45,10 @@ INSTALLED_APPS = [
     "agents",
     "supervisor",
     "orders",
+    # Long-running work (issue 9): a paginated reprice of a product catalogue, and history
+    # exports that heartbeat. Domain apps on the engine, beside orders.
+    "catalogue",
+    "exports",
     # Operator tools that read every app (the engine-health page, the run admin's alerts and
     # order link); after the apps whose admins it extends.
     "ops",
@@ -306,6 +310,21 @@ SAS["ORDER_STEP_DEADLINE"] = env_float("SAS_ORDER_STEP_DEADLINE", 300.0)
 # operator after ORDER_COMPENSATION_ALERT_AFTER failures.
 SAS["ORDER_COMPENSATION_BACKOFF_MAX"] = env_float("SAS_ORDER_COMPENSATION_BACKOFF_MAX", 30.0)
 SAS["ORDER_COMPENSATION_ALERT_AFTER"] = int(os.environ.get("SAS_ORDER_COMPENSATION_ALERT_AFTER", "6"))
+
+# Long steps (issue 9). The catalogue reprice is paginated: rows per page, one page's window
+# (an attempt each), how long a page may wait for an agent; the demo paces each page (seconds,
+# inside its transaction) so a person can watch the bar move - 0 for full speed.
+SAS["CATALOGUE_PAGE_SIZE"] = int(os.environ.get("SAS_CATALOGUE_PAGE_SIZE", "1000"))
+SAS["CATALOGUE_PAGE_TIMEOUT"] = env_float("SAS_CATALOGUE_PAGE_TIMEOUT", 10.0)
+SAS["CATALOGUE_QUEUE_TIMEOUT"] = env_float("SAS_CATALOGUE_QUEUE_TIMEOUT", 10.0)
+SAS["CATALOGUE_PAGE_DELAY"] = env_float("SAS_CATALOGUE_PAGE_DELAY", 0.2)
+# The history export heartbeats: each heartbeat extends its deadline by EXPORT_HEARTBEAT seconds
+# (its agent beats every third of that); the whole export may take up to EXPORT_DEADLINE. The
+# demo paces an export to take at least EXPORT_MIN_SECONDS (a minute), like a real long job.
+SAS["EXPORT_HEARTBEAT"] = env_float("SAS_EXPORT_HEARTBEAT", 10.0)
+SAS["EXPORT_QUEUE_TIMEOUT"] = env_float("SAS_EXPORT_QUEUE_TIMEOUT", 10.0)
+SAS["EXPORT_DEADLINE"] = env_float("SAS_EXPORT_DEADLINE", 900.0)
+SAS["EXPORT_MIN_SECONDS"] = env_float("SAS_EXPORT_MIN_SECONDS", 60.0)
 
 # --------------------------------------------------------------------------------------------
 # --- web and API (issue 3) ---

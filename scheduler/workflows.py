@@ -82,6 +82,15 @@ class StepDef:
     # What people read (status page, admin): "Charge the card". Default: from the name,
     # "charge_payment" -> "Charge payment".
     label: str = ""
+    # A paginated step (seed 004's "paginate the job processing"): its agent processes a large
+    # input one page of `page_size` rows per attempt, each page's effect committed with the
+    # step's `Checkpoint` in one transaction fenced by the lease (agents.paged). `timeout` is
+    # then one page's window; after a page the step is sent again at once, no failure counted.
+    page_size: int | None = None
+    # A heartbeat step (seed 004's JobStatus, for work that cannot be paged): its agent calls
+    # the heartbeat API while it works (agents.heartbeat), and each heartbeat moves the step's
+    # complete-by to now + `heartbeat` seconds. `timeout` is the window before the first one.
+    heartbeat: float | None = None
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -92,6 +101,16 @@ class StepDef:
             raise ValueError(f"step {self.name}: max_failures must be at least 1")
         if self.queue_timeout <= 0 or (self.deadline is not None and self.deadline <= 0):
             raise ValueError(f"step {self.name}: queue_timeout and deadline must be positive")
+        if self.page_size is not None and self.page_size < 1:
+            raise ValueError(f"step {self.name}: page_size must be at least 1")
+        if self.heartbeat is not None and self.heartbeat <= 0:
+            raise ValueError(f"step {self.name}: heartbeat must be positive")
+        if self.page_size is not None and self.heartbeat is not None:
+            raise ValueError(f"step {self.name}: a step is paginated or heartbeats, not both")
+        if self.compensation is not None and (
+            self.compensation.page_size is not None or self.compensation.heartbeat is not None
+        ):
+            raise ValueError(f"step {self.name}: a compensation cannot be paginated or heartbeat")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@
 - `failure`: what follows a failed attempt or an errored step;
 - `compensation`: undo in reverse order; cancel; an operator's resume;
 - `events`: events recorded and announced to receivers of observed runs;
-- `jobs`: seed 004's jobs, the input that produces runs.
+- `jobs`: seed 004's jobs, the input that produces runs;
+- `longsteps`: paginated steps' pages (Checkpoint) and heartbeat steps' heartbeats (JobStatus).
 
 Every state change itself is a transition in `scheduler.transitions` (SQL in `scheduler/sql/`).
 """
@@ -34,6 +35,7 @@ from .dispatch import (
 from .events import event_record, events_announce, run_observe
 from .failure import failures_settle, step_errored_settle
 from .jobs import JobBusy, job_create, job_run_submit
+from .longsteps import LeaseLost, heartbeat_finish, page_begin, page_commit, step_heartbeat
 from .reply import Outcome, ReplyResult, step_reply
 from .submit import COMPENSATION_SEQ_BASE, run_submit, run_validate_input, step_context, step_new
 
@@ -41,6 +43,7 @@ __all__ = [
     "COMPENSATION_SEQ_BASE",
     "Claim",
     "JobBusy",
+    "LeaseLost",
     "Outcome",
     "ReplyResult",
     "RunNotCancellable",
@@ -49,10 +52,13 @@ __all__ = [
     "event_record",
     "events_announce",
     "failures_settle",
+    "heartbeat_finish",
     "job_create",
     "job_run_submit",
     "kick_pending_key",
     "operations_in_flight",
+    "page_begin",
+    "page_commit",
     "run_cancel",
     "run_compensate",
     "run_give_up",
@@ -67,6 +73,7 @@ __all__ = [
     "step_compensation_mark_done",
     "step_context",
     "step_errored_settle",
+    "step_heartbeat",
     "step_new",
     "step_reply",
 ]

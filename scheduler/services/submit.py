@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 
 from scheduler import transitions
-from scheduler.models import Run, RunEvent, Step
+from scheduler.models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow
 
 from .dispatch import claimed_settle, scheduler_instance_id, scheduler_kick_enqueue
@@ -48,6 +48,7 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
             else None
         ),
         max_failures=definition.max_failures,
+        heartbeat_window=timedelta(seconds=definition.heartbeat) if definition.heartbeat else None,
         backoff_base=definition.backoff_base,
         backoff_max=definition.backoff_max,
         priority=run.priority,
@@ -115,6 +116,7 @@ def run_submit(
             if index == 0 or not step_def.payload_needs_results:
                 step.payload = step_def.payload(ctx)
         Step.objects.bulk_create(steps)
+        long_steps_create(steps, definition.steps)
         event_record(
             run_id=run.id,
             type=RunEvent.Type.RECEIVED,
@@ -125,6 +127,25 @@ def run_submit(
         if kick:
             _run_start(run, first=steps[0])
     return run
+
+
+def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> None:
+    """The Checkpoint row of each paginated step and the JobStatus row of each heartbeat step,
+    written with the steps (so a page's transaction and a heartbeat only ever update)."""
+    checkpoints = [
+        Checkpoint(step=step, run_id=step.run_id, page_size=d.page_size)
+        for step, d in zip(steps, definitions, strict=True)
+        if d.page_size is not None
+    ]
+    statuses = [
+        HeartbeatStatus(step=step, run_id=step.run_id)
+        for step, d in zip(steps, definitions, strict=True)
+        if d.heartbeat is not None
+    ]
+    if checkpoints:
+        Checkpoint.objects.bulk_create(checkpoints)
+    if statuses:
+        HeartbeatStatus.objects.bulk_create(statuses)
 
 
 def _run_start(run: Run, *, first: Step) -> None:

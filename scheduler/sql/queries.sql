@@ -136,3 +136,50 @@ SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL
     not_before = statement_timestamp(), finished_at = NULL, updated_at = statement_timestamp()
 WHERE run_id = %(run_id)s AND kind = 'compensation' AND process_state = 'error'
 RETURNING id, name
+
+-- name: step_continue
+SELECT sas_step_continue(%(step_id)s, %(lease)s::uuid, %(instance)s, %(claim)s)
+
+-- name: step_heartbeat
+SELECT sas_step_heartbeat(%(step_id)s, %(lease)s::uuid, %(worker)s)
+
+-- name: checkpoint_page_begin
+-- A page's transaction begins: the step's row is locked while its lease is current (so until
+-- this transaction ends no sweep, cancel or other claim can take the step, and a stale worker
+-- gets no row), and the checkpoint row with it; the first page stamps started_at.
+WITH s AS (
+    SELECT id FROM scheduler_step
+    WHERE id = %(step_id)s AND process_state = 'processing' AND lease = %(lease)s::uuid
+      AND complete_by > statement_timestamp()
+    FOR UPDATE
+)
+UPDATE scheduler_checkpoint AS c
+SET started_at = coalesce(c.started_at, statement_timestamp())
+FROM s WHERE c.step_id = s.id
+RETURNING c.page_size, c.page_start, c.pages_done, c.rows_done, c.total, c.completed
+
+-- name: checkpoint_advance
+-- The page's effect is written; the checkpoint moves past it, in the same transaction. Guard:
+-- the checkpoint is still where this page started (compare-and-set: a page is applied once)
+-- and not completed, and the step is still held by this lease.
+UPDATE scheduler_checkpoint AS c
+SET page_start = %(next_start)s, pages_done = c.pages_done + 1, rows_done = c.rows_done + %(rows)s,
+    total = coalesce(%(total)s, c.total), completed = %(completed)s, updated_at = statement_timestamp()
+FROM scheduler_step AS s
+WHERE c.step_id = %(step_id)s AND c.page_start = %(page_start)s AND NOT c.completed
+  AND s.id = c.step_id AND s.process_state = 'processing' AND s.lease = %(lease)s::uuid
+
+-- name: heartbeat_complete
+-- A heartbeat step's work is done: its JobStatus row in_progress | waiting -> completed, in the
+-- transaction that writes the work's effect and accepts its success; the step's row is locked
+-- while its lease is current, so the effect commits only under the lease.
+WITH s AS (
+    SELECT id FROM scheduler_step
+    WHERE id = %(step_id)s AND process_state = 'processing' AND lease = %(lease)s::uuid
+      AND complete_by > statement_timestamp()
+    FOR UPDATE
+)
+UPDATE scheduler_heartbeatstatus AS h
+SET status = 'completed', lease = %(lease)s::uuid, updated_at = statement_timestamp()
+FROM s WHERE h.step_id = s.id AND h.status IN ('waiting', 'in_progress')
+RETURNING h.step_id

@@ -11,6 +11,7 @@ from django.db import connection, transaction
 
 from scheduler import transitions
 from scheduler.models import (
+    HeartbeatState,
     HistoryStatus,
     Run,
     RunEvent,
@@ -47,7 +48,8 @@ def claim_first(run):
 COLUMN_CHOICES = {
     "process_state": set(StepState.values),
     "state": set(RunState.values),
-    "status": set(HistoryStatus.values),
+    # History rows and heartbeat steps' JobStatus rows (HeartbeatStatus.status).
+    "status": set(HistoryStatus.values) | set(HeartbeatState.values),
 }
 KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values)
 EVERY_CHOICE = (
@@ -56,6 +58,7 @@ EVERY_CHOICE = (
     | set(HistoryStatus.values)
     | KIND_CHOICES
     | set(RunEvent.Type.values)
+    | set(HeartbeatState.values)
 )
 # Literals that are not states: JSON keys of what the functions return, and formats.
 NOT_STATES = {
@@ -66,6 +69,7 @@ NOT_STATES = {
     "result", "retried", "run_id", "step", "step_id", "type", "success", "alerting", "claim_events",
     "counted", "deadline", "failures", "give_up", "marked_done_by", "mark_done", "reason", "refused",
     "start_by", "timeout", "operator", "action",
+    "continue", "heartbeat", "extended", "close_by",
 }  # fmt: skip
 
 
@@ -113,7 +117,8 @@ def test_queries__every_named_statement_is_loaded_once():
         "reply_ignored", "step_mark_started", "step_mark_done",
         "step_fail_permanent", "step_advance", "run_compensate", "step_cancel_unstarted", "step_stop",
         "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
-        "step_resume",
+        "step_resume", "step_continue", "step_heartbeat", "checkpoint_page_begin", "checkpoint_advance",
+        "heartbeat_complete",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
