@@ -26,7 +26,7 @@ def catalogue_seed(*, rows: int, if_empty: bool = False) -> int:
         cursor.execute(
             """
             INSERT INTO catalogue_product (sku, name, price, repriced_count, last_repriced_run, updated_at)
-            SELECT 'SKU-' || lpad(n::text, 7, '0'), 'Product ' || n, 1 + (n * 7919 % 99900) / 100.0, 0, NULL,
+            SELECT 'SKU-' || lpad(n::text, 7, '0'), 'Product ' || n, 1 + (n * 7919 %% 99900) / 100.0, 0, NULL,
                    statement_timestamp()
             FROM generate_series(%(first)s, %(last)s) AS n
             """,

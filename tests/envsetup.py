@@ -53,6 +53,16 @@ TEST_ENV = {
     "SAS_SCHEDULER_TICK_INTERVAL": "1",
     "SAS_BREAKER_FAILURE_THRESHOLD": "5",
     "SAS_BREAKER_RESET_TIMEOUT": "2",
+    # Long steps (issue 9): pages of 1,000 rows with a 3 s window; exports heartbeat every
+    # 0.5 s with a 1.5 s window and take at least 3 s (the demo's minute is for people).
+    "SAS_CATALOGUE_PAGE_SIZE": "1000",
+    "SAS_CATALOGUE_PAGE_TIMEOUT": "3",
+    "SAS_CATALOGUE_QUEUE_TIMEOUT": "2",
+    "SAS_CATALOGUE_PAGE_DELAY": "0",
+    "SAS_EXPORT_HEARTBEAT": "1.5",
+    "SAS_EXPORT_QUEUE_TIMEOUT": "2",
+    "SAS_EXPORT_DEADLINE": "60",
+    "SAS_EXPORT_MIN_SECONDS": "3",
     "DATABASE_CONN_MAX_AGE": "0",
     "LOG_LEVEL": "INFO",
 }

@@ -1,0 +1,217 @@
+"""Long steps under real workers (issue 9): a paginated reprice killed with SIGKILL mid-page
+resumes from its checkpoint and applies every page once; a heartbeat export outlives its first
+window on heartbeats, and when its worker is frozen (SIGSTOP) the supervisor takes the step back
+within one heartbeat window + one sweep, and the worker, resumed (SIGCONT), finds its lease gone
+and writes nothing. One worker (both demo queues) serves the module."""
+
+from __future__ import annotations
+
+import csv
+import io
+import signal
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import Count, Max, Min, Sum
+from django.test import Client
+
+from catalogue.models import Product, RepriceLedger
+from catalogue.services import catalogue_seed, reprice_submit
+from exports.models import Export, ExportFile
+from exports.services import export_request
+from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
+
+from ..harness import Proc, celery_worker, wait_for
+from .helpers import wait_run
+
+WINDOW = 1.5  # SAS_EXPORT_HEARTBEAT in tests/envsetup.py
+SWEEP = 1.0  # SAS_SUPERVISOR_INTERVAL
+
+
+@pytest.fixture(scope="module")
+def long_worker(worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """The demos' agents: one process, so a test can freeze or kill the one that holds a step.
+    Pages are paced (0.5 s inside each page's transaction) so a kill can land mid-page; an
+    export takes 5 s, longer than its first window (2 s to start + 1.5 s) - it lives on heartbeats."""
+    env = {**worker_env, "SAS_CATALOGUE_PAGE_DELAY": "0.5", "SAS_EXPORT_MIN_SECONDS": "5"}
+    proc = celery_worker(
+        name="long",
+        queues="agent.catalogue,agent.exports",
+        log_dir=tmp_path_factory.mktemp("long-worker"),
+        env=env,
+        concurrency=1,
+    )
+    proc.start(ready_marker=" ready.")
+    yield proc
+    proc.kill(signal.SIGCONT)
+    proc.stop()
+
+
+@pytest.fixture
+def catalogue(live_db: None) -> Iterator[None]:
+    def clean() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE catalogue_product, catalogue_repriceledger RESTART IDENTITY")
+
+    clean()
+    yield
+    clean()
+
+
+def _page_open() -> bool:
+    """A reprice page's transaction is open in the database (its effect written, not committed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT count(*) FROM pg_stat_activity
+            WHERE datname = current_database() AND state = 'idle in transaction'
+              AND query LIKE '%%catalogue_repriceledger%%'
+            """
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def test_reprice__worker_killed_mid_page__resumes_from_checkpoint_each_page_applied_once(
+    engine: Any, demo_user: Any, long_worker: Proc, catalogue: None
+) -> None:
+    catalogue_seed(rows=6000)  # 6 pages of 1,000
+    run = reprice_submit(owner_id=demo_user.id, percent="10")
+    wait_for(
+        lambda: RepriceLedger.objects.filter(run_id=run.id).count() >= 2,
+        timeout=30,
+        what="two pages committed",
+    )
+    wait_for(_page_open, timeout=10, interval=0.02, what="a page's transaction open")
+
+    long_worker.kill(signal.SIGKILL)  # parent and pool child, mid-page
+    wait_for(lambda: not _page_open(), timeout=10, what="PostgreSQL to abort the killed page")
+    committed = RepriceLedger.objects.filter(run_id=run.id).aggregate(pages=Count("id"), rows=Sum("rows"))
+    repriced_at_kill = Product.objects.filter(repriced_count=1).count()
+    checkpoint_at_kill = Checkpoint.objects.get(run=run)
+    long_worker.start(ready_marker=" ready.")
+
+    run = wait_run(run.id, (Run.State.COMPLETED,), timeout=60)
+
+    # The killed page left nothing: what was repriced is exactly what the ledger had committed.
+    assert repriced_at_kill == committed["rows"] == checkpoint_at_kill.rows_done
+    assert checkpoint_at_kill.pages_done == committed["pages"] < 6
+    # Every product repriced exactly once, by this run; every page once, contiguous.
+    assert Product.objects.filter(repriced_count=1, last_repriced_run=run.id).count() == 6000
+    assert not Product.objects.exclude(repriced_count=1).exists()
+    pages = list(RepriceLedger.objects.filter(run_id=run.id).order_by("page_start"))
+    assert [p.rows for p in pages] == [1000] * 6
+    assert [p.page_start for p in pages] == [0] + [p.page_end for p in pages[:-1]]
+    bounds = Product.objects.aggregate(first=Min("id"), last=Max("id"))
+    assert pages[0].page_end == bounds["first"] + 999 and pages[-1].page_end == bounds["last"]
+    checkpoint = Checkpoint.objects.get(run=run)
+    assert (checkpoint.pages_done, checkpoint.rows_done, checkpoint.total, checkpoint.completed) == (
+        6,
+        6000,
+        6000,
+        True,
+    )
+    attempts = list(
+        TaskExecutionHistory.objects.filter(run=run, kind="attempt")
+        .order_by("id")
+        .values_list("status", flat=True)
+    )
+    assert attempts.count("timed_out") >= 1  # the killed page's attempt, taken back by the supervisor
+    assert attempts.count("continued") == 5 and attempts[-1] == "succeeded"
+    assert Step.objects.get(run=run).result == {"pages": 6, "rows": 6000}
+
+
+def _client(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_export__heartbeats_carry_it_past_its_first_window__its_file_for_its_owner_only(
+    engine: Any, demo_user: Any, long_worker: Proc, artifacts_dir: Path
+) -> None:
+    export = export_request(owner_id=demo_user.id)
+    run = wait_run(export.run_id, (Run.State.COMPLETED,), timeout=30)
+
+    (attempt,) = TaskExecutionHistory.objects.filter(run=run, kind="attempt")
+    first_window_end = attempt.detail["complete_by"]
+    assert attempt.status == "succeeded"
+    # It ran 5 s, past the deadline it was claimed with: only the heartbeats kept it alive, in
+    # one attempt.
+    assert attempt.ended_at.isoformat() > first_window_end
+    assert attempt.ended_at - attempt.started_at >= timedelta(seconds=5)
+    status = HeartbeatStatus.objects.get(run=run)
+    assert status.status == "completed" and status.heartbeats >= 8
+    export.refresh_from_db()
+    assert export.completed_at is not None and str(export.lease) == str(attempt.lease)
+
+    owner, other = _client(demo_user), _client(get_user_model().objects.create(username="mallory"))
+    download = owner.get(f"/exports/{export.pk}/download/")
+    assert download.status_code == 200 and download["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(download.content.decode())))
+    assert rows[0][:3] == ["run_id", "workflow", "step"] and len(rows) == export.rows + 1
+    assert any(r[1] == "exports.history_csv" for r in rows[1:])
+    (artifacts_dir / "export-history.csv").write_bytes(download.content)
+    assert owner.get(f"/api/exports/{export.pk}/").json()["status"] == "completed"
+    assert owner.get(f"/api/runs/{run.pk}/progress/").json()["heartbeats"][0]["status"] == "completed"
+
+    # User B never sees user A's export, its file or its run's progress: 404s, not 403s.
+    assert other.get(f"/exports/{export.pk}/download/").status_code == 404
+    assert other.get(f"/api/exports/{export.pk}/download/").status_code == 404
+    assert other.get(f"/api/exports/{export.pk}/").status_code == 404
+    assert other.get(f"/api/runs/{run.pk}/progress/").status_code == 404
+    assert other.get("/api/exports/").json() == {"results": []}
+    assert str(export.pk) not in other.get("/exports/").content.decode()
+    assert str(export.pk) in owner.get("/exports/").content.decode()
+
+
+def test_export__worker_frozen__supervisor_takes_it_back__resumed_worker_writes_nothing(
+    engine: Any, demo_user: Any, long_worker: Proc
+) -> None:
+    export = export_request(owner_id=demo_user.id)
+    frozen = wait_for(
+        lambda: HeartbeatStatus.objects.filter(
+            run_id=export.run_id, status="in_progress", heartbeats__gte=2
+        ).first(),
+        timeout=20,
+        what="the export to heartbeat",
+    )
+    first_lease = str(frozen.lease)
+
+    long_worker.kill(signal.SIGSTOP)
+    try:
+        expired = wait_for(
+            lambda: TaskExecutionHistory.objects.filter(
+                run_id=export.run_id, kind="supervisor", detail__failed_lease=first_lease
+            ).first(),
+            timeout=30,
+            what="the supervisor to take the frozen export's step back",
+        )
+        last_beat = HeartbeatStatus.objects.get(run_id=export.run_id).last_heartbeat_at
+    finally:
+        long_worker.kill(signal.SIGCONT)
+
+    # Taken back after the last heartbeat's window ran out, within about one sweep of it (a
+    # busy 2-core machine gets generous slack; the bound that matters is "not before").
+    assert expired.detail["cause"] == "timed_out"
+    assert last_beat + timedelta(seconds=WINDOW) <= expired.started_at
+    assert expired.started_at <= last_beat + timedelta(seconds=WINDOW + SWEEP + 8)
+
+    run = wait_run(export.run_id, (Run.State.COMPLETED,), timeout=60)
+
+    # The resumed worker's heartbeat was refused and recorded; it wrote nothing: the file is the
+    # next attempt's, and there is one.
+    stale = TaskExecutionHistory.objects.filter(
+        run=run, kind="late_reply", detail__reply_lease=first_lease, detail__outcome="heartbeat"
+    )
+    wait_for(stale.exists, timeout=10, what="the resumed worker's refused heartbeat")
+    export = Export.objects.get(pk=export.pk)
+    assert export.lease is not None and str(export.lease) != first_lease
+    assert ExportFile.objects.filter(export=export).count() == 1
+    first_attempt = TaskExecutionHistory.objects.get(run=run, kind="attempt", lease=first_lease)
+    assert first_attempt.status == "timed_out"
+    assert "lease" in long_worker.log() and "stopped without effect" in long_worker.log()
