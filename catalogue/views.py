@@ -12,11 +12,12 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from scheduler.models import Run
 from scheduler.selectors import run_progress
-from scheduler.workflows import WorkflowInputError
+from scheduler.workflows import WorkflowInputError, get_workflow
 
 from .forms import RepriceForm
 from .selectors import catalogue_summary, reprice_run_get, reprice_runs
 from .services import reprice_submit
+from .workflows import REPRICE_WORKFLOW
 
 
 @login_required
@@ -37,7 +38,12 @@ def catalogue_view(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "catalogue/index.html",
-        {"form": form, "summary": catalogue_summary(), "runs": reprice_runs(user=request.user)[:20]},
+        {
+            "form": form,
+            "summary": catalogue_summary(),
+            "runs": reprice_runs(user=request.user)[:20],
+            "page_size": get_workflow(REPRICE_WORKFLOW).steps[0].page_size,
+        },
     )
 
 
