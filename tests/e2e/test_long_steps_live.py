@@ -27,6 +27,7 @@ from exports.services import export_request
 from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
 
 from ..harness import Proc, celery_worker, wait_for
+from ..orders.conftest import token_client
 from .helpers import wait_run
 
 WINDOW = 1.5  # SAS_EXPORT_HEARTBEAT in tests/envsetup.py
@@ -149,22 +150,27 @@ def test_export__heartbeats_carry_it_past_its_first_window__its_file_for_its_own
     export.refresh_from_db()
     assert export.completed_at is not None and str(export.lease) == str(attempt.lease)
 
-    owner, other = _client(demo_user), _client(get_user_model().objects.create(username="mallory"))
+    mallory = get_user_model().objects.create(username="mallory")
+    owner, other = _client(demo_user), _client(mallory)  # the pages (session)
+    owner_api, other_api = token_client(demo_user), token_client(mallory)  # the API (token)
     download = owner.get(f"/exports/{export.pk}/download/")
     assert download.status_code == 200 and download["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(download.content.decode())))
     assert rows[0][:3] == ["run_id", "workflow", "step"] and len(rows) == export.rows + 1
     assert any(r[1] == "exports.history_csv" for r in rows[1:])
     (artifacts_dir / "export-history.csv").write_bytes(download.content)
-    assert owner.get(f"/api/exports/{export.pk}/").json()["status"] == "completed"
-    assert owner.get(f"/api/runs/{run.pk}/progress/").json()["heartbeats"][0]["status"] == "completed"
+    assert owner_api.get(f"/api/exports/{export.pk}/").json()["status"] == "completed"
+    assert owner_api.get(f"/api/exports/{export.pk}/download/").content == download.content
+    assert owner_api.get(f"/api/runs/{run.pk}/progress/").json()["heartbeats"][0]["status"] == "completed"
+    assert owner.get(f"/api/runs/{run.pk}/progress/").status_code == 200  # the pages poll it
 
     # User B never sees user A's export, its file or its run's progress: 404s, not 403s.
     assert other.get(f"/exports/{export.pk}/download/").status_code == 404
-    assert other.get(f"/api/exports/{export.pk}/download/").status_code == 404
-    assert other.get(f"/api/exports/{export.pk}/").status_code == 404
+    assert other_api.get(f"/api/exports/{export.pk}/download/").status_code == 404
+    assert other_api.get(f"/api/exports/{export.pk}/").status_code == 404
+    assert other_api.get(f"/api/runs/{run.pk}/progress/").status_code == 404
     assert other.get(f"/api/runs/{run.pk}/progress/").status_code == 404
-    assert other.get("/api/exports/").json() == {"results": []}
+    assert other_api.get("/api/exports/").json() == {"results": []}
     assert str(export.pk) not in other.get("/exports/").content.decode()
     assert str(export.pk) in owner.get("/exports/").content.decode()
 
@@ -173,9 +179,11 @@ def test_export__worker_frozen__supervisor_takes_it_back__resumed_worker_writes_
     engine: Any, demo_user: Any, long_worker: Proc
 ) -> None:
     export = export_request(owner_id=demo_user.id)
+    assert export.run_id is not None
+    run_id = str(export.run_id)
     frozen = wait_for(
         lambda: HeartbeatStatus.objects.filter(
-            run_id=export.run_id, status="in_progress", heartbeats__gte=2
+            run_id=run_id, status="in_progress", heartbeats__gte=2
         ).first(),
         timeout=20,
         what="the export to heartbeat",
@@ -186,12 +194,12 @@ def test_export__worker_frozen__supervisor_takes_it_back__resumed_worker_writes_
     try:
         expired = wait_for(
             lambda: TaskExecutionHistory.objects.filter(
-                run_id=export.run_id, kind="supervisor", detail__failed_lease=first_lease
+                run_id=run_id, kind="supervisor", detail__failed_lease=first_lease
             ).first(),
             timeout=30,
             what="the supervisor to take the frozen export's step back",
         )
-        last_beat = HeartbeatStatus.objects.get(run_id=export.run_id).last_heartbeat_at
+        last_beat = HeartbeatStatus.objects.get(run_id=run_id).last_heartbeat_at
     finally:
         long_worker.kill(signal.SIGCONT)
 
@@ -201,7 +209,7 @@ def test_export__worker_frozen__supervisor_takes_it_back__resumed_worker_writes_
     assert last_beat + timedelta(seconds=WINDOW) <= expired.started_at
     assert expired.started_at <= last_beat + timedelta(seconds=WINDOW + SWEEP + 8)
 
-    run = wait_run(export.run_id, (Run.State.COMPLETED,), timeout=60)
+    run = wait_run(run_id, (Run.State.COMPLETED,), timeout=60)
 
     # The resumed worker's heartbeat was refused and recorded; it wrote nothing: the file is the
     # next attempt's, and there is one.

@@ -96,8 +96,8 @@ def test_continue__page_done__claimed_again_at_once_no_failure_counted(user):
         .values_list("status", flat=True)
     )
     assert statuses == ["continued", "started"]
-    checkpoint = Checkpoint.objects.get(step=step)
-    assert (checkpoint.page_start, checkpoint.pages_done, checkpoint.rows_done, checkpoint.total) == (
+    row = Checkpoint.objects.get(step=step)
+    assert (row.page_start, row.pages_done, row.rows_done, row.total) == (
         10,
         1,
         10,
