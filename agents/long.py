@@ -50,15 +50,18 @@ from .base import AgentTask, PermanentFault
 logger = logging.getLogger(__name__)
 
 
-def _attempt_window(
-    *, complete_by: str, start_by: str | None, timeout: float | None
+def _attempt_begin(
+    *, step_id: int, lease: str, complete_by: str, start_by: str | None, timeout: float | None
 ) -> tuple[datetime, datetime] | None:
-    """(the claim's outer complete-by, this attempt's own deadline), or None when the request
-    was not started in time (the supervisor sends the step again, no failure counted)."""
+    """Start an attempt as every agent does: None (and nothing done) when the request was not
+    started in time - the supervisor sends the step again, no failure counted; else mark it
+    started and return (the claim's outer complete-by, this attempt's own deadline)."""
     outer = datetime.fromisoformat(complete_by)
     started = timezone.now()
     if started >= outer or (start_by is not None and started >= datetime.fromisoformat(start_by)):
+        logger.info("step %s: request expired before it was read; dropped", step_id)
         return None
+    attempt_mark_started(lease=lease, ttl_seconds=(outer - started).total_seconds() + 60)
     deadline = min(outer, started + timedelta(seconds=timeout)) if timeout else outer
     return outer, deadline
 
@@ -112,12 +115,12 @@ class PagedAgentTask(AgentTask):
         start_by: str | None = None,
         timeout: float | None = None,
     ) -> str:
-        window = _attempt_window(complete_by=complete_by, start_by=start_by, timeout=timeout)
+        window = _attempt_begin(
+            step_id=step_id, lease=lease, complete_by=complete_by, start_by=start_by, timeout=timeout
+        )
         if window is None:
-            logger.info("step %s: page request expired before it was read; dropped", step_id)
             return "dropped"
-        outer, deadline = window
-        attempt_mark_started(lease=lease, ttl_seconds=(outer - timezone.now()).total_seconds() + 60)
+        deadline = window[1]
         try:
             with transaction.atomic():
                 checkpoint = page_begin(step_id=step_id, lease=lease)
@@ -221,11 +224,12 @@ class HeartbeatAgentTask(AgentTask):
         start_by: str | None = None,
         timeout: float | None = None,
     ) -> str:
-        window = _attempt_window(complete_by=complete_by, start_by=start_by, timeout=None)
+        # Heartbeats move complete-by on: the first window is the only bound known now.
+        window = _attempt_begin(
+            step_id=step_id, lease=lease, complete_by=complete_by, start_by=start_by, timeout=None
+        )
         if window is None:
-            logger.info("step %s: request expired before it was read; dropped", step_id)
             return "dropped"
-        attempt_mark_started(lease=lease, ttl_seconds=(window[0] - timezone.now()).total_seconds() + 60)
         beat = Beat(step_id=step_id, lease=lease, interval=max(0.05, heartbeat / 3))
         built: Any = None
         try:
