@@ -35,8 +35,7 @@ def _sign_in(page: Any, username: str) -> None:
 def test_browser__reprice_progress_bar_moves_live__admin_and_exports_pages(
     engine: Any, web_server: str, start_worker: Any, artifacts_dir: Path
 ) -> None:
-    with_connection_cleanup = Product.objects.all().delete  # the catalogue is not an engine table
-    with_connection_cleanup()
+    Product.objects.all().delete()  # the catalogue is not an engine table: live_db leaves it
     catalogue_seed(rows=10_000)  # 10 pages of 1,000
     start_worker(
         name="long-web", queues="agent.catalogue,agent.exports", concurrency=1, SAS_CATALOGUE_PAGE_DELAY="0.4"
@@ -67,6 +66,7 @@ def test_browser__reprice_progress_bar_moves_live__admin_and_exports_pages(
             if state == "completed":
                 break
             page.wait_for_timeout(100)
+        page.wait_for_timeout(400)  # the bar's width transition (0.3 s) ends
         page.screenshot(path=str(artifacts_dir / "long-03-reprice-done.png"), full_page=True)
         not_reloaded = page.evaluate("window.__notReloaded")
         rate = page.locator("#rate").inner_text()
