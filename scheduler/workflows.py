@@ -100,6 +100,12 @@ class Workflow:
     steps: list[StepDef]
     # Cleans the input or raises WorkflowInputError. Runs before anything is written.
     validate: Callable[[Mapping[str, Any]], dict[str, Any]] = field(default=lambda data: dict(data))
+    # For people choosing a workflow (job forms, the API): a short name, a sentence, and the
+    # input's JSON Schema (https://json-schema.org/) when the workflow publishes one. `validate`
+    # stays the rule; the schema describes it for forms and clients.
+    label: str = ""
+    description: str = ""
+    input_schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps] + [s.compensation.name for s in self.steps if s.compensation]
@@ -107,6 +113,8 @@ class Workflow:
             raise ValueError(f"workflow {self.name}: step names must be unique")
         if not self.steps:
             raise ValueError(f"workflow {self.name}: needs at least one step")
+        if not self.label:
+            object.__setattr__(self, "label", step_label_default(self.name))
 
     def step_label(self, name: str) -> str:
         """The label of step `name`; a step this definition no longer has (a run submitted
