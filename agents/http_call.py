@@ -36,7 +36,15 @@ from django.conf import settings
 
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
 
-from .base import TRANSIENT_STATUSES, AgentTask, NotSentFault, PermanentFault, RetryPolicy, TransientFault, transport_faults
+from .base import (
+    TRANSIENT_STATUSES,
+    AgentTask,
+    NotSentFault,
+    PermanentFault,
+    RetryPolicy,
+    TransientFault,
+    transport_faults,
+)
 from .http_allowlist import URL_MAX_LENGTH, UrlRefused, addresses_resolve, url_check
 
 HTTP_CALL_WORKFLOW = "http.call"
@@ -252,7 +260,7 @@ def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: floa
     try:
         # Again at call time: the allowlist may have changed since the job was saved.
         target = url_check(url)
-        address = addresses_resolve(target)[0]
+        addresses = addresses_resolve(target)
     except UrlRefused as exc:
         raise PermanentFault(f"{method} {url} refused: {exc}") from exc
     except OSError as exc:
@@ -268,20 +276,26 @@ def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: floa
             headers["Content-Type"] = "application/json"
     if payload.get("timeout"):
         timeout = min(timeout, float(payload["timeout"]))
-    # Connect to the address that was checked; the name still goes in Host and in TLS's SNI
-    # (the certificate is verified against it).
-    pinned = httpx.URL(url).copy_with(host=str(address))
     limit = int(_policy()["RESPONSE_MAX_BYTES"])
     with transport_faults(f"{method} {url}", timeout=timeout):
-        request = _client().build_request(
-            method,
-            pinned,
-            content=content,
-            headers=headers,
-            timeout=httpx.Timeout(timeout),
-            extensions={"sni_hostname": target.host} if target.ip is None else {},
-        )
-        response = _client().send(request, stream=True)
+        # Connect to an address that was checked (the next one if it refuses: `localhost` may
+        # be ::1 first for a server on 127.0.0.1); the name still goes in Host and in TLS's SNI
+        # (the certificate is verified against it).
+        for index, address in enumerate(addresses):
+            request = _client().build_request(
+                method,
+                httpx.URL(url).copy_with(host=str(address)),
+                content=content,
+                headers=headers,
+                timeout=httpx.Timeout(timeout),
+                extensions={"sni_hostname": target.host} if target.ip is None else {},
+            )
+            try:
+                response = _client().send(request, stream=True)
+                break
+            except httpx.ConnectError:
+                if index == len(addresses) - 1:
+                    raise
         try:
             text, truncated = _read_bounded(response, limit)
         finally:

@@ -146,9 +146,13 @@ class SchedulableTask:
         try:
             size = len(json.dumps({"args": args, "kwargs": kwargs}, allow_nan=False).encode())
         except (TypeError, ValueError):
-            raise WorkflowInputError({**errors, "non_field_errors": ["arguments must be JSON values"]}) from None
+            raise WorkflowInputError(
+                {**errors, "non_field_errors": ["arguments must be JSON values"]}
+            ) from None
         if size > ARGUMENTS_MAX_BYTES:
-            raise WorkflowInputError({"non_field_errors": [f"arguments: at most {ARGUMENTS_MAX_BYTES} bytes"]})
+            raise WorkflowInputError(
+                {"non_field_errors": [f"arguments: at most {ARGUMENTS_MAX_BYTES} bytes"]}
+            )
         if not errors:
             self._bind(args, kwargs, errors)
         if errors:
@@ -175,13 +179,13 @@ class SchedulableTask:
             else:
                 errors.setdefault("kwargs", []).append(f"{name}: unknown argument")
         missing = [p for p in self.parameters if p.required and p.name not in bound]
-        for parameter in missing:
-            field = "args" if parameter.kind == "positional" else "kwargs"
-            errors.setdefault(field, []).append(f"{parameter.name}: missing required argument")
+        for absent in missing:
+            field = "args" if absent.kind == "positional" else "kwargs"
+            errors.setdefault(field, []).append(f"{absent.name}: missing required argument")
         named = {p.name: p for p in self.parameters}
         for name, value in bound.items():
-            parameter = named.get(name)
-            message = parameter.check(value) if parameter else ""
+            known = named.get(name)
+            message = known.check(value) if known else ""
             if message:
                 field = "args" if name not in kwargs else "kwargs"
                 errors.setdefault(field, []).append(f"{name}: {message}")

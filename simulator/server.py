@@ -300,7 +300,11 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         text = raw.decode(errors="replace")
         if 200 <= status < 300:
             self.server.state.append_ledger(
-                "echo", method, key, f"echo_{uuid.uuid4().hex[:12]}", {"path": path, "body": text, "headers": headers}
+                "echo",
+                method,
+                key,
+                f"echo_{uuid.uuid4().hex[:12]}",
+                {"path": path, "body": text, "headers": headers},
             )
         self.server.state.count("echo", method, "applied" if status < 300 else f"status_{status}")
         self._send_json(

@@ -4,17 +4,27 @@ every other field. Pure validation (no I/O) except the resolve-time check and th
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 from typing import Any
 
 import pytest
 
+from agents.base import PermanentFault
 from agents.http_allowlist import Target, UrlRefused, addresses_resolve, is_public, pattern_parse, url_check
-from agents.http_call import HTTP_CALL_WORKFLOW, validate_http_call_input
+from agents.http_call import HTTP_CALL_WORKFLOW, http_call, validate_http_call_input
 from scheduler.models import Run
 from scheduler.services import run_submit
 from scheduler.workflows import WorkflowInputError
 
-ALLOWED = ["simulator.test", "api.example.com:8443", "*.partner.io", "203.0.113.7", "127.0.0.1:8055", "localhost:9000"]
+ALLOWED = [
+    "simulator.test",
+    "api.example.com:8443",
+    "*.partner.io",
+    "203.0.113.7",
+    "127.0.0.1:8055",
+    "localhost:9000",
+]
 PRIVATE = ["127.0.0.1:8055", "simulator.test"]
 
 
@@ -118,18 +128,32 @@ def test_is_public__addresses_table(address: str, public: bool) -> None:
 def test_resolve__name_to_loopback__refused_unless_private_allowed() -> None:
     """The resolve-time check: a listed name that resolves to a private address is refused,
     unless the name is also a private host."""
-    target = Target(url="http://localhost/", scheme="http", host="localhost", port=80, ip=None, private_ok=False)
+    target = Target(
+        url="http://localhost/", scheme="http", host="localhost", port=80, ip=None, private_ok=False
+    )
 
     with pytest.raises(UrlRefused, match="non-public address"):
         addresses_resolve(target)
-    allowed = Target(url="http://localhost/", scheme="http", host="localhost", port=80, ip=None, private_ok=True)
+    allowed = Target(
+        url="http://localhost/", scheme="http", host="localhost", port=80, ip=None, private_ok=True
+    )
     assert any(a.is_loopback for a in addresses_resolve(allowed))
 
 
 @pytest.mark.parametrize(
     ("entry", "ok"),
-    [("api.example.com", True), ("*.example.com:8443", True), ("[::1]:8055", True), ("10.0.0.1", True)]
-    + [("*.10.0.0.1", False), ("host:0", False), ("host:x", False), ("", False), ("[::1", False), ("a b", False)],
+    [
+        ("api.example.com", True),
+        ("*.example.com:8443", True),
+        ("[::1]:8055", True),
+        ("10.0.0.1", True),
+        ("*.10.0.0.1", False),
+        ("host:0", False),
+        ("host:x", False),
+        ("", False),
+        ("[::1", False),
+        ("a b", False),
+    ],
 )
 def test_allowlist_entry__parsed_or_refused(entry: str, ok: bool) -> None:
     if ok:
@@ -223,3 +247,45 @@ def test_submit__disallowed_url__refused_and_nothing_written(django_user_model: 
 
     assert "not on the allowlist" in caught.value.errors["url"][0]
     assert Run.objects.count() == 0
+
+
+def test_call__allowed_name__connects_to_its_checked_address_with_the_name_as_host(
+    engine: Any, settings: Any
+) -> None:
+    """In-process against the real simulator: `localhost` is resolved and checked once, the
+    connection goes to that address, and the request still names the host (Host header)."""
+    port = os.environ["SIMULATOR_URL"].rsplit(":", 1)[1]
+    settings.SAS_HTTP_JOB_ALLOWED_HOSTS = [f"localhost:{port}"]
+    settings.SAS_HTTP_JOB_PRIVATE_HOSTS = [f"localhost:{port}"]
+    payload = validate_http_call_input(
+        {"method": "PUT", "url": f"http://localhost:{port}/echo/x", "body": "raw", "headers": {"X-A": "1"}}
+    )
+
+    result = http_call(payload=payload, idempotency_key="k-1", timeout=5)
+
+    echoed = json.loads(result["body"])
+    assert result["status"] == 200
+    assert echoed["headers"]["host"] == f"localhost:{port}"
+    assert (echoed["method"], echoed["body"], echoed["idempotency_key"]) == ("PUT", "raw", "k-1")
+    assert echoed["headers"]["x-a"] == "1" and "content-type" not in echoed["headers"]
+
+
+def test_call__large_response__body_cut_to_the_limit(engine: Any, settings: Any) -> None:
+    settings.SAS_HTTP_JOB_ALLOWED_HOSTS = [os.environ["SIMULATOR_URL"].removeprefix("http://")]
+    settings.SAS_HTTP_JOBS = {**settings.SAS_HTTP_JOBS, "RESPONSE_MAX_BYTES": 100}
+
+    result = http_call(
+        payload={"method": "POST", "url": os.environ["SIMULATOR_URL"] + "/echo", "body": "x" * 500},
+        idempotency_key="k-2",
+        timeout=5,
+    )
+
+    assert result["body_truncated"] is True and len(result["body"]) == 100
+
+
+def test_call__allowlist_shrank_since_saved__permanent_refusal(settings: Any) -> None:
+    payload = validate_http_call_input({"method": "GET", "url": "http://simulator.test/"})
+    settings.SAS_HTTP_JOB_ALLOWED_HOSTS = ["other.test"]
+
+    with pytest.raises(PermanentFault, match="not on the allowlist"):
+        http_call(payload=payload, idempotency_key="k-3", timeout=5)

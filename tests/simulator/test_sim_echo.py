@@ -7,7 +7,9 @@ from simulator.client import SimulatorControl
 from .support import Api
 
 
-def test_echo__any_method__answers_what_it_received_and_ledgers_it(api: Api, control: SimulatorControl) -> None:
+def test_echo__any_method__answers_what_it_received_and_ledgers_it(
+    api: Api, control: SimulatorControl
+) -> None:
     put = api.request("PUT", "/echo/a/b?x=1", b'{"hello": "world"}')
     patch = api.request("PATCH", "/echo", b"raw text")
 
