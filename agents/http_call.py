@@ -34,7 +34,7 @@ import httpx
 from celery import shared_task
 from django.conf import settings
 
-from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
+from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
 
 from .base import (
     TRANSIENT_STATUSES,
@@ -342,7 +342,6 @@ def _payload(ctx: StepContext) -> dict[str, Any]:
 
 
 def build_http_call_workflow() -> Workflow:
-    policy = _policy()
     return Workflow(
         name=HTTP_CALL_WORKFLOW,
         label="HTTP call",
@@ -355,11 +354,7 @@ def build_http_call_workflow() -> Workflow:
                 label="HTTP call",
                 operation=HTTP_CALL_OPERATION,
                 payload=_payload,
-                timeout=float(policy["STEP_TIMEOUT"]),
-                max_failures=int(policy["MAX_FAILURES"]),
-                backoff_base=float(policy["BACKOFF_BASE"]),
-                backoff_max=float(policy["BACKOFF_MAX"]),
-                deadline=float(policy["STEP_DEADLINE"]),
+                **step_policy(_policy()),
             )
         ],
     )

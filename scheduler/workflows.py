@@ -94,6 +94,20 @@ class StepDef:
             raise ValueError(f"step {self.name}: queue_timeout and deadline must be positive")
 
 
+def step_policy(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """StepDef keyword arguments from a settings dict: STEP_TIMEOUT, MAX_FAILURES,
+    BACKOFF_BASE, BACKOFF_MAX and, when present, STEP_DEADLINE (see SAS_WEBHOOKS)."""
+    policy: dict[str, Any] = {
+        "timeout": float(conf["STEP_TIMEOUT"]),
+        "max_failures": int(conf["MAX_FAILURES"]),
+        "backoff_base": float(conf["BACKOFF_BASE"]),
+        "backoff_max": float(conf["BACKOFF_MAX"]),
+    }
+    if conf.get("STEP_DEADLINE") is not None:
+        policy["deadline"] = float(conf["STEP_DEADLINE"])
+    return policy
+
+
 @dataclass(frozen=True)
 class Workflow:
     name: str

@@ -129,13 +129,12 @@ class SimulatorHandler(BaseHTTPRequestHandler):
     # -- verbs -----------------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        path, query = self._route()
-        body = self._read_body()
-        if body is None:
+        if self._echoed():
             return
-        if self._is_echo(path):
-            self._echo(path, query, body)
-        elif path == "/health":
+        path, query = self._route()
+        if self._read_body() is None:
+            return
+        if path == "/health":
             self._send_json(200, {"status": "ok"})
         elif path == "/_ledger":
             self._get_ledger(query)
@@ -154,22 +153,16 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_PATCH(self) -> None:
-        path, query = self._route()
-        body = self._read_body()
-        if body is None:
+        if self._echoed() or self._read_body() is None:
             return
-        if self._is_echo(path):
-            self._echo(path, query, body)
-        else:
-            self._not_found()
+        self._not_found()
 
     def do_PUT(self) -> None:
-        path, query = self._route()
+        if self._echoed():
+            return
+        path, _ = self._route()
         body = self._read_body()
         if body is None:
-            return
-        if self._is_echo(path):
-            self._echo(path, query, body)
             return
         service = path.removeprefix("/_faults/")
         if not path.startswith("/_faults/") or service not in SERVICES:
@@ -188,13 +181,12 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         self._send_json(200, {"service": service, "faults": faults.as_dict()})
 
     def do_DELETE(self) -> None:
-        path, query = self._route()
-        body = self._read_body()
-        if body is None:
+        if self._echoed():
             return
-        if self._is_echo(path):
-            self._echo(path, query, body)
-        elif path == "/_faults":
+        path, _ = self._route()
+        if self._read_body() is None:
+            return
+        if path == "/_faults":
             self.server.faults.clear()
             self._send_json(200, {"status": "cleared"})
         elif path.startswith("/_faults/") and (service := path.removeprefix("/_faults/")) in SERVICES:
@@ -204,14 +196,14 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             self._not_found()
 
     def do_POST(self) -> None:
-        path, query = self._route()
+        if self._echoed():
+            return
+        path, _ = self._route()
         body = self._read_body()
         if body is None:
             return
         operation = ROUTES.get(path)
-        if self._is_echo(path):
-            self._echo(path, query, body)
-        elif operation is not None:
+        if operation is not None:
             self._business(operation, body)
         elif path == "/_reset":
             self.server.reset()
@@ -269,9 +261,15 @@ class SimulatorHandler(BaseHTTPRequestHandler):
 
     # -- echo: a generic endpoint for HTTP-call jobs -------------------------------------------------
 
-    @staticmethod
-    def _is_echo(path: str) -> bool:
-        return path == ECHO_PATH or path.startswith(ECHO_PATH + "/")
+    def _echoed(self) -> bool:
+        """Serve the request if it is for /echo[/...]; False if it is not."""
+        path, query = self._route()
+        if path != ECHO_PATH and not path.startswith(ECHO_PATH + "/"):
+            return False
+        body = self._read_body()
+        if body is not None:
+            self._echo(path, query, body)
+        return True
 
     def _echo(self, path: str, query: dict[str, list[str]], raw: bytes) -> None:
         """Answer any method on /echo[/...] with what was received. `?status=N` answers N;
