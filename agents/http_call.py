@@ -27,6 +27,7 @@ import json
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -225,20 +226,31 @@ HTTP_CALL_INPUT_SCHEMA: dict[str, Any] = {
 # -- the agent ---------------------------------------------------------------------------------
 
 _local = threading.local()
+# Destinations with a pooled client kept per thread; the least recently used is closed past it.
+MAX_CLIENTS = 32
 
 
-def _client() -> httpx.Client:
-    """One pooled client per process (created after fork). Redirects are not followed, and
-    proxies from the environment are not used: the connection goes to the checked address."""
-    client: httpx.Client | None = getattr(_local, "client", None)
-    if client is None or getattr(_local, "pid", None) != os.getpid():
+def _client(host: str) -> httpx.Client:
+    """A pooled client per destination name, per thread (created after fork). Per name because
+    the connection goes to an address: a pool shared by two names on one address would send
+    one name's requests over a TLS connection verified for the other. Redirects are not
+    followed, and proxies from the environment are not used (the connection goes to the
+    checked address)."""
+    clients: OrderedDict[str, httpx.Client] | None = getattr(_local, "clients", None)
+    if clients is None or getattr(_local, "pid", None) != os.getpid():
+        clients = OrderedDict()
+        _local.clients = clients
+        _local.pid = os.getpid()
+    client = clients.pop(host, None)
+    if client is None:
         client = httpx.Client(
             follow_redirects=False,
             trust_env=False,
-            limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
+            limits=httpx.Limits(max_connections=10, max_keepalive_connections=4),
         )
-        _local.client = client
-        _local.pid = os.getpid()
+        while len(clients) >= MAX_CLIENTS:
+            clients.popitem(last=False)[1].close()
+    clients[host] = client
     return client
 
 
@@ -282,7 +294,7 @@ def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: floa
         # be ::1 first for a server on 127.0.0.1); the name still goes in Host and in TLS's SNI
         # (the certificate is verified against it).
         for index, address in enumerate(addresses):
-            request = _client().build_request(
+            request = _client(target.host).build_request(
                 method,
                 httpx.URL(url).copy_with(host=str(address)),
                 content=content,
@@ -291,7 +303,7 @@ def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: floa
                 extensions={"sni_hostname": target.host} if target.ip is None else {},
             )
             try:
-                response = _client().send(request, stream=True)
+                response = _client(target.host).send(request, stream=True)
                 break
             except httpx.ConnectError:
                 if index == len(addresses) - 1:
