@@ -26,5 +26,7 @@ def customer(db: None) -> Any:
 
     # get_or_create: live tests (demo_user, the admin browser test) commit an "alice" that their
     # truncation does not remove, and test order varies (pytest-xdist).
-    user, _ = get_user_model().objects.get_or_create(username="alice", defaults={"email": "alice@example.com"})
+    user, _ = get_user_model().objects.get_or_create(
+        username="alice", defaults={"email": "alice@example.com"}
+    )
     return user
