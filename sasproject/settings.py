@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 
@@ -27,6 +28,13 @@ def env_bool(name: str, default: bool) -> bool:
 def env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     return default if value in (None, "") else float(value)
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-secret-key-change-me-in-production")
@@ -292,6 +300,29 @@ SAS: dict[str, Any] = {
             "SAS_SHIPPING_URL", os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")
         ),
     },
+}
+
+# --------------------------------------------------------------------------------------------
+# Job targets (issue 8): HTTP-call jobs and @schedulable tasks. See docs/jobs-targets.md.
+# --------------------------------------------------------------------------------------------
+# Hosts an `http.call` job may call: `host`, `host:port`, `*.example.com`, or an IP address
+# written out (`203.0.113.7`, `[2001:db8::1]:8443`). Comma-separated in the environment.
+# Default: the simulator's host and port only (agents/http_allowlist.py).
+_SIMULATOR_NETLOC = urlsplit(os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")).netloc
+SAS_HTTP_JOB_ALLOWED_HOSTS = env_list("SAS_HTTP_JOB_ALLOWED_HOSTS", [_SIMULATOR_NETLOC])
+# Of those, the hosts that may be or resolve to a loopback / private / link-local address. Any
+# other name must resolve to public addresses only (checked at call time).
+SAS_HTTP_JOB_PRIVATE_HOSTS = env_list("SAS_HTTP_JOB_PRIVATE_HOSTS", [_SIMULATOR_NETLOC])
+# The `http.call` step's policy: one attempt's window (and the largest `timeout` an input may
+# ask for), attempts before it errors, backoff between attempts, the whole step's deadline
+# (bounds the wait while a host's breaker is open), and how much of a response body is kept.
+SAS_HTTP_JOBS = {
+    "STEP_TIMEOUT": env_float("SAS_HTTP_JOB_STEP_TIMEOUT", 30.0),
+    "MAX_FAILURES": int(os.environ.get("SAS_HTTP_JOB_MAX_FAILURES", "3")),
+    "BACKOFF_BASE": env_float("SAS_HTTP_JOB_BACKOFF_BASE", 1.0),
+    "BACKOFF_MAX": env_float("SAS_HTTP_JOB_BACKOFF_MAX", 60.0),
+    "STEP_DEADLINE": env_float("SAS_HTTP_JOB_STEP_DEADLINE", 300.0),
+    "RESPONSE_MAX_BYTES": int(os.environ.get("SAS_HTTP_JOB_RESPONSE_MAX_BYTES", "4096")),
 }
 
 # The order workflow's step policy (seconds / attempts). Short windows in tests come from here.

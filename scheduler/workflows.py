@@ -113,12 +113,32 @@ class StepDef:
             raise ValueError(f"step {self.name}: a compensation cannot be paginated or heartbeat")
 
 
+def step_policy(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """StepDef keyword arguments from a settings dict: STEP_TIMEOUT, MAX_FAILURES,
+    BACKOFF_BASE, BACKOFF_MAX and, when present, STEP_DEADLINE (see SAS_WEBHOOKS)."""
+    policy: dict[str, Any] = {
+        "timeout": float(conf["STEP_TIMEOUT"]),
+        "max_failures": int(conf["MAX_FAILURES"]),
+        "backoff_base": float(conf["BACKOFF_BASE"]),
+        "backoff_max": float(conf["BACKOFF_MAX"]),
+    }
+    if conf.get("STEP_DEADLINE") is not None:
+        policy["deadline"] = float(conf["STEP_DEADLINE"])
+    return policy
+
+
 @dataclass(frozen=True)
 class Workflow:
     name: str
     steps: list[StepDef]
     # Cleans the input or raises WorkflowInputError. Runs before anything is written.
     validate: Callable[[Mapping[str, Any]], dict[str, Any]] = field(default=lambda data: dict(data))
+    # For people choosing a workflow (job forms, the API): a short name, a sentence, and the
+    # input's JSON Schema (https://json-schema.org/) when the workflow publishes one. `validate`
+    # stays the rule; the schema describes it for forms and clients.
+    label: str = ""
+    description: str = ""
+    input_schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps] + [s.compensation.name for s in self.steps if s.compensation]
@@ -126,6 +146,8 @@ class Workflow:
             raise ValueError(f"workflow {self.name}: step names must be unique")
         if not self.steps:
             raise ValueError(f"workflow {self.name}: needs at least one step")
+        if not self.label:
+            object.__setattr__(self, "label", step_label_default(self.name))
 
     def step_label(self, name: str) -> str:
         """The label of step `name`; a step this definition no longer has (a run submitted
