@@ -103,3 +103,19 @@ def test_page__its_transaction_fails_midway__leaves_no_partial_effect(user):
     assert "poisoned product" in outcome_step.last_error
     attempt = TaskExecutionHistory.objects.get(step_id=claim.step_id, kind="attempt")
     assert attempt.status == "failed_transient"
+
+
+def test_commands__seed_then_reprice__a_run_of_the_user(user):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("catalogue_seed", rows=1500, if_empty=True, stdout=out)
+    call_command("catalogue_reprice", percent="-2.5", user=user.username, stdout=out)
+
+    run = Run.objects.get(owner=user, workflow="catalogue.reprice")
+    assert run.input == {"percent": "-2.5"} and Product.objects.count() == 1500
+    assert f"/catalogue/reprices/{run.pk}/" in out.getvalue()
+    with pytest.raises(CommandError, match="percent"):
+        call_command("catalogue_reprice", percent="0", user=user.username, stdout=out)
