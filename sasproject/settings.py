@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "agents",
     "supervisor",
     "orders",
+    # Seed 004's reporting service: per-user reports and run timelines (reads only).
+    "reports",
     # Operator tools that read every app (the engine-health page, the run admin's alerts and
     # order link); after the apps whose admins it extends.
     "ops",

@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
 from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
+from reports.api import report_api
 
 router = SimpleRouter()
 router.register("orders", OrderViewSet, basename="api-order")
@@ -28,7 +29,9 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/webhook-secret/", webhook_secret, name="api-webhook-secret"),
     path("api/webhook-secret/rotate/", webhook_secret_rotate_view, name="api-webhook-secret-rotate"),
+    path("api/reports/", report_api, name="api-reports"),
     path("api/", include(router.urls)),
+    path("reports/", include("reports.urls")),
     path("", include("orders.urls")),
 ]
 # Static files (the admin's CSS, the pages' stylesheet) from the apps' folders while DEBUG is on,
