@@ -295,7 +295,8 @@ def _decision_mark(row: Any, *, lane: int, label: str, error: str) -> Mark:
         title = f"{label}: gave up ({why}) after {row.retry_count} failures - {cause}"
         kind = "errored"
     else:
-        title = f"{label}: supervisor recovered the step - {cause}; retry in {row.detail.get('backoff_seconds', 0)} s"
+        backoff = row.detail.get("backoff_seconds", 0)
+        title = f"{label}: supervisor recovered the step - {cause}; retry in {backoff} s"
         kind = "supervisor"
     if error:
         title += f"\n{error[:300]}"

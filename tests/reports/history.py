@@ -17,9 +17,9 @@ H = TaskExecutionHistory
 
 def at(text: str) -> datetime:
     """'01-05 10:30:00' -> that moment of 2026 in UTC."""
-    return datetime.strptime(f"2026-{text}", "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S").replace(
-        tzinfo=UTC
-    )
+    return datetime.strptime(
+        f"2026-{text}", "%Y-%m-%d %H:%M:%S.%f" if "." in text else "%Y-%m-%d %H:%M:%S"
+    ).replace(tzinfo=UTC)
 
 
 def make_run(
@@ -39,7 +39,9 @@ def make_run(
     return run
 
 
-def make_step(run: Run, name: str = "work", *, kind: str = "forward", seq: int = 0, state: str = "processed") -> Step:
+def make_step(
+    run: Run, name: str = "work", *, kind: str = "forward", seq: int = 0, state: str = "processed"
+) -> Step:
     return Step.objects.create(
         run=run,
         name=name,

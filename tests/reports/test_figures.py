@@ -86,7 +86,13 @@ def test_report__rows__per_job_with_last_and_next_run__and_per_workflow(alice: A
 
     orders = rows["order_fulfilment runs (not from a job)"].figures
     assert orders.runs == 4
-    assert orders.outcomes == {"completed": 2, "compensated": 0, "failed": 1, "cancelled": 1, "in_progress": 0}
+    assert orders.outcomes == {
+        "completed": 2,
+        "compensated": 0,
+        "failed": 1,
+        "cancelled": 1,
+        "in_progress": 0,
+    }
     assert orders.success_rate == pytest.approx(2 / 3)
     assert (orders.p50, orders.p95) == (5.0, 40.0)  # sorted 1 5 30 40: ranks 2 and 4
     assert orders.retries == 0 and orders.missed_deadlines == 0
@@ -122,8 +128,20 @@ def test_report__time_zone__buckets_on_local_hours(alice: Any) -> None:
     counts = {b.start.strftime("%d %H:%M"): b.outcomes for b in buckets if b.runs}
     assert counts == {
         "04 17:00": {"completed": 1, "compensated": 0, "failed": 0, "cancelled": 0, "in_progress": 0},  # r4
-        "05 15:00": {"completed": 2, "compensated": 0, "failed": 0, "cancelled": 0, "in_progress": 0},  # r1 r7
-        "05 16:00": {"completed": 0, "compensated": 1, "failed": 1, "cancelled": 1, "in_progress": 0},  # r2 r8 r9
+        "05 15:00": {
+            "completed": 2,
+            "compensated": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "in_progress": 0,
+        },  # r1 r7
+        "05 16:00": {
+            "completed": 0,
+            "compensated": 1,
+            "failed": 1,
+            "cancelled": 1,
+            "in_progress": 0,
+        },  # r2 r8 r9
         "05 17:00": {"completed": 0, "compensated": 0, "failed": 0, "cancelled": 0, "in_progress": 1},  # r3
     }
     assert report.total.runs == 7  # the same runs: a time zone moves buckets, not the window
