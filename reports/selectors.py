@@ -22,7 +22,7 @@ from celery.schedules import crontab
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
-from django.db import connection
+from django.db import connection, transaction
 
 from .windows import Window
 
@@ -51,10 +51,21 @@ def statements() -> dict[str, str]:
 
 
 def _fetch(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of one statement as dicts. The caller holds a transaction with `_report_settings`."""
     with connection.cursor() as cursor:
         cursor.execute(statements()[name], params)
         columns = [c.name for c in cursor.description or []]
         return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _report_settings() -> None:
+    """For the report's statements only (SET LOCAL: until the transaction ends): no JIT - a
+    heavy user's week is estimated costly enough to compile, which alone took half a second
+    (bench/README.md) -, and no parallel workers, so a report never takes the cores the engine's
+    own statements need."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute("SET LOCAL max_parallel_workers_per_gather = 0")
 
 
 def report_usernames(*, viewer: User, limit: int = 500) -> list[str]:
@@ -288,11 +299,14 @@ def _workflow_label(workflow: str) -> str:
 
 def user_report(*, user: Any, window: Window, now: datetime) -> Report:
     """`user`'s report over `window` (the caller got `user` from `report_subject`). Three
-    statements, each reading only this user's rows through their indexes."""
+    statements in one read transaction (one snapshot: the figures agree with each other), each
+    reading only this user's rows through their indexes."""
     params = {"owner": user.pk, "start": window.start, "end": window.end, "now": now}
-    groups = _fetch("report_groups", params)
-    jobs = _fetch("report_jobs", {"owner": user.pk})
-    buckets = _fetch("report_buckets", {**params, "bucket": window.bucket, "tz": window.tz_name})
+    with transaction.atomic():
+        _report_settings()
+        groups = _fetch("report_groups", params)
+        jobs = _fetch("report_jobs", {"owner": user.pk})
+        buckets = _fetch("report_buckets", {**params, "bucket": window.bucket, "tz": window.tz_name})
 
     total = Figures()
     per_job: dict[int, Figures] = {}

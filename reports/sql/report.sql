@@ -3,8 +3,9 @@
 --
 -- Every statement starts from one user's runs submitted in the window, an index range scan of
 -- run_owner_created_idx (owner_id, created_at DESC); history rows are reached from those runs
--- through history_run_started_idx (run_id, started_at). Neither reads another user's rows, so
--- the cost follows the user's own work in the window, not the size of the tables.
+-- through the history's run_id index. Neither reads another user's rows, so the cost follows
+-- the user's own work in the window, not the size of the tables. reports/selectors.py runs them
+-- with JIT and parallel workers off (see `_fetch`).
 --
 -- Definitions (docs/reports.md says the same for people):
 --   outcome       completed | compensated | failed | cancelled | in_progress (pending, running,
@@ -27,44 +28,45 @@
 
 -- name: report_groups
 -- Figures per job (the job's runs) and per workflow (runs not from a job, e.g. orders), and one
--- total row over all of them (GROUPING SETS: `is_total`).
-WITH runs AS (
-    SELECT r.id, r.job_id, CASE WHEN r.job_id IS NULL THEN r.workflow ELSE '' END AS workflow,
-           r.state, r.deadline, r.finished_at,
-           extract(epoch FROM r.finished_at - r.created_at)::float8 AS duration
-    FROM scheduler_run AS r
-    WHERE r.owner_id = %(owner)s AND r.created_at >= %(start)s AND r.created_at < %(end)s
-), history AS (
-    SELECT h.run_id,
-           count(*) FILTER (WHERE h.kind = 'attempt'
+-- total row over all of them (GROUPING SETS: `is_total`). The history is read per run, LATERAL:
+-- one probe of the run_id index per run (a plain join lets the planner hash the whole history
+-- table once a user's window holds a few thousand runs - bench/README.md has both plans).
+SELECT grouping(r.job_id, r.workflow) = 3 AS is_total,
+       r.job_id, r.workflow,
+       count(*) AS runs,
+       count(*) FILTER (WHERE r.state = 'completed') AS completed,
+       count(*) FILTER (WHERE r.state = 'compensated') AS compensated,
+       count(*) FILTER (WHERE r.state = 'failed') AS failed,
+       count(*) FILTER (WHERE r.state = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE r.state IN ('pending', 'running', 'compensating')) AS in_progress,
+       count(r.duration) AS finished,
+       percentile_disc(0.5) WITHIN GROUP (ORDER BY r.duration) AS p50,
+       percentile_disc(0.95) WITHIN GROUP (ORDER BY r.duration) AS p95,
+       coalesce(sum(h.retries), 0)::bigint AS retries,
+       coalesce(sum(h.missed_start), 0)::bigint AS missed_start,
+       coalesce(sum(h.missed_complete), 0)::bigint AS missed_complete,
+       coalesce(sum(h.missed_close), 0)::bigint AS missed_close,
+       count(*) FILTER (WHERE r.deadline IS NOT NULL
+                        AND coalesce(r.finished_at, %(now)s) > r.deadline) AS missed_run
+FROM (
+    SELECT run.id, run.job_id, CASE WHEN run.job_id IS NULL THEN run.workflow ELSE '' END AS workflow,
+           run.state, run.deadline, run.finished_at,
+           extract(epoch FROM run.finished_at - run.created_at)::float8 AS duration
+    FROM scheduler_run AS run
+    WHERE run.owner_id = %(owner)s AND run.created_at >= %(start)s AND run.created_at < %(end)s
+) AS r
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE h.kind = 'attempt'
                             AND coalesce((h.detail ->> 'attempt')::int, 1) > 1) AS retries,
            count(*) FILTER (WHERE h.kind = 'attempt' AND h.status = 'requeued') AS missed_start,
            count(*) FILTER (WHERE h.kind = 'attempt' AND h.status = 'timed_out') AS missed_complete,
            count(*) FILTER (WHERE h.kind IN ('supervisor', 'scheduler') AND h.status = 'errored'
                             AND h.detail ->> 'give_up' = 'deadline') AS missed_close
-    FROM runs JOIN scheduler_taskexecutionhistory AS h ON h.run_id = runs.id
-    GROUP BY h.run_id
-)
-SELECT grouping(runs.job_id, runs.workflow) = 3 AS is_total,
-       runs.job_id, runs.workflow,
-       count(*) AS runs,
-       count(*) FILTER (WHERE runs.state = 'completed') AS completed,
-       count(*) FILTER (WHERE runs.state = 'compensated') AS compensated,
-       count(*) FILTER (WHERE runs.state = 'failed') AS failed,
-       count(*) FILTER (WHERE runs.state = 'cancelled') AS cancelled,
-       count(*) FILTER (WHERE runs.state IN ('pending', 'running', 'compensating')) AS in_progress,
-       count(runs.duration) AS finished,
-       percentile_disc(0.5) WITHIN GROUP (ORDER BY runs.duration) AS p50,
-       percentile_disc(0.95) WITHIN GROUP (ORDER BY runs.duration) AS p95,
-       coalesce(sum(history.retries), 0)::bigint AS retries,
-       coalesce(sum(history.missed_start), 0)::bigint AS missed_start,
-       coalesce(sum(history.missed_complete), 0)::bigint AS missed_complete,
-       coalesce(sum(history.missed_close), 0)::bigint AS missed_close,
-       count(*) FILTER (WHERE runs.deadline IS NOT NULL
-                        AND coalesce(runs.finished_at, %(now)s) > runs.deadline) AS missed_run
-FROM runs LEFT JOIN history ON history.run_id = runs.id
-GROUP BY GROUPING SETS ((runs.job_id, runs.workflow), ())
-ORDER BY is_total, runs.job_id NULLS LAST, runs.workflow
+    FROM scheduler_taskexecutionhistory AS h
+    WHERE h.run_id = r.id
+) AS h
+GROUP BY GROUPING SETS ((r.job_id, r.workflow), ())
+ORDER BY is_total, r.job_id NULLS LAST, r.workflow
 
 -- name: report_buckets
 -- Runs per bucket of their submit time, by outcome, with the bucket's duration percentiles.

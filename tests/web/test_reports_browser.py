@@ -59,6 +59,9 @@ def test_browser__report_page_and_order_timeline__from_a_real_run(
     engine: Any, web_server: str, artifacts_dir: Path
 ) -> None:
     user = make_user("rep")
+    # An operator: the report page offers the user picker, and the admin's run page is theirs.
+    user.is_staff = user.is_superuser = True
+    user.save()
     # A payment that fails twice, then recovers: retries, a breaker deferral maybe, success.
     engine.sim.set_faults("payment", transient_rate=1.0)
     retried = order_submit(owner_id=user.pk, data=ORDER)
@@ -112,6 +115,12 @@ def test_browser__report_page_and_order_timeline__from_a_real_run(
         page.screenshot(path=str(artifacts_dir / "reports-05-declined-timeline.png"), full_page=True)
         declined_bars = page.evaluate(_TIMELINE_JS)
 
+        page.goto(f"/admin/scheduler/run/{retried.run_id}/change/")
+        page.wait_for_selector(".sas-timeline svg.chart-timeline")
+        page.screenshot(path=str(artifacts_dir / "reports-06-admin-run-timeline.png"), full_page=True)
+        admin_attempts = page.locator(".sas-timeline g.span[data-kind=attempt]").count()
+        picker = page.goto(f"/reports/?user={user.username}").status if page else 0
+
     assert states == ["completed", "compensated", "completed", "completed"]
     assert day["counts"] == {"completed": 3, "compensated": 1}  # every run, one segment each
     assert day["tiles"]["runs"] == "4" and day["tiles"]["success_rate"] == "75.0%"
@@ -138,4 +147,6 @@ def test_browser__report_page_and_order_timeline__from_a_real_run(
     declined_lanes = {(b["lane"], b["status"]) for b in declined_bars if b["kind"] == "attempt"}
     assert ("charge_payment", "failed_permanent") in declined_lanes
     assert ("release_inventory", "succeeded") in declined_lanes  # the compensation, its own lane
+    assert admin_attempts == len(attempts)  # the operator's run page shows the same attempts
+    assert picker == 200
     assert Order.objects.filter(owner=user).count() == 3
