@@ -104,20 +104,22 @@ class OperatorRunAdmin(RunAdmin):
 
     # -- the run's timeline (reports) -------------------------------------------------------------
 
-    def change_view(
+    def render_change_form(
         self,
         request: HttpRequest,
-        object_id: str,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
         form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
+        obj: Run | None = None,
     ) -> HttpResponse:
         """The run page with its timeline: every attempt, wait, recovery and event on one axis,
         with the raw errors (operators see what the remote services said)."""
-        context = dict(extra_context or {})
-        run = self.get_object(request, object_id)
-        if run is not None:
-            context["timeline"] = run_timeline(run=run, now=timezone.now())
-        return super().change_view(request, object_id, form_url, extra_context=context)
+        if obj is not None:
+            context["timeline"] = run_timeline(run=obj, now=timezone.now())
+        return super().render_change_form(
+            request, context, add=add, change=change, form_url=form_url, obj=obj
+        )
 
     # -- the engine-health page ------------------------------------------------------------------
 

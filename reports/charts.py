@@ -16,6 +16,7 @@ import html
 import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
 
@@ -429,36 +430,18 @@ def _time_tick_label(seconds: float, step: float) -> str:
 
 
 def _span_shape(kind: str, status: str, *, x: float, y: float, width: float, open_: bool) -> str:
+    """A bar in its lane: the run thin and tinted, a wait thinner and grey, an attempt full
+    (dashed outline while it is still going)."""
+    style: dict[str, Any]
     if kind == "run":
         colour = RUN_STATE_COLOURS.get(status, "#6b7280")
-        return _el(
-            "rect",
-            x=x,
-            y=y + 8,
-            width=width,
-            height=LANE_H - 16,
-            rx=3,
-            fill=colour,
-            fill_opacity=0.18,
-            stroke=colour,
-            stroke_width=1.2,
-        )
-    if kind == "wait":
-        return _el(
-            "rect", x=x, y=y + 11, width=width, height=LANE_H - 22, rx=2, fill=WAIT_COLOUR, fill_opacity=0.55
-        )
-    colour = ATTEMPT_COLOURS.get(status, "#6b7280")
-    return _el(
-        "rect",
-        x=x,
-        y=y + 6,
-        width=width,
-        height=LANE_H - 12,
-        rx=3,
-        fill=colour,
-        stroke="#1e3a8a" if open_ else None,
-        stroke_dasharray="3 2" if open_ else None,
-    )
+        inset, style = 8, {"fill_opacity": 0.18, "stroke": colour, "stroke_width": 1.2}
+    elif kind == "wait":
+        colour, inset, style = WAIT_COLOUR, 11, {"fill_opacity": 0.55}
+    else:
+        colour = ATTEMPT_COLOURS.get(status, "#6b7280")
+        inset, style = 6, {"stroke": "#1e3a8a", "stroke_dasharray": "3 2"} if open_ else {}
+    return _el("rect", x=x, y=y + inset, width=width, height=LANE_H - 2 * inset, rx=3, fill=colour, **style)
 
 
 def timeline_chart(timeline: Timeline) -> SafeString:
@@ -565,7 +548,7 @@ def timeline_chart(timeline: Timeline) -> SafeString:
             _el(
                 "g",
                 shape,
-                title=mark.title,
+                title=f"{mark.title}\n{mark.at.strftime('%H:%M:%S.%f')[:-3]}",
                 class_="mark",
                 data_lane=timeline.lanes[mark.lane].name or "run",
                 data_kind=mark.kind,

@@ -69,7 +69,7 @@ class Span:
 @dataclass(frozen=True)
 class Mark:
     """A moment: a supervisor recovery, a decision to give up, an ignored reply, an operator's
-    action, or one of the run's events."""
+    action, or one of the run's events. (The chart adds its time to the hover text.)"""
 
     lane: int
     kind: str  # supervisor, errored, late_reply, operator, event
@@ -164,29 +164,15 @@ def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Ti
                 marks.append(_decision_mark(row, lane=lane, label=label, error=error))
         elif row.kind == History.Kind.LATE_REPLY:
             outcome = row.detail.get("outcome", "")
-            marks.append(
-                Mark(
-                    lane=lane,
-                    kind="late_reply",
-                    at=row.started_at,
-                    status=row.status,
-                    title=f"{label}: a late reply ({outcome}) from {row.worker or 'an agent'} was ignored "
-                    f"- its lease was no longer current\n{_clock(row.started_at)}",
-                )
+            text = (
+                f"{label}: a late reply ({outcome}) from {row.worker or 'an agent'} was ignored "
+                "- its lease was no longer current"
             )
+            marks.append(Mark(lane=lane, kind="late_reply", at=row.started_at, status=row.status, title=text))
         else:
-            action = row.detail.get("action", "action")
-            marks.append(
-                Mark(
-                    lane=lane,
-                    kind="operator",
-                    at=row.started_at,
-                    status=row.status,
-                    title=f"{label}: operator {row.worker} - {action}"
-                    + (f"\n{error}" if error else "")
-                    + f"\n{_clock(row.started_at)}",
-                )
-            )
+            text = f"{label}: operator {row.worker} - {row.detail.get('action', 'action')}"
+            text += f"\n{error}" if error else ""
+            marks.append(Mark(lane=lane, kind="operator", at=row.started_at, status=row.status, title=text))
 
     end_of_run = run.finished_at or now
     spans.insert(
@@ -211,9 +197,7 @@ def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Ti
                 kind="event",
                 at=event.created_at,
                 status=event.type,
-                title=f"{event.get_type_display()}"
-                + (f" ({step})" if step else "")
-                + f"\n{_clock(event.created_at)}",
+                title=f"{event.get_type_display()}" + (f" ({step})" if step else ""),
             )
         )
 
@@ -300,6 +284,4 @@ def _decision_mark(row: Any, *, lane: int, label: str, error: str) -> Mark:
         kind = "supervisor"
     if error:
         title += f"\n{error[:300]}"
-    return Mark(
-        lane=lane, kind=kind, at=row.started_at, status=row.status, title=f"{title}\n{_clock(row.started_at)}"
-    )
+    return Mark(lane=lane, kind=kind, at=row.started_at, status=row.status, title=title)
