@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ..orders.conftest import make_user, token_client
-from .history import at, make_run
+from ..orders.conftest import token_client
+from .history import at, make_run, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -27,8 +27,7 @@ import pytest
 from reports.selectors import user_report
 from reports.windows import window_parse
 
-from ..orders.conftest import make_user
-from .history import NOW, at, build_user_history, make_run
+from .history import NOW, at, build_user_history, make_run, make_user
 
 pytestmark = pytest.mark.django_db
 

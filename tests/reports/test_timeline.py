@@ -16,8 +16,7 @@ from reports.charts import timeline_chart
 from reports.timeline import run_timeline
 from scheduler.models import RunEvent, TaskExecutionHistory
 
-from ..orders.conftest import make_user
-from .history import at, attempt, decision, make_run, make_step
+from .history import at, attempt, decision, make_run, make_step, make_user
 
 pytestmark = pytest.mark.django_db
 H = TaskExecutionHistory
