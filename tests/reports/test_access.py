@@ -102,6 +102,10 @@ def test_page__own_report__charts_and_table(users: dict[str, Any]) -> None:
     assert "order_fulfilment runs (not from a job)" in html
     assert 'href="/reports/" class="active">Reports' in html  # in the nav, marked as here
     assert 'id="id_user"' not in html  # no user picker for a customer
+    client = Client()
+    client.force_login(users["alice"])
+    as_json = client.get("/api/reports/", RANGE)  # the page's JSON link: the session is enough
+    assert as_json.status_code == 200 and as_json.json()["total"]["runs"] == 3
 
 
 def test_page__another_user__404__staff_picks_anyone(users: dict[str, Any]) -> None:

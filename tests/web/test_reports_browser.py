@@ -18,7 +18,7 @@ from ..e2e.helpers import ORDER, wait_run
 from ..harness import wait_for
 from ..orders.conftest import make_user
 from .conftest import open_page
-from .test_browser import _sign_in
+from .test_browser import _place_order, _sign_in
 
 FINISHED = tuple(Run.TERMINAL_STATES)
 
@@ -115,6 +115,16 @@ def test_browser__report_page_and_order_timeline__from_a_real_run(
         page.screenshot(path=str(artifacts_dir / "reports-05-declined-timeline.png"), full_page=True)
         declined_bars = page.evaluate(_TIMELINE_JS)
 
+        # A new order, watched: its timeline is redrawn as the run moves, without a reload.
+        live_id = _place_order(page, sku="SKU-L", quantity=1, amount="7.00")
+        page.evaluate("document.querySelector('#timeline .timeline-body').dataset.first = 'yes'")
+        page.wait_for_selector(
+            "#timeline g.span[data-lane=create_shipment][data-kind=attempt][data-status=succeeded]",
+            timeout=30_000,
+        )
+        live_not_reloaded = page.evaluate("window.__notReloaded")
+        live_redrawn = page.evaluate("!document.querySelector('#timeline .timeline-body').dataset.first")
+
         page.goto(f"/admin/scheduler/run/{retried.run_id}/change/")
         page.wait_for_selector(".sas-timeline svg.chart-timeline")
         page.screenshot(path=str(artifacts_dir / "reports-06-admin-run-timeline.png"), full_page=True)
@@ -149,4 +159,6 @@ def test_browser__report_page_and_order_timeline__from_a_real_run(
     assert ("release_inventory", "succeeded") in declined_lanes  # the compensation, its own lane
     assert admin_attempts == len(attempts)  # the operator's run page shows the same attempts
     assert picker == 200
-    assert Order.objects.filter(owner=user).count() == 3
+    assert live_not_reloaded is True and live_redrawn is True  # the timeline followed the run in place
+    assert Run.objects.get(correlation_id=live_id).state == Run.State.COMPLETED
+    assert Order.objects.filter(owner=user).count() == 4
