@@ -57,6 +57,8 @@ INSTALLED_APPS = [
     # exports that heartbeat. Domain apps on the engine, beside orders.
     "catalogue",
     "exports",
+    # Seed 004's reporting service: per-user reports and run timelines (reads only).
+    "reports",
     # Operator tools that read every app (the engine-health page, the run admin's alerts and
     # order link); after the apps whose admins it extends.
     "ops",

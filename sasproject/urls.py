@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
 from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
+from reports.api import report_api
 from scheduler.api import run_progress_view
 
 router = SimpleRouter()
@@ -31,9 +32,11 @@ urlpatterns = [
     path("api/webhook-secret/rotate/", webhook_secret_rotate_view, name="api-webhook-secret-rotate"),
     path("api/runs/<uuid:run_id>/progress/", run_progress_view, name="api-run-progress"),
     path("api/exports/", include("exports.api_urls")),
+    path("api/reports/", report_api, name="api-reports"),
     path("api/", include(router.urls)),
     path("catalogue/", include("catalogue.urls")),
     path("exports/", include("exports.urls")),
+    path("reports/", include("reports.urls")),
     path("", include("orders.urls")),
 ]
 # Static files (the admin's CSS, the pages' stylesheet) from the apps' folders while DEBUG is on,

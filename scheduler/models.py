@@ -127,6 +127,14 @@ class Run(models.Model):
             models.Index(fields=["state", "-created_at"], name="run_state_created_idx"),
             # Admin search and API lookups by correlation id (order id, `job:<id>`) are exact.
             models.Index(fields=["correlation_id"], name="run_correlation_idx"),
+            # A job's runs newest first: its last run (the reports' jobs table reads one row
+            # per job through it) and its run history.
+            models.Index(
+                "job",
+                models.F("created_at").desc(),
+                name="run_job_created_idx",
+                condition=Q(job__isnull=False),
+            ),
             # "Does this job have a run still going?" - read only the unfinished runs of jobs.
             models.Index(
                 fields=["job"],

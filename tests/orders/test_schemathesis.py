@@ -71,7 +71,8 @@ def test_api_schema__fuzzed_requests__never_a_server_error(db: None, keep_test_t
         dict(calls),
     )
     # every operation was exercised: the orders' and webhook secret's 6, the run progress and
-    # the exports' 4 (issue 9)
-    assert len(calls) == 11, calls
+    # the exports' 4 (issue 9), the report's 1 (its window parameters fuzzed too)
+    assert len(calls) == 12, calls
+    assert "GET /api/reports/" in calls  # the report's window parameters are fuzzed too
     assert not any(code >= 500 for code in statuses)
     assert statuses[201] > 0 and statuses[400] > 0  # it got past validation and was refused by it
