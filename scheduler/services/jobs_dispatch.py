@@ -72,6 +72,7 @@ def _handle_next(plan: FiringPlan, job: Job, row: ClaimedRow) -> None:
     # On time (the usual case) is one cached lookup, shared by every job of the same schedule
     # in the batch; only a late row scans what it missed.
     second = cron_next(job.cron, job.timezone, first)
+    later: list[datetime]
     if second is None or second > until:
         later, more = [], False
     else:
