@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 History = TaskExecutionHistory
 OVERLAP = Job.Overlap
 
-# Parked queued rows that hold a job's one buffer slot (buffer_one, cancel_other, run now);
-# catch-up and backfill rows wait too, but do not take the slot.
+# Queued rows that hold a job's one buffer slot (buffer_one, cancel_other, run now); catch-up
+# and backfill rows wait too, but do not take the slot.
 BUFFER_REASONS = ("buffered", "cancel_other", "run_now")
 
 
@@ -106,12 +106,10 @@ class FiringPlan:
         for job_id, run_id, state in rows:
             busy[job_id].append((run_id, state))
         plan.busy = busy
+        # Parked or already due again (its turn came): either way the slot is taken.
         plan.waiting = set(
             ScheduledJob.objects.filter(
-                job_id__in=list(jobs),
-                kind=ScheduledJob.Kind.QUEUED,
-                next_execution_at__isnull=True,
-                reason__in=BUFFER_REASONS,
+                job_id__in=list(jobs), kind=ScheduledJob.Kind.QUEUED, reason__in=BUFFER_REASONS
             ).values_list("job_id", flat=True)
         )
         return plan
