@@ -46,8 +46,8 @@ class HistoryExportAgent(HeartbeatAgentTask):
             writer.writerow(
                 [
                     h.run_id,
-                    h.run.workflow,
-                    h.step.name,
+                    h.run.workflow if h.run is not None else "",
+                    h.step.name if h.step is not None else "",
                     h.kind,
                     h.status,
                     h.retry_count,

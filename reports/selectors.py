@@ -16,13 +16,15 @@ from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from celery.schedules import crontab
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.db import connection, transaction
+from django.db.models import Min
+
+from scheduler.models import ScheduledJob
 
 from .windows import Window
 
@@ -251,46 +253,19 @@ class Report:
         }
 
 
-def job_next_runs(*, jobs: Iterable[dict[str, Any]], now: datetime) -> dict[int, datetime | None]:
-    """When each job runs next: None for a one-off or disabled job.
-
-    INTEGRATION POINT: this is the one place the report learns a job's next run. Until the
-    jobs work (ScheduledJob with its indexed `next_execution_at`) is merged, it is computed
-    here from the job's cron expression in its time zone with Celery's own crontab, from
-    `now`. Once ScheduledJob exists, replace the body with one query:
-    `ScheduledJob.objects.filter(job_id__in=ids).values_list("job_id", "next_execution_at")` -
-    the dispatcher's own answer, which also knows about catch-up and paused jobs."""
-    found: dict[int, datetime | None] = {}
-    for job in jobs:
-        found[job["id"]] = _cron_next(job["cron"], job["timezone"], now) if job["enabled"] else None
+def job_next_runs(*, jobs: Iterable[dict[str, Any]]) -> dict[int, datetime | None]:
+    """When each job runs next: its earliest due ScheduledJob row (the dispatcher's own answer:
+    the next occurrence, a queued catch-up or a retry; a paused, finished or parked job has none).
+    One query on the rows' job index."""
+    ids = [job["id"] for job in jobs]
+    rows = (
+        ScheduledJob.objects.filter(job_id__in=ids, next_execution_at__isnull=False)
+        .values("job_id")
+        .annotate(at=Min("next_execution_at"))
+    )
+    found: dict[int, datetime | None] = dict.fromkeys(ids)
+    found.update({row["job_id"]: row["at"] for row in rows})
     return found
-
-
-def _cron_next(cron: str, timezone_name: str, now: datetime) -> datetime | None:
-    fields = cron.split()
-    if len(fields) != 5:
-        return None
-    try:
-        zone = ZoneInfo(timezone_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-    minute, hour, day_of_month, month_of_year, day_of_week = fields
-    # Celery's crontab computes on the wall clock of the app's zone: give it the job's wall
-    # clock as naive times and read the answer back in the job's zone.
-    local = now.astimezone(zone).replace(tzinfo=None)
-    try:
-        schedule = crontab(
-            minute=minute,
-            hour=hour,
-            day_of_month=day_of_month,
-            month_of_year=month_of_year,
-            day_of_week=day_of_week,
-            nowfun=lambda: local,
-        )
-        due = local + schedule.remaining_estimate(local)
-    except (ValueError, IndexError):
-        return None
-    return due.replace(tzinfo=None).replace(tzinfo=zone)
 
 
 def _workflow_label(workflow: str) -> str:
@@ -322,7 +297,7 @@ def user_report(*, user: Any, window: Window, now: datetime) -> Report:
                 ReportRow(label=_workflow_label(row["workflow"]), workflow=row["workflow"], figures=figures)
             )
 
-    next_runs = job_next_runs(jobs=jobs, now=now)
+    next_runs = job_next_runs(jobs=jobs)
     job_rows = [
         ReportRow(
             label=job["name"],

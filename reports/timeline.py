@@ -121,7 +121,8 @@ def _raw(operation: str, error: str) -> str:
 def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Timeline:
     """The timeline of `run` as of `now` (the database clock's now, for bars still open)."""
     steps = list(Step.objects.filter(run_id=run.pk).order_by("seq"))
-    rows = list(History.objects.filter(run_id=run.pk).order_by("started_at", "id"))
+    # A step's rows only: a job's attempt rows (kind "job", no step) are the run itself.
+    rows = list(History.objects.filter(run_id=run.pk, step__isnull=False).order_by("started_at", "id"))
     events = list(RunEvent.objects.filter(run_id=run.pk).order_by("id"))
 
     lanes = [Lane(label="Run", kind="run", state=run.state)]
@@ -143,14 +144,14 @@ def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Ti
     # Each step's attempt starts, to end a wait where the next attempt began.
     attempt_starts: dict[int, list[datetime]] = {}
     for row in rows:
-        if row.kind == History.Kind.ATTEMPT:
+        if row.kind == History.Kind.ATTEMPT and row.step_id is not None:
             attempt_starts.setdefault(row.step_id, []).append(row.started_at)
 
     spans: list[Span] = []
     marks: list[Mark] = []
     for row in rows:
-        lane = lane_of.get(row.step_id)
-        if lane is None:
+        lane = lane_of.get(row.step_id) if row.step_id is not None else None
+        if lane is None or row.step_id is None:
             continue
         label = label_of[row.step_id]
         error = error_text(operation_of[row.step_id], row.error) if row.error else ""

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce, Now
 
 
@@ -35,17 +35,30 @@ class RunState(models.TextChoices):
 
 # Runs still going: what a non-idempotent job checks before starting another (a partial index).
 RUN_UNFINISHED_STATES = (RunState.PENDING, RunState.RUNNING, RunState.COMPENSATING)
+RUN_TERMINAL_STATES = (RunState.COMPLETED, RunState.COMPENSATED, RunState.CANCELLED, RunState.FAILED)
+
+
+class OverlapPolicy(models.TextChoices):
+    """What an occurrence does when the job's previous run is still going (Temporal's names)."""
+
+    SKIP = "skip", "Skip (the default)"
+    BUFFER_ONE = "buffer_one", "Buffer one (start when the current run ends)"
+    ALLOW_ALL = "allow_all", "Allow all (runs may overlap)"
+    CANCEL_OTHER = "cancel_other", "Cancel other (cancel the running one, start when it has ended)"
 
 
 class Job(models.Model):
     """Seed 004's Jobs row: a user's request to run a workflow once or on a cron schedule, with
     a retry budget. A job produces runs (`Run.job`); each run is an ordinary run of the
-    workflow, claimed, supervised and compensated like any other.
+    workflow, claimed, supervised and compensated like any other. Its next occurrence is a
+    `ScheduledJob` row; `scheduler/jobs.md` has the rules (overlap, misfire, retries).
 
     The seed keys jobs by (UserId, JobId) and shards by UserId; here the primary key is a plain
     id and `owner` is the first column of the job's indexes, which is what a distribution column
     (Citus) needs when one machine is not enough.
     """
+
+    Overlap = OverlapPolicy
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(max_length=200)
@@ -54,21 +67,81 @@ class Job(models.Model):
     input = models.JSONField(default=dict)
     is_recurring = models.BooleanField(default=False)
     # Five-field cron expression (minute hour day-of-month month day-of-week) for recurring jobs.
-    cron = models.CharField(max_length=100, blank=True, default="")
-    timezone = models.CharField(max_length=64, default="UTC")
+    cron = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="Five fields (minute hour day-of-month month day-of-week) or @hourly, @daily, "
+        "@weekly, @monthly, @yearly; empty for a one-off job.",
+    )
+    timezone = models.CharField(
+        max_length=64, default="UTC", help_text="IANA time zone the cron expression is read in."
+    )
     # Runs that may follow a failed run of the same firing (seed 004's MaxRetry).
-    max_retry = models.PositiveSmallIntegerField(default=0)
+    max_retry = models.PositiveSmallIntegerField(
+        default=0, help_text="Retries of an occurrence whose run ends Failed or Compensated."
+    )
+    retry_backoff = models.DurationField(
+        default=timedelta(seconds=10),
+        db_default=timedelta(seconds=10),
+        help_text="Delay before the first retry; doubles with each retry (at most one hour).",
+    )
     priority = models.SmallIntegerField(default=0)
     # A non-idempotent job never has two runs at once (seed 004's non-idempotent workers).
     idempotent = models.BooleanField(default=True)
+    overlap_policy = models.CharField(
+        max_length=20,
+        choices=OverlapPolicy.choices,
+        default=OverlapPolicy.SKIP,
+        db_default=OverlapPolicy.SKIP,
+        help_text="What an occurrence does while the job's previous run is still going.",
+    )
+    catchup_window = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="After downtime, occurrences missed within this window are fired, oldest first; "
+        "empty: only the latest missed one fires.",
+    )
+    jitter = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Each occurrence starts up to this many seconds after its time (spreads load).",
+    )
+    start_at = models.DateTimeField(null=True, blank=True, help_text="No occurrence before this time.")
+    end_at = models.DateTimeField(null=True, blank=True, help_text="No occurrence after this time.")
+    run_at = models.DateTimeField(
+        null=True, blank=True, help_text="One-off job: when it runs (empty: as soon as it is created)."
+    )
+    max_firings = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Stop after this many scheduled occurrences (empty: no limit)."
+    )
+    firing_count = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="Scheduled occurrences started or buffered so far."
+    )
+    # Paused = not enabled; the note says why (shown to the owner and operators).
     enabled = models.BooleanField(default=True)
+    paused_note = models.TextField(blank=True, default="", db_default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="No more occurrences (one-off fired, end time passed, max firings reached).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
             models.CheckConstraint(
                 condition=(Q(is_recurring=True) & ~Q(cron="")) | (Q(is_recurring=False) & Q(cron="")),
                 name="job_cron_iff_recurring",
+            ),
+            models.CheckConstraint(
+                condition=Q(overlap_policy__in=OverlapPolicy.values), name="job_overlap_policy_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(start_at__isnull=True) | Q(end_at__isnull=True) | Q(end_at__gt=F("start_at")),
+                name="job_end_after_start",
             ),
             models.UniqueConstraint(fields=["owner", "name"], name="job_owner_name_unique"),
         ]
@@ -78,12 +151,81 @@ class Job(models.Model):
         return f"{self.name} ({self.workflow}, {self.cron or 'once'})"
 
 
+class ScheduledJobKind(models.TextChoices):
+    # The schedule's next occurrence: exactly one row per job that has one (the seed's
+    # NextExecutionTimestamp); rewritten in place as the schedule advances.
+    NEXT = "next", "Next occurrence"
+    # An occurrence accepted but not yet started: buffered behind the running run, a
+    # replacement waiting for a cancelled run to end, a missed occurrence inside the catch-up
+    # window, a backfilled one, a "run now" waiting for its turn.
+    QUEUED = "queued", "Queued occurrence"
+    # A new attempt of an occurrence whose run ended Failed or Compensated.
+    RETRY = "retry", "Retry"
+
+
+class ScheduledJob(models.Model):
+    """What a job will start next, and when (the seed's ScheduledJob: NextExecutionTimestamp,
+    JobId). The dispatcher claims rows with `next_execution_at <= now()` (database clock) from
+    the partial index `scheduledjob_due_idx`, a range scan however many jobs there are.
+
+    `next_execution_at` NULL means parked: the row waits for the job's running run to end (its
+    end makes the oldest parked row due), or for the job to be resumed.
+    """
+
+    Kind = ScheduledJobKind
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="scheduled")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.NEXT)
+    # Why the row exists: schedule, buffered, catch_up, backfill, run_now, cancel_other, retry.
+    reason = models.CharField(max_length=20, default="schedule")
+    # The occurrence's own time (cron time, run-at, or the moment of "run now"): what its run
+    # carries as `Run.scheduled_for`.
+    scheduled_for = models.DateTimeField()
+    # 0 for an occurrence's first run; n for its n-th retry.
+    attempt = models.PositiveSmallIntegerField(default=0)
+    # When it is due: the occurrence time plus the job's jitter, or a retry's backoff. Null: parked.
+    next_execution_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=ScheduledJobKind.values), name="scheduledjob_kind_valid"
+            ),
+            # One next occurrence per job.
+            models.UniqueConstraint(
+                fields=["job"], condition=Q(kind="next"), name="scheduledjob_one_next_per_job"
+            ),
+            # An occurrence's attempt is queued once.
+            models.UniqueConstraint(
+                fields=["job", "scheduled_for", "attempt"], name="scheduledjob_occurrence_unique"
+            ),
+        ]
+        indexes = [
+            # The dispatcher's claim: due rows in time order.
+            models.Index(
+                fields=["next_execution_at", "id"],
+                name="scheduledjob_due_idx",
+                condition=Q(next_execution_at__isnull=False),
+            ),
+            # A job's parked rows (made due, oldest first, when its run ends).
+            models.Index(
+                fields=["job", "scheduled_for", "attempt"],
+                name="scheduledjob_parked_idx",
+                condition=Q(next_execution_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of job {self.job_id} for {self.scheduled_for:%Y-%m-%d %H:%M:%S}"
+
+
 class Run(models.Model):
     """One execution of a workflow."""
 
     State = RunState
 
-    TERMINAL_STATES = (RunState.COMPLETED, RunState.COMPENSATED, RunState.CANCELLED, RunState.FAILED)
+    TERMINAL_STATES = RUN_TERMINAL_STATES
     UNFINISHED_STATES = RUN_UNFINISHED_STATES
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -106,8 +248,14 @@ class Run(models.Model):
             "run_event signal. Runs nobody watches cost no extra query per step."
         ),
     )
-    # The job this run was produced by (seed 004), if any.
-    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    # The job this run was produced by (seed 004), if any. A deleted job's runs stay (unlinked).
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    # The job occurrence this run is an attempt of: its scheduled time and the attempt number
+    # (0 first, n the n-th retry). Unique per job: an occurrence can never fire twice.
+    scheduled_for = models.DateTimeField(null=True, blank=True)
+    job_attempt = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # The jobs layer has seen this job run end (history closed, retry or next start decided).
+    job_settled = models.BooleanField(default=False, db_default=False)
     # Free text a caller correlates with (the order id for orders).
     correlation_id = models.CharField(max_length=100, blank=True, default="")
     error = models.TextField(blank=True, default="")
@@ -120,6 +268,12 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=Q(state__in=RunState.values),
                 name="run_state_valid",
+            ),
+            # Exactly once per occurrence: a second firing of (job, time, attempt) is refused.
+            models.UniqueConstraint(
+                fields=["job", "scheduled_for", "job_attempt"],
+                condition=Q(job__isnull=False),
+                name="run_job_occurrence_unique",
             ),
         ]
         indexes = [
@@ -140,6 +294,13 @@ class Run(models.Model):
                 fields=["job"],
                 name="run_job_unfinished_idx",
                 condition=Q(job__isnull=False) & Q(state__in=RUN_UNFINISHED_STATES),
+            ),
+            # Job runs that ended and that the jobs layer has not settled yet (retry, buffered
+            # start): the dispatcher's poll reads only these; runs of no job are never in it.
+            models.Index(
+                fields=["job"],
+                name="run_job_unsettled_idx",
+                condition=Q(job__isnull=False) & Q(job_settled=False) & Q(state__in=RUN_TERMINAL_STATES),
             ),
         ]
 
@@ -335,10 +496,19 @@ class HistoryStatus(models.TextChoices):
     # A page of a paginated step committed: the step is sent again at once for the next page,
     # no failure counted.
     CONTINUED = "continued", "Page done (next page sent)"
+    # Job occurrences (kind "job"): a run attempt ended as its run did, or the occurrence did
+    # not start (skipped) or waits (buffered), with the reason in `detail`.
+    COMPENSATED = "compensated", "Compensated"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+    BUFFERED = "buffered", "Buffered (waits for the running one)"
 
 
 class TaskExecutionHistory(models.Model):
-    """One row per attempt of a step, plus rows for ignored replies and supervisor decisions."""
+    """One row per attempt of a step, plus rows for ignored replies and supervisor decisions;
+    and (kind "job", `job` set, no step) one row per attempt of a job occurrence - the seed's
+    JobId, StartTime, CompletedTime, Status, RetryCount - and per occurrence skipped or
+    buffered, with why in `detail["reason"]`."""
 
     class Kind(models.TextChoices):
         ATTEMPT = "attempt", "Attempt"
@@ -346,11 +516,15 @@ class TaskExecutionHistory(models.Model):
         SUPERVISOR = "supervisor", "Supervisor decision"
         SCHEDULER = "scheduler", "Scheduler decision"
         OPERATOR = "operator", "Operator action"
+        JOB = "job", "Job occurrence"
 
     Status = HistoryStatus
 
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="history")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="history")
+    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
+    # The job occurrence's scheduled time (job rows only).
+    scheduled_for = models.DateTimeField(null=True, blank=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ATTEMPT)
     status = models.CharField(max_length=20, choices=Status.choices)
     lease = models.UUIDField(null=True, blank=True)
@@ -374,9 +548,15 @@ class TaskExecutionHistory(models.Model):
             models.Index(fields=["run", "started_at"], name="history_run_started_idx"),
             # The open attempt for a lease is looked up on every reply.
             models.Index(fields=["lease"], name="history_lease_idx", condition=Q(lease__isnull=False)),
+            # A job's history, newest first (the API and admin filter by job).
+            models.Index(
+                fields=["job", "-started_at"], name="history_job_started_idx", condition=Q(job__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
+        if self.job_id and not self.step_id:
+            return f"{self.kind} {self.status} job={self.job_id}"
         return f"{self.kind} {self.status} step={self.step_id}"
 
 

@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,14 +38,17 @@ SQLSTATE_RUN_OBSERVED = "SAS01"
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
+def named_statements(path: Path) -> dict[str, str]:
+    """The `-- name: <name>` blocks of a .sql file: name -> statement."""
+    parts = _NAME.split(path.read_text())
+    # parts: [preamble, name1, body1, name2, body2, ...]
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
 @cache
 def queries() -> dict[str, str]:
     """The named statements of queries.sql, read once per process."""
-    text = QUERIES_FILE.read_text()
-    parts = _NAME.split(text)
-    # parts: [preamble, name1, body1, name2, body2, ...]
-    named = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
-    return named
+    return named_statements(QUERIES_FILE)
 
 
 def install_functions(conn: BaseDatabaseWrapper | None = None) -> None:
@@ -75,16 +78,26 @@ def _scalar_json(name: str, params: dict[str, Any]) -> Any:
     return _json(row[0]) if row else None
 
 
-def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def sql_rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run one statement; its rows (none for a statement without RETURNING)."""
     with connection.cursor() as cursor:
-        cursor.execute(queries()[name], params)
+        cursor.execute(sql, params)
         return list(cursor.fetchall()) if cursor.description else []
 
 
-def _count(name: str, params: dict[str, Any]) -> int:
+def sql_count(sql: str, params: dict[str, Any]) -> int:
+    """Run one statement; the rows it touched (the transition's concurrency check)."""
     with connection.cursor() as cursor:
-        cursor.execute(queries()[name], params)
+        cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return sql_rows(queries()[name], params)
+
+
+def _count(name: str, params: dict[str, Any]) -> int:
+    return sql_count(queries()[name], params)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,6 +568,46 @@ def checkpoint_advance(
         "completed": completed,
     }
     return _count("checkpoint_advance", params) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# New runs in bulk
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NewRuns:
+    """Column arrays of new runs and of their forward steps (one element per row), for
+    `runs_insert_many`. JSON values as `Jsonb` (or None)."""
+
+    run_ids: list[uuid.UUID] = field(default_factory=list)
+    workflows: list[str] = field(default_factory=list)
+    inputs: list[Any] = field(default_factory=list)
+    owner_ids: list[int | None] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
+    job_ids: list[int | None] = field(default_factory=list)
+    correlation_ids: list[str] = field(default_factory=list)
+    scheduled_for: list[datetime | None] = field(default_factory=list)
+    job_attempts: list[int] = field(default_factory=list)
+    step_run_ids: list[uuid.UUID] = field(default_factory=list)
+    step_names: list[str] = field(default_factory=list)
+    step_seqs: list[int] = field(default_factory=list)
+    step_operations: list[str] = field(default_factory=list)
+    step_timeouts: list[timedelta] = field(default_factory=list)
+    step_queue_timeouts: list[timedelta] = field(default_factory=list)
+    step_schedule_to_close: list[timedelta | None] = field(default_factory=list)
+    step_max_failures: list[int] = field(default_factory=list)
+    step_heartbeat_windows: list[timedelta | None] = field(default_factory=list)
+    step_backoff_base: list[float] = field(default_factory=list)
+    step_backoff_max: list[float] = field(default_factory=list)
+    step_priorities: list[int] = field(default_factory=list)
+    step_payloads: list[Any] = field(default_factory=list)
+
+
+def runs_insert_many(*, new: NewRuns) -> int:
+    """-> Pending runs, their forward steps (first Pending, the rest Waiting) and "received"
+    events, in one statement. Returns the number of runs written."""
+    return _count("runs_insert_many", vars(new))
 
 
 # ---------------------------------------------------------------------------------------------

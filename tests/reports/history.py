@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from scheduler.models import Job, Run, Step, TaskExecutionHistory
+from scheduler.models import Job, Run, ScheduledJob, Step, TaskExecutionHistory
 
 NOW = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
 _seq = itertools.count()
@@ -115,6 +115,12 @@ def build_user_history(owner: Any) -> dict[str, Any]:
     job = Job.objects.create(
         owner=owner, name="nightly", workflow="order_fulfilment", is_recurring=True, cron="30 9 * * *",
         timezone="Asia/Kolkata",
+    )  # fmt: skip
+    # Its next occurrence, as the dispatcher keeps it (09:30 in Kolkata the next day); the
+    # one-off job has fired, so it has none.
+    ScheduledJob.objects.create(
+        job=job, kind="next", scheduled_for=datetime(2026, 1, 6, 4, 0, tzinfo=UTC),
+        next_execution_at=datetime(2026, 1, 6, 4, 0, tzinfo=UTC),
     )  # fmt: skip
     Job.objects.create(owner=owner, name="one-off", workflow="order_fulfilment")
 

@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
-from scheduler import transitions
+from scheduler import job_transitions, transitions
 from scheduler.models import (
     HeartbeatState,
     HistoryStatus,
     Run,
     RunEvent,
     RunState,
+    ScheduledJobKind,
     Step,
     StepKind,
     StepState,
@@ -27,7 +28,11 @@ from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
-SQL_TEXT = transitions.FUNCTIONS_FILE.read_text() + transitions.QUERIES_FILE.read_text()
+SQL_TEXT = (
+    transitions.FUNCTIONS_FILE.read_text()
+    + transitions.QUERIES_FILE.read_text()
+    + job_transitions.JOBS_SQL.read_text()
+)
 
 
 def submit(user, **kwargs):
@@ -51,7 +56,7 @@ COLUMN_CHOICES = {
     # History rows and heartbeat steps' JobStatus rows (HeartbeatStatus.status).
     "status": set(HistoryStatus.values) | set(HeartbeatState.values),
 }
-KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values)
+KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values) | set(ScheduledJobKind.values)
 EVERY_CHOICE = (
     set(StepState.values)
     | set(RunState.values)
@@ -68,7 +73,7 @@ NOT_STATES = {
     "lease", "max_failures", "name", "needs_payload", "operation", "outcome", "payload", "reply_lease",
     "result", "retried", "run_id", "step", "step_id", "type", "success", "alerting", "claim_events",
     "counted", "deadline", "failures", "give_up", "marked_done_by", "mark_done", "reason", "refused",
-    "start_by", "timeout", "operator", "action",
+    "start_by", "timeout", "operator", "action", "workflow",
     "continue", "heartbeat", "extended", "close_by",
 }  # fmt: skip
 
@@ -118,7 +123,7 @@ def test_queries__every_named_statement_is_loaded_once():
         "step_fail_permanent", "step_advance", "run_compensate", "step_cancel_unstarted", "step_stop",
         "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
         "step_resume", "step_continue", "step_heartbeat", "checkpoint_page_begin", "checkpoint_advance",
-        "heartbeat_complete",
+        "heartbeat_complete", "runs_insert_many",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
