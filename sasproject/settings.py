@@ -45,6 +45,8 @@ INSTALLED_APPS = [
     "agents",
     "supervisor",
     "orders",
+    # Jobs for people (seed 004): the API, pages and admin over the scheduler's job services.
+    "jobs",
     # Operator tools that read every app (the engine-health page, the run admin's alerts and
     # order link); after the apps whose admins it extends.
     "ops",

@@ -9,10 +9,12 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
+from jobs.api import JobViewSet
 from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
 
 router = SimpleRouter()
 router.register("orders", OrderViewSet, basename="api-order")
+router.register("jobs", JobViewSet, basename="api-job")
 
 # The admin's own name, not Django's default "Django administration".
 admin.site.site_header = "sasproject operations"
@@ -29,6 +31,7 @@ urlpatterns = [
     path("api/webhook-secret/", webhook_secret, name="api-webhook-secret"),
     path("api/webhook-secret/rotate/", webhook_secret_rotate_view, name="api-webhook-secret-rotate"),
     path("api/", include(router.urls)),
+    path("jobs/", include("jobs.urls")),
     path("", include("orders.urls")),
 ]
 # Static files (the admin's CSS, the pages' stylesheet) from the apps' folders while DEBUG is on,
