@@ -289,8 +289,8 @@ class JobViewSet(viewsets.GenericViewSet):
                 end=serializer.validated_data["end"],
                 actor=_actor(request),
             )
-        except WorkflowInputError as exc:
-            raise_field_errors(exc)
+        except WorkflowInputError as exc:  # about the range: start / end
+            raise exceptions.ValidationError(exc.errors) from None
         except JobStateError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(
