@@ -222,6 +222,12 @@ class JobAdmin(admin.ModelAdmin):
         changed = sorted(getattr(form, "changes", {}) or form.changed_data)
         return [{"changed": {"fields": changed}}] if changed else []
 
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, set[str], Any]:
+        """The confirmation lists what goes (scheduled rows, history); `job_delete` removes them,
+        so the read-only history admin's "no delete" does not stand in the way."""
+        deleted, counts, _perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         job_delete(job_id=obj.pk, actor=actor_name(request))
 
@@ -395,7 +401,8 @@ class JobAdmin(admin.ModelAdmin):
                 continue
             outcome = ""
             if operation == "run_now":
-                outcome = f": {result.outcome}" + (f" ({result.reason})" if result.reason else "")
+                why = f" ({result.reason})" if result.outcome != "started" and result.reason else ""
+                outcome = f": {result.outcome}{why}"
             message = f"{spec.verb} (admin){outcome}" + (f"; note: {note}" if spec.note and note else "")
             self.log_change(request, job, message)
             done.append(f"“{job.name}”{outcome}")
