@@ -38,7 +38,7 @@ from scheduler.models import Job, ScheduledJob, TaskExecutionHistory
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 
 from .forms import JOB_FIELDS, JobForm, job_write
-from .presenters import FINISHED, PAUSED, STATE_LABELS, job_state
+from .presenters import FINISHED, PAUSED, STATE_LABELS, job_state, reason_text
 from .selectors import job_admin_list
 
 SHOWN_ROWS = 20
@@ -333,7 +333,8 @@ class JobAdmin(admin.ModelAdmin):
                     row.retry_count,
                     run_link(row.run_id),
                     row.worker or "-",
-                    (str((row.detail or {}).get("reason") or "") + " " + row.error[:200]).strip() or "-",
+                    (reason_text(str((row.detail or {}).get("reason") or "")) + " " + row.error[:200]).strip()
+                    or "-",
                 )
                 for row in rows
             ),

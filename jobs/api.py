@@ -183,7 +183,7 @@ class JobViewSet(viewsets.GenericViewSet):
     def create(self, request: Request) -> Response:
         serializer = JobWriteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        fields = serializer.to_service()
+        fields = serializer.to_service(create=True)
         try:
             job = job_create(owner_id=_owner_id(request), **fields)
         except WorkflowInputError as exc:

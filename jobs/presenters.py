@@ -12,6 +12,17 @@ from scheduler.job_selectors import job_schedule_text
 from scheduler.models import Job, Run, RunState, TaskExecutionHistory
 
 ACTIVE, PAUSED, FINISHED = "active", "paused", "finished"
+# Why an occurrence's run started, in words (the engine's codes; a skipped or buffered
+# occurrence's reason is already a sentence and is shown as it is).
+START_REASONS = {
+    "schedule": "On schedule",
+    "run_now": "Run now",
+    "catch_up": "Caught up after downtime",
+    "backfill": "Backfill",
+    "retry": "Retry",
+    "buffered": "Was buffered behind the previous run",
+    "cancel_other": "Replaced the cancelled run",
+}
 STATE_LABELS = {ACTIVE: "Active", PAUSED: "Paused", FINISHED: "Finished"}
 
 
@@ -82,8 +93,13 @@ def run_data(run: Run) -> dict[str, Any]:
     }
 
 
+def reason_text(reason: str) -> str:
+    return START_REASONS.get(reason, reason)
+
+
 def history_data(row: TaskExecutionHistory) -> dict[str, Any]:
     detail = row.detail if isinstance(row.detail, dict) else {}
+    reason = str(detail.get("reason") or "")
     return {
         "id": row.pk,
         "status": row.status,
@@ -93,7 +109,8 @@ def history_data(row: TaskExecutionHistory) -> dict[str, Any]:
         "retry_count": row.retry_count,
         "worker": row.worker,
         "error": row.error,
-        "reason": str(detail.get("reason") or ""),
+        "reason": reason,
+        "reason_text": reason_text(reason),
         "detail": detail,
         "started_at": row.started_at,
         "ended_at": row.ended_at,

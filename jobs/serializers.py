@@ -106,9 +106,11 @@ class JobWriteSerializer(serializers.Serializer[dict[str, Any]]):
         required=False, help_text="false: two runs of this job never overlap, whatever the policy."
     )
 
-    def to_service(self) -> dict[str, Any]:
-        """The validated fields as the job service's keywords (only those sent, on PATCH)."""
+    def to_service(self, *, create: bool = False) -> dict[str, Any]:
+        """The validated fields as the job service's keywords (only those sent, on an edit)."""
         data = dict(self.validated_data)
+        if create:
+            data.setdefault("input", {})
         # Switching kind: the other kind's field goes unless it was sent (then the service says).
         if data.get("recurring") is False:
             data.setdefault("cron", "")

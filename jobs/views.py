@@ -106,7 +106,7 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
         {
             "job": job,
             "data": job_data(job),
-            "input_json": json.dumps(job.input, indent=2, sort_keys=True),
+            "input_json": json.dumps(job.input, sort_keys=True, ensure_ascii=False),
             "runs_page": runs,
             "runs": [run_data(r) for r in runs.object_list],
             "history_page": history,
