@@ -14,7 +14,9 @@ __all__ = ["keep_test_transaction"]
 EXAMPLES_PER_OPERATION_AND_MODE = 8
 
 
-def test_jobs_api_schema__fuzzed_requests__never_a_server_error(db: None, keep_test_transaction: None) -> None:
+def test_jobs_api_schema__fuzzed_requests__never_a_server_error(
+    db: None, keep_test_transaction: None
+) -> None:
     from rest_framework.authtoken.models import Token
 
     from sasproject.wsgi import application

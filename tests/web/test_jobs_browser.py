@@ -89,7 +89,9 @@ def test_browser__jobs__list_form_with_live_preview_job_page_and_admin(
             page.wait_for_timeout(200)
             page.goto(job_url)
         run_state = page.get_attribute("#runs tbody tr", "data-state")
-        history_states = page.eval_on_selector_all("#history tbody tr", "rows => rows.map(r => r.dataset.status)")
+        history_states = page.eval_on_selector_all(
+            "#history tbody tr", "rows => rows.map(r => r.dataset.status)"
+        )
         page.screenshot(path=str(artifacts_dir / "jobs-04-job-page.png"), full_page=True)
         job_overflow = page.evaluate(_OVERFLOW_JS, ".card:has(#runs)")
         facts_overflow = page.evaluate(_OVERFLOW_JS, "aside.card")
