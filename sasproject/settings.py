@@ -274,6 +274,9 @@ SAS: dict[str, Any] = {
     "JOBS_DISPATCH_INTERVAL": env_float("SAS_JOBS_DISPATCH_INTERVAL", 1.0),
     "JOBS_DISPATCH_BATCH": int(os.environ.get("SAS_JOBS_DISPATCH_BATCH", "500")),
     "JOBS_DISPATCH_MAX_BATCHES": int(os.environ.get("SAS_JOBS_DISPATCH_MAX_BATCHES", "20")),
+    # More modules that register workflows at import (comma-separated dotted names), beside
+    # the apps' own; see scheduler/apps.py.
+    "WORKFLOW_MODULES": [m for m in os.environ.get("SAS_WORKFLOW_MODULES", "").split(",") if m.strip()],
     # Test only: seconds the dispatcher sleeps between its claim and its commit, so a crash
     # test can kill it there. 0 in every real deployment.
     "JOBS_TEST_PAUSE_AFTER_CLAIM": env_float("SAS_JOBS_TEST_PAUSE_AFTER_CLAIM", 0.0),
