@@ -79,7 +79,7 @@ PAGE = OpenApiParameter("page", OpenApiTypes.INT, description="Page number (20 a
 def raise_field_errors(exc: WorkflowInputError) -> NoReturn:
     """The service's errors as a 400: job fields by name, the workflow's under `input`."""
     own, about_input = split_errors(exc.errors, JOB_FIELDS)
-    body: dict[str, Any] = {("non_field_errors" if k == "__all__" else k): v for k, v in own.items()}
+    body: dict[str, Any] = dict(own)
     if about_input:
         body["input"] = {key or "non_field_errors": msgs for key, msgs in about_input.items()}
     raise exceptions.ValidationError(body) from None

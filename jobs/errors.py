@@ -22,7 +22,8 @@ def split_errors(
     errors: Mapping[str, list[str]], job_fields: Collection[str]
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(errors of the job's fields, errors of the workflow input by the input's own keys).
-    Messages the input as a whole got (key `input`) are under "" in the second map."""
+    Messages about the input as a whole (key `input`, or the workflow's `non_field_errors`) are
+    under "" in the second map."""
     own: dict[str, list[str]] = {}
     about_input: dict[str, list[str]] = {}
     for key, messages in errors.items():
@@ -31,10 +32,12 @@ def split_errors(
             about_input.setdefault("", []).extend(messages)
         elif field.startswith(INPUT + "."):
             about_input.setdefault(field[len(INPUT) + 1 :], []).extend(messages)
+        elif field in ("__all__", "non_field_errors"):
+            # The job service has no errors of the whole; a workflow's validator does (an
+            # unknown input field, say), and the service passes them on as they are.
+            about_input.setdefault("", []).extend(messages)
         elif field in job_fields and field != INPUT:
             own.setdefault(field, []).extend(messages)
-        elif field in ("__all__", "non_field_errors"):
-            own.setdefault("__all__", []).extend(messages)
         else:
             about_input.setdefault(field, []).extend(messages)
     return own, about_input

@@ -19,7 +19,7 @@ from django.utils import timezone
 from scheduler.cron import zone_error
 from scheduler.models import Job, OverlapPolicy
 from scheduler.services.jobs import job_create, job_update
-from scheduler.workflows import WorkflowInputError, registered_workflows
+from scheduler.workflows import WorkflowInputError, get_workflow, registered_workflows
 
 from .errors import FIELD_TO_SERVICE, input_messages, split_errors
 
@@ -56,6 +56,31 @@ JOB_FIELDS: tuple[str, ...] = (
 def time_zone_names() -> list[str]:
     """IANA zone names for the time zone field's suggestions (the service checks the value)."""
     return sorted(available_timezones())
+
+
+def workflow_choices() -> list[tuple[str, str]]:
+    """Every registered workflow (orders, schedulable tasks, HTTP calls...): "Label (name)"."""
+    choices = []
+    for name in registered_workflows():
+        label = str(getattr(get_workflow(name), "label", "") or "")
+        choices.append((name, f"{label} ({name})" if label and label != name else name))
+    return choices
+
+
+def workflow_hints() -> dict[str, str]:
+    """What each workflow does and the input it takes, from its definition (its description and
+    input schema, where it has them): shown under the workflow select."""
+    hints = {}
+    for name in registered_workflows():
+        workflow = get_workflow(name)
+        schema = getattr(workflow, "input_schema", None) or {}
+        required = set(schema.get("required") or ())
+        fields = [key if key in required else f"{key} (optional)" for key in (schema.get("properties") or {})]
+        parts = [str(getattr(workflow, "description", "") or "")]
+        if fields:
+            parts.append(f"Input: {', '.join(fields)}.")
+        hints[name] = " ".join(p for p in parts if p)
+    return hints
 
 
 def _local_input(attrs: dict[str, str] | None = None) -> forms.DateTimeInput:
@@ -131,6 +156,8 @@ class JobForm(forms.ModelForm):
         help_text="Untick if two runs of this job must never overlap, whatever the policy.",
     )
 
+    # Per workflow: what it does and what input it takes (the template shows the chosen one's).
+    workflow_hints: dict[str, str]
     # What the last `job_save` of an existing job changed: {field: (old, new)} (for the admin's log).
     changes: dict[str, Any]
 
@@ -140,8 +167,8 @@ class JobForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        workflows = registered_workflows()
-        self.fields["workflow"].choices = [(name, name) for name in workflows]  # type: ignore[attr-defined]
+        self.fields["workflow"].choices = workflow_choices()  # type: ignore[attr-defined]
+        self.workflow_hints = workflow_hints()
         job = self.instance
         if job.pk is None:
             return
@@ -195,7 +222,7 @@ class JobForm(forms.ModelForm):
         own, about_input = split_errors(exc.errors, set(self.fields))
         for field, messages in own.items():
             for message in messages:
-                self.add_error(None if field == "__all__" else field, message)
+                self.add_error(field, message)
         for message in input_messages(about_input):
             self.add_error("input", message)
 

@@ -12,6 +12,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.workflows import StepDef, Workflow, WorkflowInputError, get_workflow, register
 
 from ..orders.conftest import token_client
 
@@ -98,3 +99,35 @@ def web(user: Any) -> Client:
     client = Client()
     client.force_login(user)
     return client
+
+
+# A workflow this app has never heard of, registered the way any app registers one (schedulable
+# tasks and HTTP calls do the same): the form and the API must offer it and show its own input
+# errors per key, with no code of their own for it.
+PROBE_WORKFLOW = "jobsui_probe"
+
+
+def _probe_validate(data: Any) -> dict[str, Any]:
+    errors: dict[str, list[str]] = {}
+    unknown = sorted(set(data) - {"url", "method"})
+    if unknown:
+        errors["non_field_errors"] = [f"unknown field(s): {', '.join(unknown)}"]
+    if not str(data.get("url", "")).startswith("https://"):
+        errors["url"] = ["must be an https URL"]
+    if errors:
+        raise WorkflowInputError(errors)
+    return {"url": data["url"], "method": data.get("method", "GET")}
+
+
+def probe_workflow() -> str:
+    try:
+        get_workflow(PROBE_WORKFLOW)
+    except WorkflowInputError:
+        register(
+            Workflow(
+                name=PROBE_WORKFLOW,
+                validate=_probe_validate,
+                steps=[StepDef(name="call", operation="agents.jobsui_probe.call")],
+            )
+        )
+    return PROBE_WORKFLOW

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 
-from .conftest import BAD_INPUTS, ORDER_INPUT, WORKFLOW, job_body, row_counts
+from .conftest import BAD_INPUTS, ORDER_INPUT, WORKFLOW, job_body, probe_workflow, row_counts
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
@@ -301,6 +301,28 @@ def test_create__workflow_input_errors__under_input_by_key(api: APIClient) -> No
 
     assert response.status_code == 400
     assert set(response.json()) == {"input"} and "amount" in response.json()["input"], response.json()
+
+
+def test_create__any_registered_workflow__its_own_errors_under_input(api: APIClient) -> None:
+    workflow = probe_workflow()
+    counts = row_counts()
+
+    refused = api.post(
+        JOBS, job_body(workflow=workflow, input={"url": "ftp://x", "verb": "GET"}), format="json"
+    )
+    accepted = api.post(
+        JOBS, job_body(workflow=workflow, input={"url": "https://example.com/"}), format="json"
+    )
+
+    assert refused.status_code == 400
+    assert refused.json() == {
+        "input": {"non_field_errors": ["unknown field(s): verb"], "url": ["must be an https URL"]}
+    }
+    assert row_counts()[0] == counts[0] + 1  # only the accepted one
+    assert accepted.status_code == 201 and accepted.json()["input"] == {
+        "url": "https://example.com/",
+        "method": "GET",
+    }
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from django.test import Client
 from scheduler.models import Job, Run, ScheduledJob
 from scheduler.services.jobs import job_create, job_run_now
 
-from .conftest import ORDER_INPUT, WORKFLOW, make_user, row_counts
+from .conftest import ORDER_INPUT, WORKFLOW, make_user, probe_workflow, row_counts
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
@@ -130,6 +130,22 @@ def test_create__bad_input__error_on_its_field_and_nothing_written(
     assert response.context["form"].errors.get(field), response.context["form"].errors
     assert f'class="field has-error" id="field-{field}"' in html
     assert "Nothing was saved" in html
+    assert row_counts() == counts
+
+
+def test_create__any_registered_workflow__offered_and_its_errors_on_input(web: Client) -> None:
+    workflow = probe_workflow()
+    counts = row_counts()
+
+    page = web.get("/jobs/new/")
+    refused = web.post("/jobs/new/", {**FORM, "workflow": workflow, "input": '{"url": "ftp://x", "verb": 1}'})
+
+    assert f'<option value="{workflow}">' in page.content.decode()
+    assert refused.status_code == 400
+    assert refused.context["form"].errors["input"] == [
+        "unknown field(s): verb",
+        "url: must be an https URL",
+    ]
     assert row_counts() == counts
 
 

@@ -93,6 +93,17 @@
     timer = window.setTimeout(ask, 300);
   }
 
+  // Under the workflow select: what the chosen workflow does and the input it takes.
+  var workflow = document.getElementById("id_workflow");
+  var hint = document.getElementById("workflow-hint");
+  var hints = JSON.parse(document.getElementById("workflow-hints").textContent);
+  function showHint() {
+    hint.textContent = hints[workflow.value] || "";
+    hint.classList.toggle("hidden", !hint.textContent);
+  }
+  workflow.addEventListener("change", showHint);
+  showHint();
+
   form.querySelectorAll("input[name=kind]").forEach(function (radio) {
     radio.addEventListener("change", function () { showKind(); if (kind() === "recurring") later(); });
   });
