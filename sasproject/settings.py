@@ -356,8 +356,9 @@ REST_FRAMEWORK = {
 
 # https://drf-spectacular.readthedocs.io/en/latest/settings.html
 SPECTACULAR_SETTINGS = {
-    "TITLE": "sasproject orders API",
-    "DESCRIPTION": "Submit orders, follow their runs, cancel them. See docs/api.md.",
+    "TITLE": "sasproject API",
+    "DESCRIPTION": "Submit orders, follow their runs, cancel them; schedule jobs (one-off and cron). "
+    "See docs/api.md.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
