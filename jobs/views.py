@@ -138,31 +138,30 @@ def _back(job: Job) -> HttpResponse:
     return redirect("jobs:detail", job_id=job.pk)
 
 
-@login_required
-@require_POST
-def job_pause_view(request: HttpRequest, job_id: int) -> HttpResponse:
+def _state_change(request: HttpRequest, job_id: int, call: Any, done: str, **kwargs: Any) -> HttpResponse:
+    """Pause or resume: one service call, its outcome as a message, back to the job page."""
     job = _job_or_404(request, job_id)
-    note = request.POST.get("note", "").strip()[:2000]
     try:
-        job_pause(job_id=job.pk, note=note, actor=_actor(request))
+        call(job_id=job.pk, actor=_actor(request), **kwargs)
     except JobStateError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, "Job paused. Nothing of it starts until you resume it.")
+        messages.success(request, done)
     return _back(job)
+
+
+@login_required
+@require_POST
+def job_pause_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    note = request.POST.get("note", "").strip()[:2000]
+    done = "Job paused. Nothing of it starts until you resume it."
+    return _state_change(request, job_id, job_pause, done, note=note)
 
 
 @login_required
 @require_POST
 def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(request, job_id)
-    try:
-        job_resume(job_id=job.pk, actor=_actor(request))
-    except JobStateError as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, "Job resumed. Its schedule goes on from now.")
-    return _back(job)
+    return _state_change(request, job_id, job_resume, "Job resumed. Its schedule goes on from now.")
 
 
 @login_required

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from rest_framework.test import APIClient
 
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.workflows import StepDef, Workflow, WorkflowInputError, get_workflow, register
 
-from ..orders.conftest import token_client
+from ..orders.conftest import _generous_submit_rate, api, other_api
+
+# The orders' API clients, over this folder's `user` and `other_user` (no password: fast).
+__all__ = ["_generous_submit_rate", "api", "other_api"]
 
 _names = itertools.count()
 
@@ -69,11 +71,6 @@ def make_user(prefix: str) -> Any:
     return get_user_model().objects.create_user(username=f"{prefix}{next(_names)}")
 
 
-@pytest.fixture(autouse=True)
-def _generous_submit_rate(settings: Any) -> None:
-    settings.SAS_SUBMIT_RATE = "10000/minute"
-
-
 @pytest.fixture
 def user(db: None) -> Any:
     return make_user("jobber")
@@ -82,16 +79,6 @@ def user(db: None) -> Any:
 @pytest.fixture
 def other_user(db: None) -> Any:
     return make_user("stranger")
-
-
-@pytest.fixture
-def api(user: Any) -> APIClient:
-    return token_client(user)
-
-
-@pytest.fixture
-def other_api(other_user: Any) -> APIClient:
-    return token_client(other_user)
 
 
 @pytest.fixture

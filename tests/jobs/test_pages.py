@@ -231,3 +231,19 @@ def test_isolation__another_users_job__404_on_every_page(web: Client, user: Any)
     assert "theirs" not in web.get("/jobs/").content.decode()
     assert Job.objects.values().get(pk=theirs.pk) == before
     assert Run.objects.filter(job=theirs).count() == 1
+
+
+def test_list_and_history__paged(web: Client, user: Any) -> None:
+    jobs = [_job(user, name=f"job {i:02}") for i in range(21)]
+    for _ in range(26):  # one run, then 25 skipped occurrences: 26 history rows
+        job_run_now(job_id=jobs[0].pk)
+
+    first = web.get("/jobs/").content.decode()
+    second = web.get("/jobs/?page=2").content.decode()
+    history = web.get(f"/jobs/{jobs[0].pk}/").content.decode()
+    history_2 = web.get(f"/jobs/{jobs[0].pk}/?history=2").content.decode()
+
+    assert "Page 1 of 2" in first and first.count("data-job=") == 20
+    assert second.count("data-job=") == 1 and "job 00" in second  # oldest last
+    assert 'aria-label="History pages"' in history and history.count('data-status="skipped"') == 25
+    assert history_2.count("data-status=") == 1 and 'href="?history=1"' in history_2

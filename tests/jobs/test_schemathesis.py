@@ -11,7 +11,7 @@ from .conftest import make_user
 __all__ = ["keep_test_transaction"]
 
 # Thirteen operations: fewer examples each than the orders API's six get, for the suite's time.
-EXAMPLES_PER_OPERATION_AND_MODE = 8
+EXAMPLES_PER_OPERATION_AND_MODE = 6
 
 
 def test_jobs_api_schema__fuzzed_requests__never_a_server_error(
