@@ -42,6 +42,19 @@ from .presenters import FINISHED, PAUSED, STATE_LABELS, job_state, reason_text
 from .selectors import job_admin_list
 
 SHOWN_ROWS = 20
+# A job's page, read-only: its state, and what it will run and has run.
+STATE_FIELDS = (
+    "owner",
+    "state_full",
+    "schedule",
+    "firing_count",
+    "paused_note",
+    "paused_at",
+    "finished_at",
+    "created_at",
+    "updated_at",
+)
+SHOWN_FIELDS = ("scheduled_rows", "history_rows", "runs")
 ACTION_NAMES = {"pause": "pause_jobs", "resume": "resume_jobs", "run_now": "run_jobs_now"}
 
 
@@ -147,47 +160,12 @@ class JobAdmin(admin.ModelAdmin):
             ),
         ]
         if obj is not None:
-            sets.insert(
-                1,
-                (
-                    "State",
-                    {
-                        "fields": (
-                            "owner",
-                            "state_full",
-                            "schedule",
-                            "firing_count",
-                            "paused_note",
-                            "paused_at",
-                            "finished_at",
-                            "created_at",
-                            "updated_at",
-                        )
-                    },
-                ),
-            )
-            sets.append(
-                ("Next occurrences and history", {"fields": ("scheduled_rows", "history_rows", "runs")})
-            )
+            sets.insert(1, ("State", {"fields": STATE_FIELDS}))
+            sets.append(("Next occurrences and history", {"fields": SHOWN_FIELDS}))
         return sets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        if obj is None:
-            return []
-        return [
-            "owner",
-            "state_full",
-            "schedule",
-            "firing_count",
-            "paused_note",
-            "paused_at",
-            "finished_at",
-            "created_at",
-            "updated_at",
-            "scheduled_rows",
-            "history_rows",
-            "runs",
-        ]
+        return [] if obj is None else [*STATE_FIELDS, *SHOWN_FIELDS]
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change=change, **kwargs)
