@@ -80,7 +80,12 @@ def test_browser__jobs__list_form_with_live_preview_job_page_and_admin(
 
         # Run now (it asks first), then watch the run complete (the page is reloaded to see it).
         dialogs: list[str] = []
-        page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+
+        def accept(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            dialog.accept()
+
+        page.once("dialog", accept)
         page.click("#run-now-form button")
         page.wait_for_selector("#runs tbody tr")
         for _ in range(150):
