@@ -33,8 +33,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
 from scheduler.admin import WorkflowFilter, actor_name, run_link
-from scheduler.job_selectors import job_schedule_text
-from scheduler.models import Job, ScheduledJob, TaskExecutionHistory
+from scheduler.job_selectors import job_history, job_schedule_text, job_scheduled
+from scheduler.models import Job
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 
 from .forms import JOB_FIELDS, JobForm, job_write
@@ -266,9 +266,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=f"scheduled (first {SHOWN_ROWS})")
     def scheduled_rows(self, obj: Job) -> SafeString:
-        rows = list(
-            ScheduledJob.objects.filter(job_id=obj.pk).order_by("scheduled_for", "attempt")[:SHOWN_ROWS]
-        )
+        rows = list(job_scheduled(owner_id=obj.owner_id, job_id=obj.pk)[:SHOWN_ROWS])
         if not rows:
             return mark_safe('<span class="sas-muted">nothing scheduled</span>')
         body = format_html_join(
@@ -293,11 +291,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=f"history (latest {SHOWN_ROWS})")
     def history_rows(self, obj: Job) -> SafeString:
-        rows = list(
-            TaskExecutionHistory.objects.filter(job_id=obj.pk, step__isnull=True).order_by(
-                "-started_at", "-id"
-            )[:SHOWN_ROWS]
-        )
+        rows = list(job_history(owner_id=obj.owner_id, job_id=obj.pk)[:SHOWN_ROWS])
         if not rows:
             return mark_safe('<span class="sas-muted">no history yet</span>')
         body = format_html_join(
