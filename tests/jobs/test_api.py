@@ -353,3 +353,17 @@ def test_create__same_name_twice__400_on_name(api: APIClient) -> None:
     assert response.status_code == 400 and "name" in response.json()
     assert Job.objects.count() == 1
     assert TaskExecutionHistory.objects.count() == 0
+
+
+def test_create_and_run_now__over_the_rate__429_reads_not_throttled(api: APIClient, settings: Any) -> None:
+    settings.SAS_SUBMIT_RATE = "3/minute"
+
+    created = [api.post(JOBS, job_body(name=f"j{i}"), format="json") for i in range(3)]
+    job_url = created[0].json()["url"]
+    over = api.post(f"{job_url}run-now/")
+    read = api.get(JOBS)
+
+    assert [r.status_code for r in created] == [201, 201, 201]
+    assert over.status_code == 429 and int(over["Retry-After"]) > 0
+    assert read.status_code == 200 and read.json()["count"] == 3
+    assert Run.objects.count() == 0
