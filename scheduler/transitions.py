@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -470,6 +470,45 @@ def step_mark_compensating(*, step_ids: Sequence[int]) -> int:
 def step_resume(*, run_id: uuid.UUID | str) -> list[tuple[int, str]]:
     """Error -> Pending (fresh failure budget) for the run's compensation steps."""
     return [(r[0], r[1]) for r in _rows("step_resume", {"run_id": str(run_id)})]
+
+
+# ---------------------------------------------------------------------------------------------
+# New runs in bulk
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NewRuns:
+    """Column arrays of new runs and of their forward steps (one element per row), for
+    `runs_insert_many`. JSON values as `Jsonb` (or None)."""
+
+    run_ids: list[uuid.UUID] = field(default_factory=list)
+    workflows: list[str] = field(default_factory=list)
+    inputs: list[Any] = field(default_factory=list)
+    owner_ids: list[int | None] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
+    job_ids: list[int | None] = field(default_factory=list)
+    correlation_ids: list[str] = field(default_factory=list)
+    scheduled_for: list[datetime | None] = field(default_factory=list)
+    job_attempts: list[int] = field(default_factory=list)
+    step_run_ids: list[uuid.UUID] = field(default_factory=list)
+    step_names: list[str] = field(default_factory=list)
+    step_seqs: list[int] = field(default_factory=list)
+    step_operations: list[str] = field(default_factory=list)
+    step_timeouts: list[timedelta] = field(default_factory=list)
+    step_queue_timeouts: list[timedelta] = field(default_factory=list)
+    step_schedule_to_close: list[timedelta | None] = field(default_factory=list)
+    step_max_failures: list[int] = field(default_factory=list)
+    step_backoff_base: list[float] = field(default_factory=list)
+    step_backoff_max: list[float] = field(default_factory=list)
+    step_priorities: list[int] = field(default_factory=list)
+    step_payloads: list[Any] = field(default_factory=list)
+
+
+def runs_insert_many(*, new: NewRuns) -> int:
+    """-> Pending runs, their forward steps (first Pending, the rest Waiting) and "received"
+    events, in one statement. Returns the number of runs written."""
+    return _count("runs_insert_many", vars(new))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -297,13 +297,13 @@ class FiringPlan:
                 )
             )
             started.append(start)
-        runs = runs_submit_many(specs)
-        for start, run in zip(started, runs, strict=True):
-            start.firing.run_id = run.id
+        run_ids = runs_submit_many(specs)
+        for start, run_id in zip(started, run_ids, strict=True):
+            start.firing.run_id = run_id
             self.history.append(
                 TaskExecutionHistory(
                     job_id=start.job.id,
-                    run_id=run.id,
+                    run_id=run_id,
                     kind=History.Kind.JOB,
                     status=History.Status.STARTED,
                     scheduled_for=start.firing.scheduled_for,

@@ -136,3 +136,44 @@ SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL
     not_before = statement_timestamp(), finished_at = NULL, updated_at = statement_timestamp()
 WHERE run_id = %(run_id)s AND kind = 'compensation' AND process_state = 'error'
 RETURNING id, name
+
+-- name: runs_insert_many
+-- Many new runs at once (the jobs dispatcher's batch), in one statement: the runs Pending, their
+-- forward steps (the first Pending, due now; the rest Waiting) and a "received" event each.
+-- Arrays in, one row per element (unnest): the cost is the rows', not statements' or
+-- parameters'. The steps' idempotency keys are `<run id>:<step name>`, as run_submit makes them.
+WITH runs AS (
+    INSERT INTO scheduler_run
+        (id, workflow, input, owner_id, priority, deadline, state, cancel_requested, observed, job_id,
+         correlation_id, error, created_at, updated_at, finished_at, scheduled_for, job_attempt, job_settled)
+    SELECT r.id, r.workflow, r.input, r.owner_id, r.priority, NULL, 'pending', false, false, r.job_id,
+           r.correlation_id, '', statement_timestamp(), statement_timestamp(), NULL, r.scheduled_for,
+           r.job_attempt, false
+    FROM unnest(%(run_ids)s::uuid[], %(workflows)s::text[], %(inputs)s::jsonb[], %(owner_ids)s::bigint[],
+                %(priorities)s::smallint[], %(job_ids)s::bigint[], %(correlation_ids)s::text[],
+                %(scheduled_for)s::timestamptz[], %(job_attempts)s::smallint[])
+         AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt)
+    RETURNING id, workflow, correlation_id
+), steps AS (
+    INSERT INTO scheduler_step
+        (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,
+         failure_count, not_before, lease, idempotency_key, start_by, close_by, reached, timeout,
+         queue_timeout, schedule_to_close, max_failures, backoff_base, backoff_max, priority, deadline,
+         attempts, payload, result, last_error, error_permanent, created_at, updated_at, finished_at)
+    SELECT s.run_id, s.name, 'forward', s.seq, s.operation, NULL,
+           CASE WHEN s.seq = 0 THEN 'pending' ELSE 'waiting' END, NULL, NULL,
+           0, statement_timestamp(), NULL, s.run_id::text || ':' || s.name, NULL, NULL, false, s.timeout,
+           s.queue_timeout, s.schedule_to_close, s.max_failures, s.backoff_base, s.backoff_max, s.priority,
+           NULL, 0, s.payload, NULL, '', false, statement_timestamp(), statement_timestamp(), NULL
+    FROM unnest(%(step_run_ids)s::uuid[], %(step_names)s::text[], %(step_seqs)s::integer[],
+                %(step_operations)s::text[], %(step_timeouts)s::interval[], %(step_queue_timeouts)s::interval[],
+                %(step_schedule_to_close)s::interval[], %(step_max_failures)s::integer[],
+                %(step_backoff_base)s::float8[], %(step_backoff_max)s::float8[], %(step_priorities)s::smallint[],
+                %(step_payloads)s::jsonb[])
+         AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
+              backoff_base, backoff_max, priority, payload)
+)
+INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+SELECT gen_random_uuid(), id, NULL, 'received',
+       jsonb_build_object('workflow', workflow, 'correlation_id', correlation_id), statement_timestamp()
+FROM runs

@@ -70,7 +70,7 @@ NOT_STATES = {
     "lease", "max_failures", "name", "needs_payload", "operation", "outcome", "payload", "reply_lease",
     "result", "retried", "run_id", "step", "step_id", "type", "success", "alerting", "claim_events",
     "counted", "deadline", "failures", "give_up", "marked_done_by", "mark_done", "reason", "refused",
-    "start_by", "timeout", "operator", "action",
+    "start_by", "timeout", "operator", "action", "workflow",
 }  # fmt: skip
 
 
@@ -118,7 +118,7 @@ def test_queries__every_named_statement_is_loaded_once():
         "reply_ignored", "step_mark_started", "step_mark_done",
         "step_fail_permanent", "step_advance", "run_compensate", "step_cancel_unstarted", "step_stop",
         "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
-        "step_resume",
+        "step_resume", "runs_insert_many",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
