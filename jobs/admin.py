@@ -58,6 +58,24 @@ SHOWN_FIELDS = ("scheduled_rows", "history_rows", "runs")
 ACTION_NAMES = {"pause": "pause_jobs", "resume": "resume_jobs", "run_now": "run_jobs_now"}
 
 
+def _rows_table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], *, empty: str) -> SafeString:
+    """A small table of rows for a job's page (values escaped; SafeStrings kept)."""
+    if not rows:
+        return format_html('<span class="sas-muted">{}</span>', empty)
+    head = format_html_join("", "<th>{}</th>", ((h,) for h in headers))
+    body = format_html_join(
+        "", "<tr>{}</tr>", ((format_html_join("", "<td>{}</td>", ((v,) for v in row)),) for row in rows)
+    )
+    table = '<table class="sas-rows"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>'
+    return format_html(table, head, body)
+
+
+def _why(row: Any) -> str:
+    """A history row's reason in words, and its error."""
+    parts = (reason_text(str((row.detail or {}).get("reason") or "")), row.error[:200])
+    return " ".join(p for p in parts if p) or "-"
+
+
 class JobAdminForm(JobForm):
     """The pages' job form plus its owner (on add), saved by the job service as it validates."""
 
@@ -266,13 +284,10 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=f"scheduled (first {SHOWN_ROWS})")
     def scheduled_rows(self, obj: Job) -> SafeString:
-        rows = list(job_scheduled(owner_id=obj.owner_id, job_id=obj.pk)[:SHOWN_ROWS])
-        if not rows:
-            return mark_safe('<span class="sas-muted">nothing scheduled</span>')
-        body = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
+        rows = job_scheduled(owner_id=obj.owner_id, job_id=obj.pk)[:SHOWN_ROWS]
+        return _rows_table(
+            ("kind", "reason", "occurrence", "attempt", "due"),
+            [
                 (
                     row.get_kind_display(),
                     row.reason,
@@ -281,23 +296,16 @@ class JobAdmin(admin.ModelAdmin):
                     compact_time(row.next_execution_at) if row.next_execution_at else "parked",
                 )
                 for row in rows
-            ),
-        )
-        return format_html(
-            '<table class="sas-rows"><thead><tr><th>kind</th><th>reason</th><th>occurrence</th>'
-            "<th>attempt</th><th>due</th></tr></thead><tbody>{}</tbody></table>",
-            body,
+            ],
+            empty="nothing scheduled",
         )
 
     @admin.display(description=f"history (latest {SHOWN_ROWS})")
     def history_rows(self, obj: Job) -> SafeString:
-        rows = list(job_history(owner_id=obj.owner_id, job_id=obj.pk)[:SHOWN_ROWS])
-        if not rows:
-            return mark_safe('<span class="sas-muted">no history yet</span>')
-        body = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
+        rows = job_history(owner_id=obj.owner_id, job_id=obj.pk)[:SHOWN_ROWS]
+        return _rows_table(
+            ("at", "occurrence", "status", "retry", "run", "worker", "why / error"),
+            [
                 (
                     compact_time(row.started_at, INLINE_TIME),
                     compact_time(row.scheduled_for, INLINE_TIME),
@@ -305,16 +313,11 @@ class JobAdmin(admin.ModelAdmin):
                     row.retry_count,
                     run_link(row.run_id),
                     row.worker or "-",
-                    (reason_text(str((row.detail or {}).get("reason") or "")) + " " + row.error[:200]).strip()
-                    or "-",
+                    _why(row),
                 )
                 for row in rows
-            ),
-        )
-        return format_html(
-            '<table class="sas-rows"><thead><tr><th>at</th><th>occurrence</th><th>status</th><th>retry</th>'
-            "<th>run</th><th>worker</th><th>why / error</th></tr></thead><tbody>{}</tbody></table>",
-            body,
+            ],
+            empty="no history yet",
         )
 
     # -- pause, resume, run now: a confirmation page, then one service call per job ---------------
