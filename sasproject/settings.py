@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "exports",
     # Seed 004's reporting service: per-user reports and run timelines (reads only).
     "reports",
+    # Jobs for people (seed 004): the API, pages and admin over the scheduler's job services.
+    "jobs",
     # Operator tools that read every app (the engine-health page, the run admin's alerts and
     # order link); after the apps whose admins it extends.
     "ops",
@@ -406,8 +408,9 @@ REST_FRAMEWORK = {
 
 # https://drf-spectacular.readthedocs.io/en/latest/settings.html
 SPECTACULAR_SETTINGS = {
-    "TITLE": "sasproject orders API",
-    "DESCRIPTION": "Submit orders, follow their runs, cancel them. See docs/api.md.",
+    "TITLE": "sasproject API",
+    "DESCRIPTION": "Submit orders, follow their runs, cancel them; schedule jobs (one-off and cron). "
+    "See docs/api.md.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,

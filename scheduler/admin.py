@@ -32,7 +32,7 @@ from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, s
 from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
 
 from . import selectors
-from .models import Checkpoint, HeartbeatStatus, Job, Run, RunEvent, Step, TaskExecutionHistory
+from .models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step, TaskExecutionHistory
 from .services import (
     RunNotCancellable,
     StepNotMarkable,
@@ -645,48 +645,6 @@ class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
         return obj.error[:120] or "-"
 
 
-@admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
-    """Jobs (seed 004): who asked for which workflow, once or on a cron schedule. Created through
-    `job_create` (it validates the input, the cron expression and the time zone), so the admin
-    shows them and links to the runs each one produced."""
-
-    list_display = ("name", "owner", "workflow", "schedule", "timezone", "max_retry", "idempotent", "runs")
-    list_filter = ("is_recurring", "idempotent", "enabled", WorkflowFilter)
-    list_select_related = ("owner",)
-    search_fields = ("=name", "=owner__username")
-    search_help_text = "Exact job name or owner username."
-    ordering = ("-created_at",)
-    fields = readonly_fields = (
-        "name",
-        "owner",
-        "workflow",
-        "is_recurring",
-        "cron",
-        "timezone",
-        "max_retry",
-        "priority",
-        "idempotent",
-        "enabled",
-        "created_at",
-        "input_json",
-        "runs",
-    )
-
-    @admin.display(description="schedule")
-    def schedule(self, obj: Job) -> str:
-        return obj.cron or "once"
-
-    @admin.display(description="runs")
-    def runs(self, obj: Job) -> SafeString:
-        url = reverse("admin:scheduler_run_changelist") + f"?q=job:{obj.pk}"
-        return format_html('<a href="{}">runs of this job</a>', url)
-
-    @admin.display(description="input")
-    def input_json(self, obj: Job) -> SafeString:
-        return json_block(obj.input)
-
-
 # ---------------------------------------------------------------------------------------------
 # Long steps: checkpoints of paginated steps, JobStatus rows of heartbeat steps
 # ---------------------------------------------------------------------------------------------
@@ -784,3 +742,7 @@ class HeartbeatStatusAdmin(ReadOnlyAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: HeartbeatStatus) -> SafeString:
         return state_badge(obj.status, obj.get_status_display())
+
+
+# The Job admin (editable through the job services, with pause / resume / run now) is the jobs
+# app's: jobs/admin.py.
