@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,15 @@ from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecuti
 
 from ..harness import Proc, celery_worker, wait_for
 from ..orders.conftest import token_client
-from .helpers import wait_run
+from .helpers import (
+    assert_repriced_once,
+    attempt_statuses,
+    django_query,
+    stall_once,
+    stall_remove,
+    stalled_lease,
+    wait_run,
+)
 
 WINDOW = 1.5  # SAS_EXPORT_HEARTBEAT in tests/envsetup.py
 SWEEP = 1.0  # SAS_SUPERVISOR_INTERVAL
@@ -124,6 +133,49 @@ def test_reprice__worker_killed_mid_page__resumes_from_checkpoint_each_page_appl
     assert attempts.count("timed_out") >= 1  # the killed page's attempt, taken back by the supervisor
     assert attempts.count("continued") == 5 and attempts[-1] == "succeeded"
     assert Step.objects.get(run=run).result == {"pages": 6, "rows": 6000}
+
+
+@pytest.fixture
+def stall(catalogue: None) -> Iterator[Callable[..., None]]:
+    """Make one page hang in the database (see `stall_once`); removed after the test."""
+    yield partial(stall_once, django_query)
+    stall_remove(django_query)
+
+
+def test_reprice__page_misses_its_deadline__not_applied__taken_back__each_page_once(
+    engine: Any, demo_user: Any, long_worker: Proc, stall: Callable[..., None]
+) -> None:
+    """A page that hangs past its attempt's complete-by (here in a statement: a lock wait, a bad
+    plan) holds the step's row, so neither the supervisor nor another claim can take it while
+    its transaction is open. The database ends that transaction at complete-by (the page set
+    its statement and idle timeouts to the time left), the Celery soft time limit stops the
+    agent; either way the page's effect rolls back and the supervisor takes the step back at
+    its next sweep. The stall (10 minutes) outlasts this test: only those deadlines end it."""
+    catalogue_seed(rows=4000)
+    first = Product.objects.aggregate(first=Min("id"))["first"]
+    stall(product_id=first + 2500, seconds=600)  # midway through the third page
+    log_offset = len(long_worker.log())
+    run = reprice_submit(owner_id=demo_user.id, percent="10")
+    lease = wait_for(
+        lambda: stalled_lease(django_query, str(run.id)),
+        timeout=30,
+        interval=0.1,
+        what="the third page to hang",
+    )
+
+    run = wait_run(run.id, (Run.State.COMPLETED,), timeout=60)
+
+    assert_repriced_once(django_query, run_id=str(run.id), percent="10", rows=4000, page_size=1000)
+    hung = TaskExecutionHistory.objects.get(run=run, kind="attempt", lease=lease)
+    assert hung.status == "timed_out"
+    taken = TaskExecutionHistory.objects.get(run=run, kind="supervisor", detail__failed_lease=lease)
+    assert taken.detail["cause"] == "timed_out"
+    assert attempt_statuses(django_query, str(run.id)) == [
+        "continued", "continued", "timed_out", "continued", "succeeded",
+    ]  # fmt: skip
+    assert Step.objects.get(run=run).result == {"pages": 4, "rows": 4000}
+    log = long_worker.log()[log_offset:]
+    assert "page ran past its deadline" in log or "page ran into its time limit" in log, log[-3000:]
 
 
 def _client(user: Any) -> Client:
