@@ -57,7 +57,9 @@ def django_query(sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
 _REPRICE_AUDIT = """
 SELECT count(*),
        count(*) FILTER (WHERE repriced_count = 1 AND last_repriced_run = %s::uuid),
-       count(*) FILTER (WHERE price <> round((1 + (id * 7919 %% 99900) / 100.0) * (100 + %s::numeric) / 100, 2)),
+       count(*) FILTER (
+           WHERE price <> round((1 + (id * 7919 %% 99900) / 100.0) * (100 + %s::numeric) / 100, 2)
+       ),
        min(id), max(id)
 FROM catalogue_product
 """
@@ -99,14 +101,16 @@ def attempt_statuses(query: Query, run_id: str) -> list[str]:
 def stall_once(query: Query, *, product_id: int, seconds: float) -> None:
     """A page that hangs in the database: the first UPDATE of product `product_id` sleeps
     `seconds` inside the page's statement (a BEFORE UPDATE trigger), with the page's rows before
-    it already written. Once only: a sequence decides, and no rollback takes a sequence back, so
-    the page's next attempt runs at full speed."""
+    it already written. Once only, so the page's next attempt runs at full speed: a sequence
+    decides (no rollback takes a sequence back) - and, as a crash may take back a sequence
+    step that no commit flushed, only in the server's run it was installed in."""
+    ((started,),) = query("SELECT pg_postmaster_start_time()::text", ())
     query("CREATE SEQUENCE test_stall_once", ())
     query(
         f"""
         CREATE FUNCTION test_stall() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            IF NEW.id = {int(product_id)} THEN
+            IF NEW.id = {int(product_id)} AND pg_postmaster_start_time() = '{started}' THEN
                 IF nextval('test_stall_once') = 1 THEN PERFORM pg_sleep({float(seconds)}); END IF;
             END IF;
             RETURN NEW;

@@ -159,14 +159,18 @@ def test_page__its_deadline_passed_before_commit__not_applied(user):
     run = _submit(user, PAGED)
     claim = _claim(run)
 
-    with pytest.raises(LeaseLost, match="deadline passed"), transaction.atomic():
-        checkpoint = page_begin(step_id=claim.step_id, lease=claim.lease)
-        # The page's time runs out while it works (the step's row is ours: locked by page_begin).
-        Step.objects.filter(pk=claim.step_id).update(complete_by=_db_now() - timedelta(seconds=1))
-        page_commit(
-            step_id=claim.step_id, lease=claim.lease, checkpoint=checkpoint, next_start=10, rows=10,
-            total=None, last=False,
-        )  # fmt: skip
+    def page_past_its_deadline():
+        with transaction.atomic():
+            checkpoint = page_begin(step_id=claim.step_id, lease=claim.lease)
+            # Its time runs out while it works (the step's row is ours: locked by page_begin).
+            Step.objects.filter(pk=claim.step_id).update(complete_by=_db_now() - timedelta(seconds=1))
+            page_commit(
+                step_id=claim.step_id, lease=claim.lease, checkpoint=checkpoint, next_start=10,
+                rows=10, total=None, last=False,
+            )  # fmt: skip
+
+    with pytest.raises(LeaseLost, match="deadline passed"):
+        page_past_its_deadline()
 
     row = Checkpoint.objects.get(run=run)
     assert (row.page_start, row.pages_done, row.rows_done, row.started_at) == (0, 0, 0, None)
@@ -198,11 +202,14 @@ def test_page__begin__the_database_ends_the_page_at_complete_by(user):
     assert before == [0, 0]  # the session's: none
     assert 18_000 < idle == statement <= 20_000  # milliseconds
 
+    def page_stuck_in_the_database():
+        with transaction.atomic(), connection.cursor() as cursor:
+            page_begin(step_id=claim.step_id, lease=claim.lease)
+            cursor.execute("SELECT pg_sleep(30)")
+
     Step.objects.filter(pk=claim.step_id).update(complete_by=_db_now() + timedelta(seconds=0.3))
-    with pytest.raises(OperationalError, match="statement timeout"), transaction.atomic():
-        page_begin(step_id=claim.step_id, lease=claim.lease)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_sleep(30)")  # a page stuck in the database
+    with pytest.raises(OperationalError, match="statement timeout"):
+        page_stuck_in_the_database()
 
 
 def test_heartbeat__extends_complete_by_by_the_window(user):
