@@ -1,8 +1,11 @@
 """Long steps under real workers (issue 9): a paginated reprice killed with SIGKILL mid-page
-resumes from its checkpoint and applies every page once; a heartbeat export outlives its first
-window on heartbeats, and when its worker is frozen (SIGSTOP) the supervisor takes the step back
-within one heartbeat window + one sweep, and the worker, resumed (SIGCONT), finds its lease gone
-and writes nothing. One worker (both demo queues) serves the module."""
+resumes from its checkpoint and applies every page once; a page that hangs in the database past
+its deadline, and a worker frozen mid-page, are ended by the database at complete-by, taken back
+by the supervisor and redone once; a heartbeat export outlives its first window on heartbeats,
+and when its worker is frozen (SIGSTOP) the supervisor takes the step back within one heartbeat
+window + one sweep, and the worker, resumed (SIGCONT), finds its lease gone and writes nothing.
+One worker (both demo queues) serves the module. (The database restarted mid-page:
+tests/e2e/test_outage_live.py, on a private PostgreSQL.)"""
 
 from __future__ import annotations
 
@@ -154,9 +157,8 @@ def test_reprice__page_misses_its_deadline__not_applied__taken_back__each_page_o
     assert hung.status == "timed_out"
     taken = TaskExecutionHistory.objects.get(run=run, kind="supervisor", detail__failed_lease=lease)
     assert taken.detail["cause"] == "timed_out"
-    assert attempt_statuses(django_query, str(run.id)) == [
-        "continued", "continued", "timed_out", "continued", "succeeded",
-    ]  # fmt: skip
+    statuses = attempt_statuses(django_query, str(run.id))
+    assert statuses.count("continued") == 3 and statuses[-1] == "succeeded", statuses
     assert Step.objects.get(run=run).result == {"pages": 4, "rows": 4000}
     log = long_worker.log()[log_offset:]
     assert "page ran past its deadline" in log or "page ran into its time limit" in log, log[-3000:]
