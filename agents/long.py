@@ -159,7 +159,12 @@ class PagedAgentTask(AgentTask):
             return self._reply(step_id, lease, deadline, "permanent", error=str(exc))
         except Exception as exc:
             # The page's transaction rolled back: nothing of it was applied. Retried from the
-            # same checkpoint after backoff (a failure counted).
+            # same checkpoint after backoff (a failure counted) - or, past the deadline (the
+            # database ends a page's statement or idle wait at the step's complete_by, see
+            # `page_begin`), no reply: the supervisor takes the step back.
+            if timezone.now() >= deadline:
+                logger.warning("step %s: page ran past its deadline (%s); rolled back", step_id, exc)
+                return "deadline"
             logger.exception("step %s: page failed; rolled back", step_id)
             return self._reply(
                 step_id, lease, deadline, "transient", error=f"{exc.__class__.__name__}: {exc}", reached=True

@@ -33,8 +33,10 @@ def _require_transaction(what: str) -> None:
 
 
 def page_begin(*, step_id: int, lease: str) -> CheckpointState:
-    """Begin a page: lock the step (lease current) and read its checkpoint. Raises LeaseLost.
-    Transaction: the caller's - it must also hold the page's effect and `page_commit`."""
+    """Begin a page: lock the step (lease current) and read its checkpoint; the transaction's
+    statement and idle timeouts become the time left until the step's complete_by, so the
+    database ends the page (and releases the step) if it would outlast its attempt. Raises
+    LeaseLost. Transaction: the caller's - it must also hold the page's effect and `page_commit`."""
     _require_transaction("page_begin")
     checkpoint = transitions.checkpoint_page_begin(step_id=step_id, lease=lease)
     if checkpoint is None:
@@ -54,7 +56,8 @@ def page_commit(
 ) -> None:
     """The page's effect is written: move the checkpoint from where this page began to
     `next_start`. Raises LeaseLost (the caller's transaction must roll back) if it moved
-    meanwhile or the lease is gone. Transaction: the caller's."""
+    meanwhile, the lease is gone or the step's complete_by has passed. Transaction: the
+    caller's."""
     _require_transaction("page_commit")
     if not transitions.checkpoint_advance(
         step_id=step_id,
@@ -65,7 +68,7 @@ def page_commit(
         total=total,
         completed=last,
     ):
-        raise LeaseLost(f"step {step_id}: checkpoint moved or lease {lease} lost")
+        raise LeaseLost(f"step {step_id}: checkpoint moved, lease {lease} lost or its deadline passed")
 
 
 def step_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartbeat:

@@ -147,8 +147,13 @@ SELECT sas_step_heartbeat(%(step_id)s, %(lease)s::uuid, %(worker)s)
 -- A page's transaction begins: the step's row is locked while its lease is current (so until
 -- this transaction ends no sweep, cancel or other claim can take the step, and a stale worker
 -- gets no row), and the checkpoint row with it; the first page stamps started_at.
+-- That lock must not outlive the attempt: the transaction's statement and idle-in-transaction
+-- timeouts (SET LOCAL, through set_config) become the time left until complete_by, so the
+-- database itself ends a page that hangs in a statement (a lock wait, a bad plan) or whose
+-- worker stopped mid-page (frozen, stuck), and the supervisor can take the step back.
 WITH s AS (
-    SELECT id FROM scheduler_step
+    SELECT id, greatest(1, ceil(extract(epoch FROM complete_by - clock_timestamp()) * 1000))::bigint::text AS ms
+    FROM scheduler_step
     WHERE id = %(step_id)s AND process_state = 'processing' AND lease = %(lease)s::uuid
       AND complete_by > statement_timestamp()
     FOR UPDATE
@@ -156,18 +161,23 @@ WITH s AS (
 UPDATE scheduler_checkpoint AS c
 SET started_at = coalesce(c.started_at, statement_timestamp())
 FROM s WHERE c.step_id = s.id
-RETURNING c.page_size, c.page_start, c.pages_done, c.rows_done, c.total, c.completed
+RETURNING c.page_size, c.page_start, c.pages_done, c.rows_done, c.total, c.completed,
+          set_config('statement_timeout', s.ms, true),
+          set_config('idle_in_transaction_session_timeout', s.ms, true)
 
 -- name: checkpoint_advance
 -- The page's effect is written; the checkpoint moves past it, in the same transaction. Guard:
 -- the checkpoint is still where this page started (compare-and-set: a page is applied once)
--- and not completed, and the step is still held by this lease.
+-- and not completed, and the step is still held by this lease within its complete_by (a page
+-- that ran past its deadline is not applied: its transaction rolls back, and the supervisor
+-- takes the step back once the lock is released).
 UPDATE scheduler_checkpoint AS c
 SET page_start = %(next_start)s, pages_done = c.pages_done + 1, rows_done = c.rows_done + %(rows)s,
     total = coalesce(%(total)s, c.total), completed = %(completed)s, updated_at = statement_timestamp()
 FROM scheduler_step AS s
 WHERE c.step_id = %(step_id)s AND c.page_start = %(page_start)s AND NOT c.completed
   AND s.id = c.step_id AND s.process_state = 'processing' AND s.lease = %(lease)s::uuid
+  AND s.complete_by > statement_timestamp()
 
 -- name: heartbeat_complete
 -- A heartbeat step's work is done: its JobStatus row in_progress | waiting -> completed, in the

@@ -1,23 +1,27 @@
 """Long steps under real workers (issue 9): a paginated reprice killed with SIGKILL mid-page
-resumes from its checkpoint and applies every page once; a heartbeat export outlives its first
-window on heartbeats, and when its worker is frozen (SIGSTOP) the supervisor takes the step back
-within one heartbeat window + one sweep, and the worker, resumed (SIGCONT), finds its lease gone
-and writes nothing. One worker (both demo queues) serves the module."""
+resumes from its checkpoint and applies every page once; a page that hangs in the database past
+its deadline, and a worker frozen mid-page, are ended by the database at complete-by, taken back
+by the supervisor and redone once; a heartbeat export outlives its first window on heartbeats,
+and when its worker is frozen (SIGSTOP) the supervisor takes the step back within one heartbeat
+window + one sweep, and the worker, resumed (SIGCONT), finds its lease gone and writes nothing.
+One worker (both demo queues) serves the module. (The database restarted mid-page:
+tests/e2e/test_outage_live.py, on a private PostgreSQL.)"""
 
 from __future__ import annotations
 
 import csv
 import io
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, Min, Sum
 from django.test import Client
 
 from catalogue.models import Product, RepriceLedger
@@ -28,7 +32,15 @@ from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecuti
 
 from ..harness import Proc, celery_worker, wait_for
 from ..orders.conftest import token_client
-from .helpers import wait_run
+from .helpers import (
+    assert_repriced_once,
+    attempt_statuses,
+    django_query,
+    stall_once,
+    stall_remove,
+    stalled_lease,
+    wait_run,
+)
 
 WINDOW = 1.5  # SAS_EXPORT_HEARTBEAT in tests/envsetup.py
 SWEEP = 1.0  # SAS_SUPERVISOR_INTERVAL
@@ -101,29 +113,107 @@ def test_reprice__worker_killed_mid_page__resumes_from_checkpoint_each_page_appl
     # The killed page left nothing: what was repriced is exactly what the ledger had committed.
     assert repriced_at_kill == committed["rows"] == checkpoint_at_kill.rows_done
     assert checkpoint_at_kill.pages_done == committed["pages"] < 6
-    # Every product repriced exactly once, by this run; every page once, contiguous.
-    assert Product.objects.filter(repriced_count=1, last_repriced_run=run.id).count() == 6000
-    assert not Product.objects.exclude(repriced_count=1).exists()
-    pages = list(RepriceLedger.objects.filter(run_id=run.id).order_by("page_start"))
-    assert [p.rows for p in pages] == [1000] * 6
-    assert [p.page_start for p in pages] == [0] + [p.page_end for p in pages[:-1]]
-    bounds = Product.objects.aggregate(first=Min("id"), last=Max("id"))
-    assert pages[0].page_end == bounds["first"] + 999 and pages[-1].page_end == bounds["last"]
-    checkpoint = Checkpoint.objects.get(run=run)
-    assert (checkpoint.pages_done, checkpoint.rows_done, checkpoint.total, checkpoint.completed) == (
-        6,
-        6000,
-        6000,
-        True,
-    )
-    attempts = list(
-        TaskExecutionHistory.objects.filter(run=run, kind="attempt")
-        .order_by("id")
-        .values_list("status", flat=True)
-    )
+    # Every product repriced exactly once, by this run; every page once, contiguous; the
+    # checkpoint says what the ledger says.
+    assert_repriced_once(django_query, run_id=str(run.id), percent="10", rows=6000, page_size=1000)
+    attempts = attempt_statuses(django_query, str(run.id))
     assert attempts.count("timed_out") >= 1  # the killed page's attempt, taken back by the supervisor
     assert attempts.count("continued") == 5 and attempts[-1] == "succeeded"
     assert Step.objects.get(run=run).result == {"pages": 6, "rows": 6000}
+
+
+@pytest.fixture
+def stall(catalogue: None) -> Iterator[Callable[..., None]]:
+    """Make one page hang in the database (see `stall_once`); removed after the test."""
+    yield partial(stall_once, django_query)
+    stall_remove(django_query)
+
+
+def test_reprice__page_misses_its_deadline__not_applied__taken_back__each_page_once(
+    engine: Any, demo_user: Any, long_worker: Proc, stall: Callable[..., None]
+) -> None:
+    """A page that hangs past its attempt's complete-by (here in a statement: a lock wait, a bad
+    plan) holds the step's row, so neither the supervisor nor another claim can take it while
+    its transaction is open. The database ends that transaction at complete-by (the page set
+    its statement and idle timeouts to the time left), the Celery soft time limit stops the
+    agent; either way the page's effect rolls back and the supervisor takes the step back at
+    its next sweep. The stall (10 minutes) outlasts this test: only those deadlines end it."""
+    catalogue_seed(rows=4000)
+    first = Product.objects.aggregate(first=Min("id"))["first"]
+    stall(product_id=first + 2500, seconds=600)  # midway through the third page
+    log_offset = len(long_worker.log())
+    run = reprice_submit(owner_id=demo_user.id, percent="10")
+    lease = wait_for(
+        lambda: stalled_lease(django_query, str(run.id)),
+        timeout=30,
+        interval=0.1,
+        what="the third page to hang",
+    )
+
+    run = wait_run(run.id, (Run.State.COMPLETED,), timeout=60)
+
+    assert_repriced_once(django_query, run_id=str(run.id), percent="10", rows=4000, page_size=1000)
+    hung = TaskExecutionHistory.objects.get(run=run, kind="attempt", lease=lease)
+    assert hung.status == "timed_out"
+    taken = TaskExecutionHistory.objects.get(run=run, kind="supervisor", detail__failed_lease=lease)
+    assert taken.detail["cause"] == "timed_out"
+    statuses = attempt_statuses(django_query, str(run.id))
+    assert statuses.count("continued") == 3 and statuses[-1] == "succeeded", statuses
+    assert Step.objects.get(run=run).result == {"pages": 4, "rows": 4000}
+    log = long_worker.log()[log_offset:]
+    assert "page ran past its deadline" in log or "page ran into its time limit" in log, log[-3000:]
+
+
+def test_reprice__worker_frozen_mid_page__the_database_ends_the_page__taken_back__each_page_once(
+    engine: Any, demo_user: Any, long_worker: Proc, catalogue: None
+) -> None:
+    """A worker frozen (SIGSTOP) with a page's transaction open would hold the step's row, and
+    keep the supervisor off it, for as long as it stays frozen. The page's idle timeout (the
+    time left until complete-by) has the database end that transaction: the supervisor takes
+    the step back while the worker is still frozen; resumed, the worker finds its page gone and
+    writes nothing."""
+    catalogue_seed(rows=4000)
+    run = reprice_submit(owner_id=demo_user.id, percent="10")
+    wait_for(
+        lambda: RepriceLedger.objects.filter(run_id=run.id).exists(), timeout=30, what="a page committed"
+    )
+
+    def freeze_mid_page() -> bool:
+        wait_for(_page_open, timeout=10, interval=0.02, what="a page's transaction open")
+        long_worker.kill(signal.SIGSTOP)
+        if _page_open():  # frozen before the page could commit
+            return True
+        long_worker.kill(signal.SIGCONT)
+        return False
+
+    log_offset = len(long_worker.log())
+    wait_for(freeze_mid_page, timeout=30, interval=0, what="the worker frozen mid-page")
+    try:
+        lease = str(Step.objects.get(run=run).lease)
+        wait_for(
+            lambda: TaskExecutionHistory.objects.filter(
+                run=run, kind="supervisor", detail__failed_lease=lease
+            ).exists(),
+            timeout=30,
+            what="the supervisor to take the frozen page's step back",
+        )
+        assert not _page_open()
+        committed = RepriceLedger.objects.filter(run_id=run.id).count()
+        assert Checkpoint.objects.get(run=run).pages_done == committed < 4
+    finally:
+        long_worker.kill(signal.SIGCONT)
+
+    run = wait_run(run.id, (Run.State.COMPLETED,), timeout=60)
+
+    assert_repriced_once(django_query, run_id=str(run.id), percent="10", rows=4000, page_size=1000)
+    frozen = TaskExecutionHistory.objects.get(run=run, kind="attempt", lease=lease)
+    assert frozen.status == "timed_out"
+    statuses = attempt_statuses(django_query, str(run.id))
+    assert statuses.count("continued") == 3 and statuses[-1] == "succeeded", statuses
+    # Resumed, the worker met its page's end: the database's (its session ended) or its own
+    # Celery soft time limit, whichever it noticed first.
+    log = long_worker.log()[log_offset:]
+    assert "page ran past its deadline" in log or "page ran into its time limit" in log, log[-3000:]
 
 
 def _client(user: Any) -> Client:

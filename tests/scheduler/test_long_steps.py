@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from scheduler import transitions
 from scheduler.models import Checkpoint, HeartbeatStatus, Step, TaskExecutionHistory
@@ -150,6 +150,66 @@ def test_page__checkpoint_moved_meanwhile__commit_refused(user):
 
     checkpoint = Checkpoint.objects.get(run=run)
     assert (checkpoint.page_start, checkpoint.pages_done, checkpoint.rows_done) == (10, 1, 10)
+
+
+def test_page__its_deadline_passed_before_commit__not_applied(user):
+    """A page that runs past its attempt's complete_by is not applied, even by the lease that
+    holds the step: the checkpoint does not move, its transaction rolls back (the supervisor
+    then takes the step back like any expired attempt)."""
+    run = _submit(user, PAGED)
+    claim = _claim(run)
+
+    def page_past_its_deadline():
+        with transaction.atomic():
+            checkpoint = page_begin(step_id=claim.step_id, lease=claim.lease)
+            # Its time runs out while it works (the step's row is ours: locked by page_begin).
+            Step.objects.filter(pk=claim.step_id).update(complete_by=_db_now() - timedelta(seconds=1))
+            page_commit(
+                step_id=claim.step_id, lease=claim.lease, checkpoint=checkpoint, next_start=10,
+                rows=10, total=None, last=False,
+            )  # fmt: skip
+
+    with pytest.raises(LeaseLost, match="deadline passed"):
+        page_past_its_deadline()
+
+    row = Checkpoint.objects.get(run=run)
+    assert (row.page_start, row.pages_done, row.rows_done, row.started_at) == (0, 0, 0, None)
+
+
+def _timeouts():
+    """This transaction's idle-in-transaction and statement timeouts, in milliseconds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT setting::bigint FROM pg_settings"
+            " WHERE name IN ('statement_timeout', 'idle_in_transaction_session_timeout') ORDER BY name"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_page__begin__the_database_ends_the_page_at_complete_by(user):
+    """page_begin bounds the page's transaction by the attempt: statement and idle timeouts of
+    the time left until complete_by, so a page stuck in a statement (or whose worker froze with
+    its transaction open) cannot hold the step's row - and keep the supervisor off it - past
+    its deadline."""
+    run = _submit(user, PAGED)
+    claim = _claim(run)
+    Step.objects.filter(pk=claim.step_id).update(complete_by=_db_now() + timedelta(seconds=20))
+    before = _timeouts()
+
+    with transaction.atomic():
+        page_begin(step_id=claim.step_id, lease=claim.lease)
+        idle, statement = _timeouts()
+    assert before == [0, 0]  # the session's: none
+    assert 18_000 < idle == statement <= 20_000  # milliseconds
+
+    def page_stuck_in_the_database():
+        with transaction.atomic(), connection.cursor() as cursor:
+            page_begin(step_id=claim.step_id, lease=claim.lease)
+            cursor.execute("SELECT pg_sleep(30)")
+
+    Step.objects.filter(pk=claim.step_id).update(complete_by=_db_now() + timedelta(seconds=0.3))
+    with pytest.raises(OperationalError, match="statement timeout"):
+        page_stuck_in_the_database()
 
 
 def test_heartbeat__extends_complete_by_by_the_window(user):

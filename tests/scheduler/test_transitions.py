@@ -75,6 +75,8 @@ NOT_STATES = {
     "counted", "deadline", "failures", "give_up", "marked_done_by", "mark_done", "reason", "refused",
     "start_by", "timeout", "operator", "action", "workflow",
     "continue", "heartbeat", "extended", "close_by",
+    # PostgreSQL settings a page's transaction sets (set_config in checkpoint_page_begin)
+    "statement_timeout", "idle_in_transaction_session_timeout",
 }  # fmt: skip
 
 
