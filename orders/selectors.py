@@ -187,6 +187,8 @@ def step_attempts(*, run: Run, steps: list[Step]) -> dict[int, list[Attempt]]:
     ).order_by("started_at", "id")
     found: dict[int, list[Attempt]] = {}
     for row in rows:
+        if row.step_id is None:  # attempt rows always have their step; job rows are not read here
+            continue
         attempts = found.setdefault(row.step_id, [])
         error = row.error if row.status != TaskExecutionHistory.Status.SUCCEEDED else ""
         attempts.append(

@@ -266,6 +266,18 @@ SAS: dict[str, Any] = {
     "SUPERVISOR_INTERVAL": env_float("SAS_SUPERVISOR_INTERVAL", 1.0),
     "SCHEDULER_TICK_INTERVAL": env_float("SAS_SCHEDULER_TICK_INTERVAL", 2.0),
     "SWEEP_BATCH": int(os.environ.get("SAS_SWEEP_BATCH", "500")),
+    # The jobs dispatcher (seed 004's Scheduler Service, scheduler/jobs.md): its beat period
+    # (seconds; the django-celery-beat row, editable in the admin), rows per transaction and
+    # batches per tick.
+    "JOBS_DISPATCH_INTERVAL": env_float("SAS_JOBS_DISPATCH_INTERVAL", 1.0),
+    "JOBS_DISPATCH_BATCH": int(os.environ.get("SAS_JOBS_DISPATCH_BATCH", "500")),
+    "JOBS_DISPATCH_MAX_BATCHES": int(os.environ.get("SAS_JOBS_DISPATCH_MAX_BATCHES", "20")),
+    # More modules that register workflows at import (comma-separated dotted names), beside
+    # the apps' own; see scheduler/apps.py.
+    "WORKFLOW_MODULES": [m for m in os.environ.get("SAS_WORKFLOW_MODULES", "").split(",") if m.strip()],
+    # Test only: seconds the dispatcher sleeps between its claim and its commit, so a crash
+    # test can kill it there. 0 in every real deployment.
+    "JOBS_TEST_PAUSE_AFTER_CLAIM": env_float("SAS_JOBS_TEST_PAUSE_AFTER_CLAIM", 0.0),
     "CLAIM_BATCH": int(os.environ.get("SAS_CLAIM_BATCH", "100")),
     # Backpressure: at most this many steps of one agent operation Processing at once (a soft
     # cap: one claim batch may pass it). Size it to the agents' capacity within a step window.

@@ -225,7 +225,8 @@ class HistoryInline(ReadOnlyInline):
 
     @admin.display(description="step")
     def step_name(self, obj: TaskExecutionHistory) -> str:
-        return obj.step.name
+        # Job rows (kind "job") belong to a job occurrence, not to a step.
+        return obj.step.name if obj.step is not None else "-"
 
     @admin.display(description="started")
     def started(self, obj: TaskExecutionHistory) -> SafeString:
@@ -629,7 +630,8 @@ class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="step")
     def step_name(self, obj: TaskExecutionHistory) -> str:
-        return obj.step.name
+        # Job rows (kind "job") belong to a job occurrence, not to a step.
+        return obj.step.name if obj.step is not None else "-"
 
     @admin.display(description="error")
     def error_short(self, obj: TaskExecutionHistory) -> str:

@@ -56,6 +56,18 @@ def scheduler_tick() -> int:
         return 0
 
 
+@shared_task(name="scheduler.jobs_dispatch", ignore_result=True)
+def jobs_dispatch() -> int:
+    """The jobs dispatcher's tick (django-celery-beat, every SAS["JOBS_DISPATCH_INTERVAL"] s):
+    settle ended job runs, fire due occurrences. Safe to run in several workers at once."""
+    try:
+        done = services.jobs_dispatch(instance=services.scheduler_instance_id())
+    except DatabaseError:
+        logger.exception("jobs dispatch failed; the next tick retries")
+        return 0
+    return done.started
+
+
 @shared_task(name="bench.noop", ignore_result=False)
 def bench_noop(counter_key: str = "") -> None:
     """A task that does nothing (but count itself): bench/ measures the bare Celery cost with it,

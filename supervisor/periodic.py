@@ -1,4 +1,5 @@
-"""The engine's django-celery-beat rows: the supervisor sweep and the scheduler safety tick.
+"""The engine's django-celery-beat rows: the supervisor sweep, the scheduler safety tick and the
+jobs dispatcher.
 
 Shared by the data migration (with historical models) and `manage.py setup_periodic_tasks`, so
 both create the same rows. Existing rows are left as an operator edited them unless `reset`.
@@ -14,6 +15,8 @@ PERIODIC_TASKS = (
     # (row name, task name, queue, setting holding the interval)
     ("sas: supervisor sweep", "supervisor.sweep", "supervisor", "SUPERVISOR_INTERVAL"),
     ("sas: scheduler safety tick", "scheduler.tick", "scheduler", "SCHEDULER_TICK_INTERVAL"),
+    # Seed 004's Scheduler Service: fires due job occurrences (scheduler/jobs.md).
+    ("sas: jobs dispatcher", "scheduler.jobs_dispatch", "scheduler", "JOBS_DISPATCH_INTERVAL"),
 )
 
 

@@ -125,6 +125,8 @@ def worker_env(django_db_setup: Any) -> dict[str, str]:
     env["DJANGO_SETTINGS_MODULE"] = "sasproject.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"
+    # Workers know the engine's own test workflow (jobs of it fire in their dispatcher).
+    env["SAS_WORKFLOW_MODULES"] = "tests.engine_workflow"
     return env
 
 

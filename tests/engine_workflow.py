@@ -65,6 +65,11 @@ def register_engine_workflow() -> Workflow:
         )
 
 
+# Worker processes import this module by name (SAS_WORKFLOW_MODULES, set by tests/conftest.py's
+# worker_env) so that jobs of this workflow can fire there.
+register_engine_workflow()
+
+
 # Helpers for tests that play the scheduler themselves on this workflow.
 
 

@@ -6,7 +6,9 @@
 - `failure`: what follows a failed attempt or an errored step;
 - `compensation`: undo in reverse order; cancel; an operator's resume;
 - `events`: events recorded and announced to receivers of observed runs;
-- `jobs`: seed 004's jobs, the input that produces runs.
+- `jobs`: seed 004's jobs (create, edit, pause, resume, delete, run now, backfill, preview);
+  `jobs_dispatch`: the dispatcher that fires their occurrences; `jobs_firing`: the overlap
+  rules both apply (see `scheduler/jobs.md`).
 
 Every state change itself is a transition in `scheduler.transitions` (SQL in `scheduler/sql/`).
 """
@@ -33,24 +35,63 @@ from .dispatch import (
 )
 from .events import event_record, events_announce, run_observe
 from .failure import failures_settle, step_errored_settle
-from .jobs import JobBusy, job_create, job_run_submit
+from .jobs import (
+    Backfill,
+    JobBusy,
+    JobEdit,
+    job_backfill,
+    job_create,
+    job_delete,
+    job_pause,
+    job_preview,
+    job_resume,
+    job_run_now,
+    job_run_submit,
+    job_update,
+)
+from .jobs_dispatch import DispatchResult, job_runs_settle, jobs_dispatch, jobs_dispatch_batch
+from .jobs_firing import Firing, JobStateError
 from .reply import Outcome, ReplyResult, step_reply
-from .submit import COMPENSATION_SEQ_BASE, run_submit, run_validate_input, step_context, step_new
+from .submit import (
+    COMPENSATION_SEQ_BASE,
+    RunSpec,
+    run_submit,
+    run_validate_input,
+    runs_submit_many,
+    step_context,
+    step_new,
+)
 
 __all__ = [
     "COMPENSATION_SEQ_BASE",
+    "Backfill",
     "Claim",
+    "DispatchResult",
+    "Firing",
     "JobBusy",
+    "JobEdit",
+    "JobStateError",
     "Outcome",
     "ReplyResult",
     "RunNotCancellable",
+    "RunSpec",
     "StepNotMarkable",
     "claims_dispatch",
     "event_record",
     "events_announce",
     "failures_settle",
+    "job_backfill",
     "job_create",
+    "job_delete",
+    "job_pause",
+    "job_preview",
+    "job_resume",
+    "job_run_now",
     "job_run_submit",
+    "job_runs_settle",
+    "job_update",
+    "jobs_dispatch",
+    "jobs_dispatch_batch",
     "kick_pending_key",
     "operations_in_flight",
     "run_cancel",
@@ -60,6 +101,7 @@ __all__ = [
     "run_resume_compensation",
     "run_submit",
     "run_validate_input",
+    "runs_submit_many",
     "scheduler_instance_id",
     "scheduler_kick_enqueue",
     "scheduler_pump",

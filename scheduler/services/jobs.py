@@ -1,19 +1,51 @@
-"""Jobs (seed 004): the input that produces runs."""
+"""Jobs (seed 004): what users, the API, the web pages and the admin call.
+
+Create, edit, pause, resume, delete, run now, backfill, preview. Bad input raises
+WorkflowInputError (field -> messages) before anything is written; an action the job's state
+does not allow raises JobStateError. Owner checks are the caller's (`scheduler.job_selectors`
+scopes every read by owner). The rules (overlap, misfire, retries): `scheduler/jobs.md`.
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from celery.schedules import crontab
 from django.db import transaction
+from django.forms.models import model_to_dict
 
-from scheduler.models import Job, Run
+from scheduler import job_transitions
+from scheduler.cron import cron_between, cron_error, cron_normalise, cron_preview, zone_error
+from scheduler.models import Job, Run, ScheduledJob
 from scheduler.workflows import WorkflowInputError
 
+from .dispatch import scheduler_instance_id
+from .jobs_dispatch import next_occurrence
+from .jobs_firing import Firing, FiringPlan, JobStateError, jitter_offset
 from .submit import run_submit, run_validate_input
+
+__all__ = [
+    "Backfill",
+    "Firing",
+    "JobBusy",
+    "JobEdit",
+    "JobStateError",
+    "job_backfill",
+    "job_create",
+    "job_delete",
+    "job_pause",
+    "job_preview",
+    "job_resume",
+    "job_run_now",
+    "job_run_submit",
+    "job_update",
+]
+
+BACKFILL_MAX = 1_000
+PREVIEW_MAX = 100
 
 
 class JobBusy(Exception):
@@ -24,23 +56,158 @@ class JobBusy(Exception):
         super().__init__(f"job {job_id} is not idempotent and run {run_id} is still going")
 
 
-def _cron_error(cron: str) -> str | None:
-    """Why `cron` is not a five-field cron expression (Celery's own crontab parser), or None."""
-    fields = cron.split()
-    if len(fields) != 5:
-        return "must have five fields: minute hour day-of-month month day-of-week"
-    minute, hour, day_of_month, month_of_year, day_of_week = fields
+# The fields a job is created and edited with (service argument -> model field).
+EDITABLE = (
+    "name",
+    "workflow",
+    "input",
+    "cron",
+    "timezone_name",
+    "max_retry",
+    "retry_backoff",
+    "priority",
+    "idempotent",
+    "overlap_policy",
+    "catchup_window",
+    "jitter",
+    "start_at",
+    "end_at",
+    "run_at",
+    "max_firings",
+)
+# Fields whose change moves the next occurrence.
+SCHEDULE_FIELDS = {
+    "cron",
+    "timezone",
+    "jitter",
+    "start_at",
+    "end_at",
+    "run_at",
+    "max_firings",
+    "is_recurring",
+}
+
+
+def _aware(value: Any, name: str, errors: dict[str, str]) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        errors[name] = "must be a date and time with a time zone"
+        return None
+    return value
+
+
+def _int_in(value: Any, name: str, low: int, high: int, errors: dict[str, str]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        errors[name] = f"must be a whole number between {low} and {high}"
+        return 0
+    return value
+
+
+def _clean(*, owner_id: int, data: Mapping[str, Any], job_id: int | None = None) -> dict[str, Any]:
+    """Every field checked; all errors at once, as a form does. Returns model field values.
+    Raises WorkflowInputError; reads only (the name's uniqueness per owner)."""
+    errors: dict[str, Any] = {}
+    out: dict[str, Any] = {}
     try:
-        crontab(
-            minute=minute,
-            hour=hour,
-            day_of_month=day_of_month,
-            month_of_year=month_of_year,
-            day_of_week=day_of_week,
-        )
-    except (ValueError, IndexError) as exc:
-        return f"not a valid cron expression: {exc}"
-    return None
+        definition, cleaned = run_validate_input(workflow=data["workflow"], input=data["input"])
+        out["workflow"], out["input"] = definition.name, cleaned
+    except WorkflowInputError as exc:
+        errors.update(exc.errors)
+    name = str(data["name"]).strip()
+    if not name or len(name) > 200:
+        errors["name"] = "must be 1 to 200 characters"
+    out["name"] = name
+    cron = cron_normalise(str(data["cron"] or ""))
+    recurring = data.get("recurring")
+    recurring = bool(cron) if recurring is None else bool(recurring)
+    if recurring and (why := cron_error(cron)):
+        errors["cron"] = why
+    if not recurring and cron:
+        errors["cron"] = "a one-off job has no cron expression"
+    out["cron"], out["is_recurring"] = cron, recurring
+    zone = str(data["timezone_name"] or "")
+    if why := zone_error(zone):
+        errors["timezone"] = why
+    out["timezone"] = zone
+    out["max_retry"] = _int_in(data["max_retry"], "max_retry", 0, 100, errors)
+    backoff = data["retry_backoff"]
+    if isinstance(backoff, timedelta):
+        backoff = backoff.total_seconds()
+    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not 0 < backoff <= 86400:
+        errors["retry_backoff"] = "must be between 0 and 86400 seconds (more than 0)"
+        backoff = 10
+    out["retry_backoff"] = timedelta(seconds=backoff)
+    out["priority"] = _int_in(data["priority"], "priority", -32768, 32767, errors)
+    out["idempotent"] = bool(data["idempotent"])
+    policy = data["overlap_policy"]
+    if policy not in Job.Overlap.values:
+        errors["overlap_policy"] = f"must be one of {', '.join(Job.Overlap.values)}"
+    elif policy == Job.Overlap.ALLOW_ALL and not out["idempotent"]:
+        errors["overlap_policy"] = "a job that is not idempotent cannot allow overlapping runs"
+    out["overlap_policy"] = policy
+    window = data["catchup_window"]
+    if window is not None and (
+        not isinstance(window, timedelta) or window < timedelta(0) or window > timedelta(days=366)
+    ):
+        errors["catchup_window"] = "must be a duration between 0 and 366 days"
+    out["catchup_window"] = window
+    out["jitter"] = _int_in(data["jitter"], "jitter", 0, 3600, errors)
+    start_at = _aware(data["start_at"], "start_at", errors)
+    end_at = _aware(data["end_at"], "end_at", errors)
+    run_at = _aware(data["run_at"], "run_at", errors)
+    if start_at and end_at and end_at <= start_at:
+        errors["end_at"] = "must be after the start time"
+    max_firings = data["max_firings"]
+    if max_firings is not None:
+        max_firings = _int_in(max_firings, "max_firings", 1, 2_000_000_000, errors)
+    if not recurring:
+        for key, value in (
+            ("start_at", start_at),
+            ("end_at", end_at),
+            ("max_firings", max_firings),
+            ("catchup_window", window),
+        ):
+            if value is not None and key not in errors:
+                errors[key] = "only a recurring job has this"
+    elif run_at is not None:
+        errors["run_at"] = "only a one-off job has a run time"
+    out.update(start_at=start_at, end_at=end_at, run_at=run_at, max_firings=max_firings)
+    if "name" not in errors:
+        clash = Job.objects.filter(owner_id=owner_id, name=name)
+        if job_id is not None:
+            clash = clash.exclude(pk=job_id)
+        if clash.exists():
+            errors["name"] = "you already have a job with this name"
+    if errors:
+        raise WorkflowInputError(errors)
+    return out
+
+
+def _first_occurrence(job: Job, *, now: datetime) -> datetime | None:
+    """When a new (or re-armed) job's next row is due from `now`: a one-off's run time (now if
+    none), a recurring job's first occurrence after now within its start and end."""
+    if not job.is_recurring:
+        return job.run_at or now
+    return next_occurrence(job, after=now)
+
+
+def _arm(job: Job, *, now: datetime) -> ScheduledJob | None:
+    """Write the job's next row from `now` (none when the schedule has no occurrence left, or
+    max firings is reached). Transaction: the caller's, holding the job."""
+    if job.max_firings is not None and job.firing_count >= job.max_firings:
+        return None
+    first = _first_occurrence(job, now=now)
+    if first is None:
+        return None
+    return ScheduledJob.objects.create(
+        job=job,
+        kind=ScheduledJob.Kind.NEXT,
+        reason="schedule",
+        scheduled_for=first,
+        attempt=0,
+        next_execution_at=first + jitter_offset(job.id, first, job.jitter) if job.is_recurring else first,
+    )
 
 
 def job_create(
@@ -52,51 +219,223 @@ def job_create(
     cron: str = "",
     timezone_name: str = "UTC",
     max_retry: int = 0,
+    retry_backoff: float | timedelta = 10.0,
     priority: int = 0,
     idempotent: bool = True,
+    overlap_policy: str = Job.Overlap.SKIP,
+    catchup_window: timedelta | None = None,
+    jitter: int = 0,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+    run_at: datetime | None = None,
+    max_firings: int | None = None,
+    recurring: bool | None = None,
 ) -> Job:
-    """Create a one-off (`cron` empty) or recurring job. Invariant: the workflow input, the cron
-    expression, the time zone and the numbers are all checked first; bad input raises
-    WorkflowInputError (field -> messages) and writes nothing. Transaction: one INSERT."""
+    """Create a one-off (`cron` empty) or recurring job and its first occurrence. Invariant:
+    every field is checked first; bad input raises WorkflowInputError (field -> messages) and
+    writes nothing; a recurring job whose schedule never fires (after now, before its end) is
+    refused. Transaction: one atomic block (the job and its next row)."""
+    data = dict(locals())
+    fields = _clean(owner_id=owner_id, data=data)
+    with transaction.atomic():
+        job = Job.objects.create(owner_id=owner_id, **fields)
+        if _arm(job, now=job_transitions.db_now()) is None:
+            raise WorkflowInputError({"cron": "the schedule has no occurrence after now, before its end"})
+    return job
+
+
+@dataclass
+class JobEdit:
+    """What `job_update` changed: field -> (old, new); empty when nothing did."""
+
+    job: Job
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def job_update(*, job_id: int, **changes: Any) -> JobEdit:
+    """Edit a job: any of the fields `job_create` takes (`timezone_name` for the zone), checked
+    the same way. When its schedule changed, its next occurrence is recomputed from now (a
+    finished job whose new schedule has occurrences again is re-armed). Runs already going are
+    not touched. Transaction: one atomic block holding the job's row (FOR UPDATE)."""
+    unknown = set(changes) - set(EDITABLE) - {"recurring"}
+    if unknown:
+        raise TypeError(f"job_update() got unexpected fields: {', '.join(sorted(unknown))}")
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        current = {
+            "name": job.name,
+            "workflow": job.workflow,
+            "input": job.input,
+            "cron": job.cron,
+            "timezone_name": job.timezone,
+            "max_retry": job.max_retry,
+            "retry_backoff": job.retry_backoff,
+            "priority": job.priority,
+            "idempotent": job.idempotent,
+            "overlap_policy": job.overlap_policy,
+            "catchup_window": job.catchup_window,
+            "jitter": job.jitter,
+            "start_at": job.start_at,
+            "end_at": job.end_at,
+            "run_at": job.run_at,
+            "max_firings": job.max_firings,
+            # A recurring job stays recurring unless told otherwise: an empty cron is an error.
+            "recurring": job.is_recurring,
+        }
+        fields = _clean(owner_id=job.owner_id, data={**current, **changes}, job_id=job.pk)
+        changed = {k: (getattr(job, k), v) for k, v in fields.items() if getattr(job, k) != v}
+        if not changed:
+            return JobEdit(job)
+        for key, (_, value) in changed.items():
+            setattr(job, key, value)
+        job.save(update_fields=[*changed, "updated_at"])
+        if SCHEDULE_FIELDS & set(changed):
+            ScheduledJob.objects.filter(job=job, kind=ScheduledJob.Kind.NEXT).delete()
+            if job.enabled:
+                now = job_transitions.db_now()
+                if job.is_recurring or job.finished_at is None or "run_at" in changed:
+                    armed = _arm(job, now=now)
+                    if armed is not None and job.finished_at is not None:
+                        Job.objects.filter(pk=job.pk).update(finished_at=None)
+                        job.finished_at = None
+                    elif armed is None:
+                        job_transitions.job_finish(ids=[job.pk])
+                        job.refresh_from_db(fields=["finished_at"])
+    return JobEdit(job, changed)
+
+
+def job_pause(*, job_id: int, note: str = "", actor: str = "") -> Job:
+    """Enabled -> paused, with a note: its next occurrence is dropped and its queued and retry
+    occurrences are parked; nothing of it starts until it is resumed (runs already going go
+    on). Raises JobStateError if it is already paused. Transaction: one atomic block."""
+    with transaction.atomic():
+        Job.objects.select_for_update().get(pk=job_id)
+        if not job_transitions.job_pause(job_id=job_id, note=note.strip()[:2000]):
+            raise JobStateError("the job is already paused")
+        job_transitions.scheduled_park_all(job_id=job_id)
+    return Job.objects.get(pk=job_id)
+
+
+def job_resume(*, job_id: int, actor: str = "") -> Job:
+    """Paused -> enabled: the next occurrence is computed from now (occurrences that fell in
+    the pause are not fired), parked occurrences become due. Raises JobStateError if it is not
+    paused. Transaction: one atomic block."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if not job_transitions.job_resume(job_id=job_id):
+            raise JobStateError("the job is not paused")
+        job.refresh_from_db()
+        if job.finished_at is None:
+            _arm(job, now=job_transitions.db_now())
+        job_transitions.scheduled_unpark_all(job_id=job_id)
+    return Job.objects.get(pk=job_id)
+
+
+def job_delete(*, job_id: int, actor: str = "") -> dict[str, Any]:
+    """Delete a job with its scheduled occurrences and its history; its runs stay (unlinked,
+    correlation id `job:<id>`) and finish on their own. Returns the job's fields as they were
+    (for an audit entry). Transaction: one atomic block."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        snapshot = model_to_dict(job)
+        snapshot["id"] = job.pk
+        job.delete()
+    return snapshot
+
+
+def job_run_now(*, job_id: int, actor: str = "") -> Firing:
+    """Fire an occurrence now (the database's now), under the job's overlap policy: started,
+    buffered (cancel_other: the running run is cancelled first) or skipped, with why. A
+    non-idempotent job never gets a second unfinished run. Not counted in max firings; works
+    on a paused job too (an explicit request). Transaction: one atomic block holding the job's
+    row, so concurrent "run now"s and the dispatcher decide one after another."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        plan = FiringPlan.load(
+            jobs={job.pk: job}, now=job_transitions.db_now(), instance=actor or scheduler_instance_id()
+        )
+        firing = plan.offer(job, plan.now, reason="run_now", scheduled=False)
+        plan.apply()
+    return firing
+
+
+@dataclass
+class Backfill:
+    """The occurrences a backfill queued, and those it left out because they already ran or
+    are already queued."""
+
+    queued: list[datetime] = field(default_factory=list)
+    already: list[datetime] = field(default_factory=list)
+
+
+def job_backfill(*, job_id: int, start: datetime, end: datetime, actor: str = "") -> Backfill:
+    """Queue the job's cron occurrences in [start, end] - a past range - that have no run yet.
+    The dispatcher starts them oldest first, one after another (all at once under allow_all).
+    Not counted in max firings. Raises WorkflowInputError for a bad range (end before start,
+    in the future, more than 1,000 occurrences) and JobStateError for a one-off job.
+    Transaction: one atomic block holding the job's row."""
     errors: dict[str, str] = {}
-    definition, cleaned = run_validate_input(workflow=workflow, input=input)
-    name = name.strip()
-    if not name or len(name) > 200:
-        errors["name"] = "must be 1 to 200 characters"
-    cron = " ".join(cron.split())
-    if cron and (cron_error := _cron_error(cron)):
-        errors["cron"] = cron_error
-    try:
-        ZoneInfo(timezone_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        errors["timezone"] = f"unknown time zone {timezone_name!r}"
-    if not 0 <= max_retry <= 100:
-        errors["max_retry"] = "must be between 0 and 100"
-    if not -32768 <= priority <= 32767:
-        errors["priority"] = "must be between -32768 and 32767"
-    if not errors and Job.objects.filter(owner_id=owner_id, name=name).exists():
-        errors["name"] = "you already have a job with this name"
+    _aware(start, "start", errors)
+    _aware(end, "end", errors)
     if errors:
         raise WorkflowInputError(errors)
-    return Job.objects.create(
-        owner_id=owner_id,
-        name=name,
-        workflow=definition.name,
-        input=cleaned,
-        is_recurring=bool(cron),
-        cron=cron,
-        timezone=timezone_name,
-        max_retry=max_retry,
-        priority=priority,
-        idempotent=idempotent,
-    )
+    if end < start:
+        raise WorkflowInputError({"end": "must not be before the start"})
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if not job.is_recurring:
+            raise JobStateError("only a recurring job can be backfilled")
+        now = job_transitions.db_now()
+        if end > now:
+            raise WorkflowInputError({"end": "a backfill covers the past: the end must not be after now"})
+        times, more = cron_between(
+            job.cron, job.timezone, after=start - timedelta(microseconds=1), until=end, limit=BACKFILL_MAX
+        )
+        if more:
+            raise WorkflowInputError({"start": f"the range has more than {BACKFILL_MAX} occurrences"})
+        taken = set(
+            Run.objects.filter(job=job, scheduled_for__in=times, job_attempt=0).values_list(
+                "scheduled_for", flat=True
+            )
+        ) | set(
+            ScheduledJob.objects.filter(job=job, scheduled_for__in=times, attempt=0).values_list(
+                "scheduled_for", flat=True
+            )
+        )
+        result = Backfill(
+            queued=[t for t in times if t not in taken], already=[t for t in times if t in taken]
+        )
+        plan = FiringPlan(now=now, instance=actor or scheduler_instance_id(), jobs={job.pk: job})
+        plan.queue(job, result.queued, reason="backfill", scheduled=False)
+        plan.apply()
+    return result
+
+
+def job_preview(
+    *, cron: str, timezone_name: str = "UTC", start: datetime | None = None, count: int = 5
+) -> list[datetime]:
+    """The next `count` fire times of `cron` in `timezone_name` after `start` (default: the
+    database's now), in that zone: what a form shows before saving. Raises WorkflowInputError
+    for a bad expression, zone or count. Writes nothing."""
+    errors: dict[str, str] = {}
+    if why := cron_error(cron):
+        errors["cron"] = why
+    if why := zone_error(timezone_name):
+        errors["timezone"] = why
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= PREVIEW_MAX:
+        errors["count"] = f"must be between 1 and {PREVIEW_MAX}"
+    if start is not None:
+        _aware(start, "start", errors)
+    if errors:
+        raise WorkflowInputError(errors)
+    return cron_preview(cron, timezone_name, start=start or job_transitions.db_now(), count=count)
 
 
 def job_run_submit(*, job_id: int, kick: bool = True) -> Run:
-    """Start a run of `job_id`: its workflow, input, owner and priority; correlation id
-    `job:<id>`. Invariant: a non-idempotent job never has two unfinished runs (the job row is
-    locked while we look, so two submitters cannot both pass); raises JobBusy instead.
-    Transaction: one atomic block with the run's own (see `run_submit`)."""
+    """Start a run of `job_id` now, as an occurrence at the database's now: its workflow,
+    input, owner and priority; correlation id `job:<id>`. Invariant: a non-idempotent job never
+    has two unfinished runs (the job row is locked while we look); raises JobBusy instead.
+    Ignores the overlap policy (`job_run_now` obeys it). Transaction: one atomic block."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if not job.idempotent:
@@ -115,4 +454,5 @@ def job_run_submit(*, job_id: int, kick: bool = True) -> Run:
             correlation_id=f"job:{job.pk}",
             kick=kick,
             job_id=job.pk,
+            scheduled_for=job_transitions.db_now(),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -74,9 +75,12 @@ def run_submit(
     kick: bool = True,
     job_id: int | None = None,
     observed: bool = False,
+    scheduled_for: datetime | None = None,
+    job_attempt: int = 0,
 ) -> Run:
     """Validate, then write the run and all its step rows in one transaction; get it going
-    after commit. `job_id`: the Job this run is a firing of. `observed`: its events go to
+    after commit. `job_id`: the Job this run is a firing of (`scheduled_for`, `job_attempt`:
+    which occurrence and attempt; unique per job). `observed`: its events go to
     signal receivers (a webhook subscriber) - see `events.run_observe`.
 
     Invariant: bad input raises WorkflowInputError before any row is written. Transaction: its
@@ -96,6 +100,8 @@ def run_submit(
             correlation_id=correlation_id,
             job_id=job_id,
             observed=observed,
+            scheduled_for=scheduled_for,
+            job_attempt=job_attempt,
         )
         steps = [
             step_new(
@@ -150,3 +156,75 @@ def step_advance_built(*, step_id: int) -> None:
     steps = list(Step.objects.filter(run_id=run.id).order_by("seq"))
     payload = get_workflow(run.workflow).step(step.name).payload(step_context(run, steps))
     transitions.step_advance(step_id=step_id, payload=payload)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run for `runs_submit_many`: its input already cleaned by `run_validate_input`."""
+
+    definition: Workflow
+    input: dict[str, Any]
+    owner_id: int | None
+    priority: int = 0
+    correlation_id: str = ""
+    job_id: int | None = None
+    scheduled_for: datetime | None = None
+    job_attempt: int = 0
+
+
+def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[Run]:
+    """Write many runs at once - runs, steps and "received" events, one INSERT each for the
+    whole batch - with their first steps Pending; the scheduler is kicked after commit (one
+    coalesced kick) and claims them as capacity allows. For the jobs dispatcher, which starts
+    many runs in one transaction. Invariant: as `run_submit` (inputs are validated by the
+    caller, before anything is written). Transaction: the caller's (an atomic block of its own
+    nests as a savepoint)."""
+    if not specs:
+        return []
+    with transaction.atomic():
+        runs = Run.objects.bulk_create(
+            [
+                Run(
+                    workflow=spec.definition.name,
+                    input=spec.input,
+                    owner_id=spec.owner_id,
+                    priority=spec.priority,
+                    correlation_id=spec.correlation_id,
+                    job_id=spec.job_id,
+                    scheduled_for=spec.scheduled_for,
+                    job_attempt=spec.job_attempt,
+                )
+                for spec in specs
+            ]
+        )
+        steps: list[Step] = []
+        for run, spec in zip(runs, specs, strict=True):
+            own = [
+                step_new(
+                    run,
+                    step_def,
+                    seq=index,
+                    kind=Step.Kind.FORWARD,
+                    state=Step.State.PENDING if index == 0 else Step.State.WAITING,
+                )
+                for index, step_def in enumerate(spec.definition.steps)
+            ]
+            ctx = step_context(run, own)
+            for index, (step, step_def) in enumerate(zip(own, spec.definition.steps, strict=True)):
+                if index == 0 or not step_def.payload_needs_results:
+                    step.payload = step_def.payload(ctx)
+            steps.extend(own)
+        Step.objects.bulk_create(steps)
+        RunEvent.objects.bulk_create(
+            [
+                RunEvent(
+                    run=run,
+                    type=RunEvent.Type.RECEIVED,
+                    data={"workflow": run.workflow, "correlation_id": run.correlation_id},
+                )
+                for run in runs
+            ]
+        )
+        if kick:
+            transaction.on_commit(scheduler_kick_enqueue)
+    return runs

@@ -1,12 +1,25 @@
-"""Jobs (seed 004) as the input of runs: created with validation, each firing an ordinary run."""
+"""Jobs (seed 004): created and edited with validation (bad input writes nothing), deleted,
+previewed, and read by their owner only; each firing an ordinary run."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, transaction
 
-from scheduler.models import Job, Run
-from scheduler.services import JobBusy, job_create, job_run_submit, run_cancel
+from scheduler import job_selectors, job_transitions
+from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.services import (
+    JobBusy,
+    job_create,
+    job_delete,
+    job_preview,
+    job_run_now,
+    job_run_submit,
+    job_update,
+    run_cancel,
+)
 from scheduler.workflows import WorkflowInputError
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
@@ -29,13 +42,31 @@ def test_job_create__recurring__stored_with_cleaned_input_and_normalised_cron(us
     assert job.input == {"x": 10} and job.max_retry == 3
 
 
+NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
         ({"cron": "61 * * * *"}, "cron"),
+        ({"cron": "*/0 * * * *"}, "cron"),
+        ({"cron": "* * * * * *"}, "cron"),
         ({"cron": "* * *"}, "cron"),
+        ({"cron": "", "recurring": True}, "cron"),
+        ({"cron": "@fortnightly"}, "cron"),
         ({"timezone_name": "Mars/Olympus"}, "timezone"),
+        ({"cron": "@daily", "start_at": NOW, "end_at": NOW - timedelta(days=1)}, "end_at"),
+        ({"cron": "@daily", "start_at": NOW, "end_at": NOW}, "end_at"),
         ({"max_retry": -1}, "max_retry"),
+        ({"max_retry": 101}, "max_retry"),
+        ({"retry_backoff": 0}, "retry_backoff"),
+        ({"jitter": -1}, "jitter"),
+        ({"overlap_policy": "queue_all"}, "overlap_policy"),
+        ({"cron": "@daily", "catchup_window": timedelta(days=-1)}, "catchup_window"),
+        ({"cron": "@daily", "max_firings": 0}, "max_firings"),
+        ({"cron": "", "max_firings": 3}, "max_firings"),
+        ({"cron": "@daily", "run_at": NOW}, "run_at"),
+        ({"cron": "", "run_at": datetime(2026, 6, 1, 12)}, "run_at"),  # no time zone
         ({"name": "  "}, "name"),
         ({"input": {"x": "one"}}, "x"),
         ({"workflow": "nope"}, "workflow"),
@@ -47,8 +78,40 @@ def test_job_create__bad_input__field_error_and_nothing_written(user, overrides,
     with pytest.raises(WorkflowInputError) as excinfo:
         job_create(**{**kwargs, **overrides})
 
-    assert field in excinfo.value.errors
-    assert Job.objects.count() == 0
+    assert field in excinfo.value.errors, excinfo.value.errors
+    assert Job.objects.count() == 0 and ScheduledJob.objects.count() == 0
+
+
+def test_job_create__every_error_at_once(user):
+    with pytest.raises(WorkflowInputError) as excinfo:
+        job_create(
+            owner_id=user.id,
+            name="",
+            workflow=ENGINE_WORKFLOW,
+            input={"x": "no"},
+            cron="61 * * * *",
+            timezone_name="Nowhere",
+            max_retry=-1,
+        )
+
+    assert {"name", "x", "cron", "timezone", "max_retry"} <= set(excinfo.value.errors)
+
+
+def test_job_create__schedule_already_over__refused(user):
+    past = job_transitions.db_now() - timedelta(days=2)
+
+    with pytest.raises(WorkflowInputError) as excinfo:
+        job_create(
+            owner_id=user.id,
+            name="j",
+            workflow=ENGINE_WORKFLOW,
+            input=ENGINE_INPUT,
+            cron="@daily",
+            start_at=past - timedelta(days=1),
+            end_at=past,
+        )
+
+    assert "cron" in excinfo.value.errors and not Job.objects.exists()
 
 
 def test_job_create__same_name_twice__refused(user):
@@ -99,3 +162,109 @@ def test_job_run_submit__idempotent__runs_may_overlap(user):
     runs = [job_run_submit(job_id=job.id) for _ in range(2)]
 
     assert len({r.id for r in runs}) == 2
+
+
+def test_job_update__schedule_changed__next_occurrence_recomputed_and_changes_returned(user):
+    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+
+    edit = job_update(job_id=job.id, cron="*/5 * * * *", timezone_name="Asia/Tokyo", max_retry=2)
+
+    assert edit.changed["cron"] == ("@daily", "*/5 * * * *") and edit.changed["timezone"] == (
+        "UTC",
+        "Asia/Tokyo",
+    )
+    row = ScheduledJob.objects.get(job=job, kind="next")
+    assert row.scheduled_for.minute % 5 == 0
+    assert row.scheduled_for - job_transitions.db_now() <= timedelta(minutes=5)
+    assert job_update(job_id=job.id, max_retry=2).changed == {}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"cron": ""}, "cron"),
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"timezone_name": "Nowhere"}, "timezone"),
+        ({"max_retry": -1}, "max_retry"),
+        ({"input": {"x": "one"}}, "x"),
+        ({"idempotent": False, "overlap_policy": "allow_all"}, "overlap_policy"),
+    ],
+)
+def test_job_update__bad_input__field_error_and_nothing_changed(user, changes, field):
+    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+    before = (Job.objects.filter(pk=job.pk).values().get(), list(ScheduledJob.objects.values()))
+
+    with pytest.raises(WorkflowInputError) as excinfo:
+        job_update(job_id=job.id, **changes)
+
+    assert field in excinfo.value.errors
+    assert (Job.objects.filter(pk=job.pk).values().get(), list(ScheduledJob.objects.values())) == before
+
+
+def test_job_update__recurring_to_one_off__needs_saying_so(user):
+    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+
+    edit = job_update(job_id=job.id, cron="", recurring=False)
+
+    assert not edit.job.is_recurring and ScheduledJob.objects.get(job=job).kind == "next"
+
+
+def test_job_delete__runs_stay_unlinked_schedule_and_history_go(user):
+    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+    fired = job_run_now(job_id=job.id)
+
+    snapshot = job_delete(job_id=job.id, actor="test")
+
+    assert snapshot["id"] == job.id and snapshot["name"] == "j" and snapshot["cron"] == "@daily"
+    assert not Job.objects.filter(pk=job.pk).exists() and not ScheduledJob.objects.exists()
+    assert not TaskExecutionHistory.objects.filter(kind="job").exists()
+    run = Run.objects.get(pk=fired.run_id)
+    assert run.job_id is None and run.correlation_id == f"job:{job.id}"
+
+
+def test_job_preview__next_fire_times_in_the_zone(user):
+    start = datetime(2026, 3, 28, 12, tzinfo=UTC)
+
+    times = job_preview(cron="30 2 * * *", timezone_name="Europe/Berlin", start=start, count=3)
+
+    assert [t.isoformat() for t in times] == [
+        "2026-03-29T03:00:00+02:00",
+        "2026-03-30T02:30:00+02:00",
+        "2026-03-31T02:30:00+02:00",
+    ]
+    assert len(job_preview(cron="@hourly")) == 5
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"cron": "* * * * *", "timezone_name": "Nowhere"}, "timezone"),
+        ({"cron": "* * * * *", "count": 0}, "count"),
+    ],
+)
+def test_job_preview__bad_input__field_error(kwargs, field):
+    with pytest.raises(WorkflowInputError) as excinfo:
+        job_preview(**kwargs)
+
+    assert field in excinfo.value.errors
+
+
+def test_selectors__a_user_sees_and_reads_only_their_own_jobs(user, django_user_model):
+    other = django_user_model.objects.create(username="eve")
+    mine = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+    theirs = job_create(
+        owner_id=other.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily"
+    )
+    job_run_now(job_id=theirs.id)
+
+    assert [j.pk for j in job_selectors.job_list(owner_id=user.id)] == [mine.pk]
+    with pytest.raises(Job.DoesNotExist):
+        job_selectors.job_get(owner_id=user.id, job_id=theirs.id)
+    assert not job_selectors.job_runs(owner_id=user.id, job_id=theirs.id).exists()
+    assert not job_selectors.job_history(owner_id=user.id, job_id=theirs.id).exists()
+    assert not job_selectors.job_scheduled(owner_id=user.id, job_id=theirs.id).exists()
+    assert job_selectors.job_runs(owner_id=other.id, job_id=theirs.id).count() == 1
+    listed = job_selectors.job_get(owner_id=other.id, job_id=theirs.id)
+    assert listed.last_run_state == "pending" and listed.next_run_at is not None
+    assert job_selectors.job_schedule_text(listed) == "At 12:00 AM (UTC)"

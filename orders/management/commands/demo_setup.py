@@ -10,7 +10,8 @@ from django.core.management.base import BaseCommand
 
 class Command(BaseCommand):
     help = (
-        "Create the demo admin user (admin/admin unless DEMO_ADMIN_* say otherwise) and the periodic tasks."
+        "Create the demo admin user (admin/admin unless DEMO_ADMIN_* say otherwise), the periodic tasks "
+        "and a few recurring demo jobs of the order workflow."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -35,3 +36,30 @@ class Command(BaseCommand):
                 f"`python manage.py changepassword {username}` or set DEMO_ADMIN_PASSWORD"
             )
         call_command("setup_periodic_tasks", stdout=self.stdout)
+        self._demo_jobs(user.pk)
+
+    def _demo_jobs(self, owner_id: int) -> None:
+        """Recurring jobs of the order workflow, so `make run` shows jobs firing (the jobs
+        dispatcher, scheduler/jobs.md). Left alone when they exist (a user may have edited or
+        paused them); DEMO_JOBS=0 skips them."""
+        if os.environ.get("DEMO_JOBS", "1") == "0":
+            return
+        from scheduler.models import Job
+        from scheduler.services import job_create
+
+        sample = {"items": [{"sku": "SKU-DEMO", "quantity": 1}], "amount": "9.99", "currency": "EUR"}
+        demo = [
+            ("demo: sample order every minute", {"cron": "* * * * *", "overlap_policy": "skip"}),
+            (
+                "demo: restock order every 5 minutes",
+                {"cron": "*/5 * * * *", "overlap_policy": "buffer_one", "max_retry": 2, "jitter": 20},
+            ),
+            ("demo: nightly order (Berlin)", {"cron": "30 2 * * *", "timezone_name": "Europe/Berlin"}),
+        ]
+        created = []
+        for name, schedule in demo:
+            if Job.objects.filter(owner_id=owner_id, name=name).exists():
+                continue
+            job_create(owner_id=owner_id, name=name, workflow="order_fulfilment", input=sample, **schedule)
+            created.append(name)
+        self.stdout.write(f"demo jobs {'created: ' + ', '.join(created) if created else 'in place'}")

@@ -1,0 +1,144 @@
+"""The jobs' state changes: one named function and one conditional statement each.
+
+The SQL is in `scheduler/sql/jobs.sql` (named statements, loaded once); the guard of each is in
+its WHERE clause and the rows it touched are the concurrency check. Time is the database clock.
+What follows a transition (runs started, history rows, retries) is orchestration, in
+`scheduler/services/jobs.py` and `scheduler/services/jobs_dispatch.py`. The rules: `scheduler/jobs.md`.
+
+The table of these transitions (from, to, trigger) is in `scheduler/jobs.md`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+JOBS_SQL = Path(__file__).resolve().parent / "sql" / "jobs.sql"
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def queries() -> dict[str, str]:
+    parts = _NAME.split(JOBS_SQL.read_text())
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(queries()[name], params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+def _count(name: str, params: dict[str, Any]) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(queries()[name], params)
+        return int(cursor.rowcount)
+
+
+def db_now() -> datetime:
+    """The database clock."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        value: datetime = cursor.fetchone()[0]
+    return value
+
+
+@dataclass(frozen=True)
+class ClaimedRow:
+    id: int
+    job_id: int
+    kind: str
+    reason: str
+    scheduled_for: datetime
+    attempt: int
+    due: datetime
+    now: datetime
+
+
+def scheduled_claim_due(*, limit: int) -> list[ClaimedRow]:
+    """Lock up to `limit` due ScheduledJob rows and their jobs (SKIP LOCKED), oldest due first."""
+    return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", {"limit": limit})]
+
+
+def scheduled_next_advance(*, moves: Sequence[tuple[int, datetime, datetime, datetime]]) -> int:
+    """(id, old occurrence, new occurrence, due) per next row; returns the rows moved."""
+    if not moves:
+        return 0
+    return _count(
+        "scheduled_next_advance",
+        {
+            "ids": [m[0] for m in moves],
+            "old_for": [m[1] for m in moves],
+            "new_for": [m[2] for m in moves],
+            "due": [m[3] for m in moves],
+        },
+    )
+
+
+def scheduled_delete(*, ids: Sequence[int]) -> int:
+    return _count("scheduled_delete", {"ids": list(ids)}) if ids else 0
+
+
+def scheduled_park(*, ids: Sequence[int]) -> int:
+    return _count("scheduled_park", {"ids": list(ids)}) if ids else 0
+
+
+def scheduled_unpark_oldest(*, job_ids: Sequence[int]) -> int:
+    return _count("scheduled_unpark_oldest", {"job_ids": list(job_ids)}) if job_ids else 0
+
+
+def scheduled_unpark_all(*, job_id: int) -> int:
+    return _count("scheduled_unpark_all", {"job_id": job_id})
+
+
+def scheduled_park_all(*, job_id: int) -> int:
+    """The job's next row deleted (returns 1 if it had one), its other rows parked."""
+    return _count("scheduled_park_all", {"job_id": job_id})
+
+
+def job_firings_add(*, counts: dict[int, int]) -> int:
+    if not counts:
+        return 0
+    return _count("job_firings_add", {"ids": list(counts), "counts": list(counts.values())})
+
+
+def job_finish(*, ids: Sequence[int]) -> int:
+    return _count("job_finish", {"ids": list(ids)}) if ids else 0
+
+
+def job_pause(*, job_id: int, note: str) -> bool:
+    return _count("job_pause", {"job_id": job_id, "note": note}) == 1
+
+
+def job_resume(*, job_id: int) -> bool:
+    return _count("job_resume", {"job_id": job_id}) == 1
+
+
+@dataclass(frozen=True)
+class EndedRun:
+    run_id: Any
+    job_id: int
+    state: str
+    scheduled_for: datetime | None
+    attempt: int
+    finished_at: datetime | None
+    error: str
+    now: datetime
+
+
+def job_runs_settle(*, limit: int) -> list[EndedRun]:
+    """Mark up to `limit` ended job runs settled (SKIP LOCKED on the run and its job)."""
+    return [EndedRun(*row) for row in _rows("job_runs_settle", {"limit": limit})]
+
+
+def job_history_close(*, run_ids: Sequence[Any]) -> int:
+    if not run_ids:
+        return 0
+    return _count("job_history_close", {"run_ids": [str(r) for r in run_ids]})

@@ -1,0 +1,237 @@
+"""The jobs dispatcher (seed 004's Scheduler Service): fires due occurrences, settles ended runs.
+
+One tick (`jobs_dispatch`, run by celery beat through the `scheduler.jobs_dispatch` task):
+1. settle the job runs that ended since the last tick (retry rows, the next buffered start);
+2. in batches, one transaction each: claim due ScheduledJob rows with their jobs (SKIP LOCKED,
+   database clock), decide each occurrence (overlap, misfire, catch-up, max firings), start the
+   runs in bulk, write the next occurrence - and commit. A crash before commit leaves every row
+   due and no run written; two dispatchers never hold the same row; a double firing is refused
+   by the unique (job, scheduled_for, job_attempt) on runs.
+The rules: `scheduler/jobs.md`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from scheduler import job_transitions
+from scheduler.cron import cron_between, cron_latest, cron_next
+from scheduler.job_transitions import ClaimedRow
+from scheduler.models import Job, Run, ScheduledJob
+
+from .jobs_firing import FiringPlan, jitter_offset, retry_delay
+
+logger = logging.getLogger(__name__)
+
+# Past occurrences examined when a next row is found late (misfire), and the most occurrences
+# a catch-up window queues at once.
+MISFIRE_SCAN = 10_000
+CATCHUP_MAX = 1_000
+
+# Marker a test waits for (the dispatcher paused between claim and commit; see settings).
+PAUSE_MARKER = "JOBS_DISPATCH_CLAIMED_PAUSING"
+
+
+@dataclass
+class DispatchResult:
+    claimed: int = 0
+    started: int = 0
+    skipped: int = 0
+    buffered: int = 0
+    # Occurrences queued due now (catch-up): started by the next batch of the same tick.
+    queued: int = 0
+    settled: int = 0
+    retries: int = 0
+
+
+def next_occurrence(job: Job, *, after: datetime) -> datetime | None:
+    """The job's first occurrence strictly after `after`, within its start and end (None: none)."""
+    start_floor = job.start_at - timedelta(microseconds=1) if job.start_at else None
+    t = cron_next(job.cron, job.timezone, max(after, start_floor) if start_floor else after)
+    if t is not None and job.end_at is not None and t > job.end_at:
+        return None
+    return t
+
+
+def _handle_next(plan: FiringPlan, job: Job, row: ClaimedRow) -> None:
+    """The schedule's occurrence `row.scheduled_for` came due: fire it (and, after downtime,
+    deal with the ones missed since), then move the row to the next occurrence or finish."""
+    now, first = row.now, row.scheduled_for
+    if not job.is_recurring:
+        plan.offer(job, first, reason="schedule", scheduled=True)
+        plan.delete_ids.append(row.id)
+        plan.finish_ids.append(job.id)
+        return
+    until = min(now, job.end_at) if job.end_at else now
+    later, more = cron_between(job.cron, job.timezone, after=first, until=until, limit=MISFIRE_SCAN)
+    missed = [first, *later]
+    remaining = plan.remaining(job)
+    if len(missed) == 1:
+        if remaining is None or remaining > 0:
+            plan.offer(job, first, reason="schedule", scheduled=True)
+    elif job.catchup_window is None:
+        # Late: fire once, for the latest missed occurrence; the others are recorded as skipped.
+        latest = cron_latest(job.cron, job.timezone, at_or_before=until) if more else missed[-1]
+        assert latest is not None
+        skipped = [t for t in missed if t != latest]
+        plan.skip(
+            job,
+            first,
+            f"misfire: {len(skipped)}{'+' if more else ''} missed occurrences skipped; "
+            "only the latest fires (no catch-up window)",
+            count=len(skipped),
+            more=more,
+            first=skipped[0].isoformat(),
+            last=skipped[-1].isoformat(),
+        )
+        if remaining is None or remaining > 0:
+            plan.offer(job, latest, reason="schedule", scheduled=True)
+    else:
+        edge = now - job.catchup_window
+        if more:
+            inside, _ = cron_between(
+                job.cron,
+                job.timezone,
+                after=max(first, edge) - timedelta(microseconds=1),
+                until=until,
+                limit=CATCHUP_MAX,
+            )
+        else:
+            inside = [t for t in missed if t >= edge][:CATCHUP_MAX]
+        older = [t for t in missed if t < (inside[0] if inside else until + timedelta(microseconds=1))]
+        if older:
+            plan.skip(
+                job,
+                older[0],
+                f"misfire: {len(older)}{'+' if more else ''} missed occurrences older than the catch-up "
+                f"window ({job.catchup_window}) skipped",
+                count=len(older),
+                more=more,
+                first=older[0].isoformat(),
+                last=older[-1].isoformat(),
+            )
+        if remaining is not None:
+            inside = inside[:remaining]
+        # Fired oldest first, one after another unless the policy allows overlap (queued rows).
+        plan.queue(job, inside, reason="catch_up", scheduled=True)
+    following = next_occurrence(job, after=max(now, until, first))
+    if following is None or plan.remaining(job) == 0:
+        plan.delete_ids.append(row.id)
+        plan.finish_ids.append(job.id)
+    else:
+        plan.moves.append(
+            (row.id, first, following, following + jitter_offset(job.id, following, job.jitter))
+        )
+
+
+def _pause_for_tests() -> None:
+    """A test-only pause between claim and commit, so a test can kill the process there."""
+    pause = float(settings.SAS.get("JOBS_TEST_PAUSE_AFTER_CLAIM", 0) or 0)
+    if pause > 0:
+        logger.warning(PAUSE_MARKER)
+        time.sleep(pause)
+
+
+def jobs_dispatch_batch(*, instance: str, limit: int) -> DispatchResult:
+    """Claim up to `limit` due rows and fire them, in one transaction (see the module doc)."""
+    result = DispatchResult()
+    with transaction.atomic():
+        claimed = job_transitions.scheduled_claim_due(limit=limit)
+        if not claimed:
+            return result
+        _pause_for_tests()
+        result.claimed = len(claimed)
+        jobs = Job.objects.in_bulk({row.job_id for row in claimed})
+        plan = FiringPlan.load(jobs=jobs, now=claimed[0].now, instance=instance)
+        for row in claimed:
+            job = jobs[row.job_id]
+            if row.kind == ScheduledJob.Kind.NEXT:
+                _handle_next(plan, job, row)
+            else:
+                plan.take(
+                    job,
+                    row_id=row.id,
+                    scheduled_for=row.scheduled_for,
+                    attempt=row.attempt,
+                    reason=row.reason,
+                )
+        result.queued = len(plan.queued)
+        for firing in plan.apply():
+            if firing.outcome == "started":
+                result.started += 1
+            elif firing.outcome == "buffered":
+                result.buffered += 1
+            else:
+                result.skipped += 1
+    return result
+
+
+def job_runs_settle(*, limit: int) -> DispatchResult:
+    """Job runs that ended: close their attempt's history row; a run that ended Failed or
+    Compensated below the job's max retry gets a retry row after its backoff; the job's oldest
+    parked row becomes due (its turn has come). One transaction; each run settled once
+    (`job_settled`, SKIP LOCKED on the run and its job)."""
+    result = DispatchResult()
+    with transaction.atomic():
+        ended = job_transitions.job_runs_settle(limit=limit)
+        if not ended:
+            return result
+        result.settled = len(ended)
+        job_transitions.job_history_close(run_ids=[r.run_id for r in ended])
+        jobs = Job.objects.in_bulk({r.job_id for r in ended})
+        retries: list[ScheduledJob] = []
+        for r in ended:
+            job = jobs[r.job_id]
+            if (
+                r.state in (Run.State.FAILED, Run.State.COMPENSATED)
+                and r.scheduled_for is not None
+                and r.attempt < job.max_retry
+            ):
+                retries.append(
+                    ScheduledJob(
+                        job_id=job.id,
+                        kind=ScheduledJob.Kind.RETRY,
+                        reason="retry",
+                        scheduled_for=r.scheduled_for,
+                        attempt=r.attempt + 1,
+                        next_execution_at=r.now + retry_delay(job, r.attempt) if job.enabled else None,
+                    )
+                )
+        if retries:
+            ScheduledJob.objects.bulk_create(retries, ignore_conflicts=True)
+            result.retries = len(retries)
+        job_transitions.scheduled_unpark_oldest(job_ids=[j.id for j in jobs.values() if j.enabled])
+    return result
+
+
+def jobs_dispatch(
+    *, instance: str, batch: int | None = None, max_batches: int | None = None
+) -> DispatchResult:
+    """One dispatcher tick: settle ended job runs, then fire due occurrences in batches until a
+    batch comes back short (bounded by `max_batches`). Safe to run in several processes at once."""
+    batch = batch or int(settings.SAS.get("JOBS_DISPATCH_BATCH", 500))
+    max_batches = max_batches or int(settings.SAS.get("JOBS_DISPATCH_MAX_BATCHES", 20))
+    total = DispatchResult()
+    for _ in range(max_batches):
+        done = job_runs_settle(limit=batch)
+        total.settled += done.settled
+        total.retries += done.retries
+        if done.settled < batch:
+            break
+    for _ in range(max_batches):
+        done = jobs_dispatch_batch(instance=instance, limit=batch)
+        total.claimed += done.claimed
+        total.started += done.started
+        total.skipped += done.skipped
+        total.buffered += done.buffered
+        total.queued += done.queued
+        # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
+        if done.claimed < batch and not done.queued:
+            break
+    return total

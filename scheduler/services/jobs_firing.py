@@ -1,0 +1,345 @@
+"""Firing occurrences: what the dispatcher and "run now" decide, applied in bulk.
+
+A `FiringPlan` belongs to one transaction that holds the row locks of the jobs it decides for
+(the dispatcher's claim locks them with SKIP LOCKED; "run now" with FOR UPDATE). It collects
+decisions - start a run, skip, buffer (a parked queued row), cancel the running runs, move the
+next row - and `apply()` writes them all with a handful of statements, whatever the batch size.
+The rules it applies are in `scheduler/jobs.md` ("Overlap").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from scheduler import job_transitions
+from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.workflows import WorkflowInputError
+
+from .compensation import RunNotCancellable, run_cancel
+from .submit import RunSpec, run_validate_input, runs_submit_many
+
+logger = logging.getLogger(__name__)
+
+History = TaskExecutionHistory
+OVERLAP = Job.Overlap
+
+# Parked queued rows that hold a job's one buffer slot (buffer_one, cancel_other, run now);
+# catch-up and backfill rows wait too, but do not take the slot.
+BUFFER_REASONS = ("buffered", "cancel_other", "run_now")
+
+
+class JobStateError(Exception):
+    """The job is not in a state that allows this action (paused, not paused, one-off...)."""
+
+
+@dataclass
+class Firing:
+    """What became of one occurrence: started (with its run), buffered (waits for the running
+    run to end) or skipped (with why)."""
+
+    outcome: Literal["started", "buffered", "skipped"]
+    job_id: int
+    scheduled_for: datetime
+    attempt: int = 0
+    run_id: uuid.UUID | None = None
+    reason: str = ""
+
+
+def jitter_offset(job_id: int, scheduled_for: datetime, jitter: int) -> timedelta:
+    """A deterministic delay in [0, jitter] seconds for this occurrence (a hash of job and time),
+    so recomputing an occurrence's due time gives the same answer."""
+    if jitter <= 0:
+        return timedelta(0)
+    digest = hashlib.blake2b(f"{job_id}:{scheduled_for.isoformat()}".encode(), digest_size=8).digest()
+    return timedelta(milliseconds=int.from_bytes(digest) % (jitter * 1000 + 1))
+
+
+def retry_delay(job: Job, attempt: int) -> timedelta:
+    """Before attempt `attempt + 1`: the job's backoff doubled per earlier retry, at most an hour."""
+    seconds = job.retry_backoff.total_seconds() * (2 ** min(attempt, 20))
+    return timedelta(seconds=min(3600.0, seconds))
+
+
+@dataclass
+class _Start:
+    job: Job
+    firing: Firing
+    reason: str
+
+
+@dataclass
+class FiringPlan:
+    now: datetime
+    instance: str
+    jobs: dict[int, Job]
+    # Unfinished runs per job: (run id or None for one this plan starts, state).
+    busy: dict[int, list[tuple[uuid.UUID | None, str]]] = field(default_factory=dict)
+    # Jobs whose buffer slot is taken (a parked queued row of BUFFER_REASONS).
+    waiting: set[int] = field(default_factory=set)
+    starts: list[_Start] = field(default_factory=list)
+    history: list[TaskExecutionHistory] = field(default_factory=list)
+    queued: list[ScheduledJob] = field(default_factory=list)
+    park_ids: list[int] = field(default_factory=list)
+    delete_ids: list[int] = field(default_factory=list)
+    moves: list[tuple[int, datetime, datetime, datetime]] = field(default_factory=list)
+    finish_ids: list[int] = field(default_factory=list)
+    firings: Counter[int] = field(default_factory=Counter)
+    cancels: dict[uuid.UUID, int] = field(default_factory=dict)
+    results: list[Firing] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, *, jobs: dict[int, Job], now: datetime, instance: str) -> FiringPlan:
+        """A plan for `jobs` (locked by the caller): their unfinished runs and buffer slots."""
+        plan = cls(now=now, instance=instance, jobs=jobs)
+        busy: dict[int, list[tuple[uuid.UUID | None, str]]] = defaultdict(list)
+        rows = Run.objects.filter(job_id__in=list(jobs), state__in=Run.UNFINISHED_STATES).values_list(
+            "job_id", "id", "state"
+        )
+        for job_id, run_id, state in rows:
+            busy[job_id].append((run_id, state))
+        plan.busy = busy
+        plan.waiting = set(
+            ScheduledJob.objects.filter(
+                job_id__in=list(jobs),
+                kind=ScheduledJob.Kind.QUEUED,
+                next_execution_at__isnull=True,
+                reason__in=BUFFER_REASONS,
+            ).values_list("job_id", flat=True)
+        )
+        return plan
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def remaining(self, job: Job) -> int | None:
+        """Scheduled occurrences the job may still accept (None: no limit)."""
+        if job.max_firings is None:
+            return None
+        return max(0, job.max_firings - job.firing_count - self.firings[job.id])
+
+    def offer(self, job: Job, scheduled_for: datetime, *, reason: str, scheduled: bool) -> Firing:
+        """A fresh occurrence (the schedule's, or "run now"): started, buffered or skipped by
+        the job's overlap policy. `scheduled`: it counts toward max firings when accepted."""
+        running = self.busy.get(job.id, [])
+        if not running or (job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent):
+            return self._start(job, scheduled_for, attempt=0, reason=reason, scheduled=scheduled)
+        going = ", ".join(str(run_id) for run_id, _ in running if run_id) or "started just now"
+        policy = job.overlap_policy
+        if policy in (OVERLAP.BUFFER_ONE, OVERLAP.CANCEL_OTHER):
+            if policy == OVERLAP.CANCEL_OTHER:
+                for run_id, state in running:
+                    if run_id is not None and state in (Run.State.PENDING, Run.State.RUNNING):
+                        self.cancels[run_id] = job.id
+            if job.id in self.waiting:
+                return self.skip(
+                    job, scheduled_for, f"overlap ({policy}): an occurrence already waits for run {going}"
+                )
+            self.waiting.add(job.id)
+            row_reason = "cancel_other" if policy == OVERLAP.CANCEL_OTHER else reason
+            if row_reason == "schedule":
+                row_reason = "buffered"
+            self.queued.append(
+                ScheduledJob(
+                    job_id=job.id,
+                    kind=ScheduledJob.Kind.QUEUED,
+                    reason=row_reason,
+                    scheduled_for=scheduled_for,
+                    attempt=0,
+                    next_execution_at=None,
+                )
+            )
+            if scheduled:
+                self.firings[job.id] += 1
+            why = (
+                f"overlap (cancel_other): run {going} cancelled; starts when it has ended"
+                if policy == OVERLAP.CANCEL_OTHER
+                else f"overlap (buffer_one): starts when run {going} ends"
+            )
+            return self._record(job, scheduled_for, 0, "buffered", why)
+        if policy == OVERLAP.ALLOW_ALL:  # not idempotent: never two at once
+            return self.skip(job, scheduled_for, f"not idempotent: run {going} is still going")
+        return self.skip(job, scheduled_for, f"overlap (skip): run {going} is still going")
+
+    def take(self, job: Job, *, row_id: int, scheduled_for: datetime, attempt: int, reason: str) -> Firing:
+        """A queued or retry row that came due: started, or parked while a run is going."""
+        running = self.busy.get(job.id, [])
+        if not running or (job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent):
+            self.delete_ids.append(row_id)
+            return self._start(job, scheduled_for, attempt=attempt, reason=reason, scheduled=False)
+        self.park_ids.append(row_id)
+        going = ", ".join(str(run_id) for run_id, _ in running if run_id) or "started just now"
+        return self._record(
+            job, scheduled_for, attempt, "buffered", f"{reason}: waits for run {going} to end"
+        )
+
+    def skip(self, job: Job, scheduled_for: datetime, reason: str, **detail: Any) -> Firing:
+        return self._record(job, scheduled_for, 0, "skipped", reason, **detail)
+
+    def queue(self, job: Job, times: Iterable[datetime], *, reason: str, scheduled: bool) -> int:
+        """Queue occurrences due now (catch-up, backfill); the dispatcher starts them oldest
+        first under the rules for queued rows. Returns how many."""
+        n = 0
+        for t in times:
+            self.queued.append(
+                ScheduledJob(
+                    job_id=job.id,
+                    kind=ScheduledJob.Kind.QUEUED,
+                    reason=reason,
+                    scheduled_for=t,
+                    attempt=0,
+                    next_execution_at=self.now,
+                )
+            )
+            n += 1
+        if scheduled:
+            self.firings[job.id] += n
+        return n
+
+    def _start(
+        self, job: Job, scheduled_for: datetime, *, attempt: int, reason: str, scheduled: bool
+    ) -> Firing:
+        firing = Firing("started", job.id, scheduled_for, attempt, reason=reason)
+        self.starts.append(_Start(job, firing, reason))
+        self.busy.setdefault(job.id, []).append((None, Run.State.PENDING))
+        if scheduled:
+            self.firings[job.id] += 1
+        self.results.append(firing)
+        return firing
+
+    def _record(
+        self,
+        job: Job,
+        scheduled_for: datetime,
+        attempt: int,
+        outcome: Literal["buffered", "skipped"],
+        reason: str,
+        **detail: Any,
+    ) -> Firing:
+        status = History.Status.SKIPPED if outcome == "skipped" else History.Status.BUFFERED
+        self.history.append(
+            TaskExecutionHistory(
+                job_id=job.id,
+                kind=History.Kind.JOB,
+                status=status,
+                scheduled_for=scheduled_for,
+                retry_count=attempt,
+                worker=self.instance,
+                detail={"reason": reason, **detail},
+                started_at=self.now,
+                ended_at=self.now,
+            )
+        )
+        firing = Firing(outcome, job.id, scheduled_for, attempt, reason=reason)
+        self.results.append(firing)
+        return firing
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def apply(self) -> list[Firing]:
+        """Write every decision: cancels, runs (bulk), history, queued rows, parked / deleted /
+        moved rows, firing counts, finished jobs. Transaction: the caller's."""
+        for run_id, job_id in self.cancels.items():
+            # One that ended (or began compensating) meanwhile has nothing left to cancel.
+            with contextlib.suppress(RunNotCancellable):
+                run_cancel(run_id=run_id, actor=f"job {job_id} (cancel_other)")
+        specs: list[RunSpec] = []
+        started: list[_Start] = []
+        cleaned: dict[int, Any] = {}
+        existing = self._existing_runs()
+        for start in self.starts:
+            job, firing = start.job, start.firing
+            if (job.id, firing.scheduled_for, firing.attempt) in existing:
+                # Cannot happen while rows are locked; kept as a net under the unique constraint.
+                logger.error(
+                    "job %s occurrence %s attempt %s already has a run",
+                    job.id,
+                    firing.scheduled_for,
+                    firing.attempt,
+                )
+                firing.outcome, firing.reason = "skipped", "already ran"
+                continue
+            if job.id not in cleaned:
+                try:
+                    cleaned[job.id] = run_validate_input(workflow=job.workflow, input=job.input)
+                except WorkflowInputError as exc:
+                    cleaned[job.id] = exc
+            value = cleaned[job.id]
+            if isinstance(value, WorkflowInputError):
+                firing.outcome, firing.reason = "skipped", f"input no longer valid: {value}"
+                self.history.append(
+                    TaskExecutionHistory(
+                        job_id=job.id,
+                        kind=History.Kind.JOB,
+                        status=History.Status.FAILED,
+                        scheduled_for=firing.scheduled_for,
+                        retry_count=firing.attempt,
+                        worker=self.instance,
+                        error=str(value)[:4000],
+                        detail={"reason": firing.reason},
+                        started_at=self.now,
+                        ended_at=self.now,
+                    )
+                )
+                continue
+            definition, input_ = value
+            specs.append(
+                RunSpec(
+                    definition=definition,
+                    input=input_,
+                    owner_id=job.owner_id,
+                    priority=job.priority,
+                    correlation_id=f"job:{job.id}",
+                    job_id=job.id,
+                    scheduled_for=firing.scheduled_for,
+                    job_attempt=firing.attempt,
+                )
+            )
+            started.append(start)
+        runs = runs_submit_many(specs)
+        for start, run in zip(started, runs, strict=True):
+            start.firing.run_id = run.id
+            self.history.append(
+                TaskExecutionHistory(
+                    job_id=start.job.id,
+                    run_id=run.id,
+                    kind=History.Kind.JOB,
+                    status=History.Status.STARTED,
+                    scheduled_for=start.firing.scheduled_for,
+                    retry_count=start.firing.attempt,
+                    worker=self.instance,
+                    detail={"reason": start.reason},
+                    started_at=self.now,
+                )
+            )
+        if self.history:
+            TaskExecutionHistory.objects.bulk_create(self.history)
+        job_transitions.scheduled_park(ids=self.park_ids)
+        job_transitions.scheduled_delete(ids=self.delete_ids)
+        moved = job_transitions.scheduled_next_advance(moves=self.moves)
+        if moved != len(self.moves):
+            raise RuntimeError(f"next rows changed under their lock ({moved} of {len(self.moves)} moved)")
+        if self.queued:
+            # After the next rows moved off the occurrences they now queue. A backfill racing
+            # another may name an occurrence already queued: the unique constraint keeps one.
+            ScheduledJob.objects.bulk_create(self.queued, ignore_conflicts=True)
+        job_transitions.job_firings_add(counts=dict(self.firings))
+        job_transitions.job_finish(ids=self.finish_ids)
+        return self.results
+
+    def _existing_runs(self) -> set[tuple[int | None, datetime | None, int]]:
+        if not self.starts:
+            return set()
+        job_ids = {s.job.id for s in self.starts}
+        times = {s.firing.scheduled_for for s in self.starts}
+        return set(
+            Run.objects.filter(job_id__in=job_ids, scheduled_for__in=times).values_list(
+                "job_id", "scheduled_for", "job_attempt"
+            )
+        )

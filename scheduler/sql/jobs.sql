@@ -1,0 +1,108 @@
+-- Named statements of the jobs' transitions (scheduler/job_transitions.py), loaded once.
+-- Each block starts with `-- name: <name>`. Parameters are psycopg's named style, %(name)s.
+-- Time is the database clock: statement_timestamp().
+
+-- name: scheduled_claim_due
+-- The dispatcher's claim: due ScheduledJob rows in time order (partial index
+-- scheduledjob_due_idx), with their jobs locked too, skipping any row or job another dispatcher,
+-- a "run now", an edit or a settle holds. Locked until the batch commits: a crash before
+-- commit leaves them due; two dispatchers never hold the same row. Paused jobs have no due rows
+-- (pause removes or parks them); the enabled test guards a race with a pause.
+SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.next_execution_at,
+       statement_timestamp()
+FROM scheduler_scheduledjob AS sj
+JOIN scheduler_job AS j ON j.id = sj.job_id
+WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled
+ORDER BY sj.next_execution_at, sj.id
+LIMIT %(limit)s
+FOR UPDATE OF sj, j SKIP LOCKED
+
+-- name: scheduled_next_advance
+-- A next row moves to its following occurrence. Guard: still the next row of the occurrence
+-- that was claimed (kind = 'next', scheduled_for unchanged).
+UPDATE scheduler_scheduledjob AS sj
+SET scheduled_for = t.new_for, next_execution_at = t.due
+FROM unnest(%(ids)s::bigint[], %(old_for)s::timestamptz[], %(new_for)s::timestamptz[], %(due)s::timestamptz[])
+     AS t(id, old_for, new_for, due)
+WHERE sj.id = t.id AND sj.kind = 'next' AND sj.scheduled_for = t.old_for
+
+-- name: scheduled_delete
+-- Rows whose occurrence started (queued, retry), or a next row with no following occurrence.
+DELETE FROM scheduler_scheduledjob WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: scheduled_park
+-- Due -> parked: the row waits for the job's unfinished run to end.
+UPDATE scheduler_scheduledjob SET next_execution_at = NULL
+WHERE id = ANY(%(ids)s::bigint[]) AND next_execution_at IS NOT NULL
+
+-- name: scheduled_unpark_oldest
+-- Parked -> due now: the oldest parked row (by occurrence, attempt) of each given job.
+UPDATE scheduler_scheduledjob AS sj SET next_execution_at = statement_timestamp()
+WHERE sj.id IN (
+    SELECT DISTINCT ON (job_id) id FROM scheduler_scheduledjob
+    WHERE job_id = ANY(%(job_ids)s::bigint[]) AND next_execution_at IS NULL
+    ORDER BY job_id, scheduled_for, attempt
+) AND sj.next_execution_at IS NULL
+
+-- name: scheduled_unpark_all
+-- Parked -> due now: every parked row of a job (its resume).
+UPDATE scheduler_scheduledjob SET next_execution_at = statement_timestamp()
+WHERE job_id = %(job_id)s AND next_execution_at IS NULL
+
+-- name: scheduled_park_all
+-- Due -> parked for every queued or retry row of a job (its pause); its next row is deleted.
+WITH parked AS (
+    UPDATE scheduler_scheduledjob SET next_execution_at = NULL
+    WHERE job_id = %(job_id)s AND kind <> 'next' AND next_execution_at IS NOT NULL
+)
+DELETE FROM scheduler_scheduledjob WHERE job_id = %(job_id)s AND kind = 'next'
+
+-- name: job_firings_add
+-- Scheduled occurrences accepted (started or buffered) count toward max_firings.
+UPDATE scheduler_job AS j SET firing_count = j.firing_count + t.n
+FROM unnest(%(ids)s::bigint[], %(counts)s::integer[]) AS t(id, n)
+WHERE j.id = t.id
+
+-- name: job_finish
+-- Scheduled -> finished: no more occurrences (one-off fired, end passed, max firings reached).
+UPDATE scheduler_job SET finished_at = statement_timestamp(), updated_at = statement_timestamp()
+WHERE id = ANY(%(ids)s::bigint[]) AND finished_at IS NULL
+
+-- name: job_pause
+-- Enabled -> paused, with the note.
+UPDATE scheduler_job
+SET enabled = false, paused_note = %(note)s, paused_at = statement_timestamp(),
+    updated_at = statement_timestamp()
+WHERE id = %(job_id)s AND enabled
+
+-- name: job_resume
+-- Paused -> enabled.
+UPDATE scheduler_job
+SET enabled = true, paused_note = '', paused_at = NULL, updated_at = statement_timestamp()
+WHERE id = %(job_id)s AND NOT enabled
+
+-- name: job_runs_settle
+-- Ended, unsettled job runs -> settled (partial index run_job_unsettled_idx), skipping any run
+-- or job another settle, a dispatcher batch or a "run now" holds. Returns what the jobs layer
+-- decides on: the occurrence, its attempt and how the run ended.
+WITH picked AS (
+    SELECT r.id FROM scheduler_run AS r JOIN scheduler_job AS j ON j.id = r.job_id
+    WHERE r.job_id IS NOT NULL AND NOT r.job_settled
+      AND r.state IN ('completed', 'compensated', 'cancelled', 'failed')
+    ORDER BY r.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r, j SKIP LOCKED
+)
+UPDATE scheduler_run AS r SET job_settled = true
+FROM picked WHERE r.id = picked.id AND NOT r.job_settled
+RETURNING r.id, r.job_id, r.state, r.scheduled_for, r.job_attempt, r.finished_at, r.error,
+          statement_timestamp()
+
+-- name: job_history_close
+-- The open attempt row of each settled run closes with how its run ended.
+UPDATE scheduler_taskexecutionhistory AS h
+SET status = CASE r.state WHEN 'completed' THEN 'succeeded' ELSE r.state END,
+    ended_at = coalesce(r.finished_at, statement_timestamp()),
+    error = left(r.error, 4000)
+FROM scheduler_run AS r
+WHERE r.id = ANY(%(run_ids)s::uuid[]) AND h.run_id = r.id AND h.kind = 'job' AND h.ended_at IS NULL

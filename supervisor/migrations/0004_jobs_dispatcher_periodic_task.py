@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import migrations
+
+
+def create_periodic_tasks(apps, schema_editor):
+    # Adds the jobs dispatcher's row (issue 8); rows that exist are left as an operator edited them.
+    from supervisor.periodic import periodic_tasks_ensure
+
+    periodic_tasks_ensure(
+        interval_model=apps.get_model("django_celery_beat", "IntervalSchedule"),
+        task_model=apps.get_model("django_celery_beat", "PeriodicTask"),
+        intervals=settings.SAS,
+    )
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("supervisor", "0003_outages"),
+        ("django_celery_beat", "0019_alter_periodictasks_options"),
+    ]
+
+    operations = [migrations.RunPython(create_periodic_tasks, migrations.RunPython.noop)]

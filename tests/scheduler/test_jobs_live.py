@@ -1,0 +1,236 @@
+"""The jobs dispatcher with real processes on committed data: killed between claim and commit,
+two dispatchers at once against 1,000 jobs, "run now" hammered on a non-idempotent job, and
+celery beat driving it end to end."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery import current_app
+from django.db import connection
+from django_celery_beat.models import PeriodicTask
+
+from scheduler import job_transitions
+from scheduler.cron import cron_next
+from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.services import RunNotCancellable, job_run_now, jobs_dispatch, run_cancel
+from scheduler.services.jobs_dispatch import PAUSE_MARKER
+from scheduler.services.jobs_firing import jitter_offset
+from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
+
+from ..harness import REPO, wait_for
+from .jobs_support import new_job
+
+DISPATCHER_ROW = "sas: jobs dispatcher"
+
+
+@pytest.fixture
+def beat_dispatcher_off(live_db: None) -> Iterator[None]:
+    """Beat's own dispatcher (if a test session started the engine) must not fire these jobs."""
+    PeriodicTask.objects.filter(name=DISPATCHER_ROW).update(enabled=False)
+    time.sleep(2)  # beat re-reads its schedule every second; a tick already sent has run
+    yield
+    PeriodicTask.objects.filter(name=DISPATCHER_ROW).update(enabled=True)
+
+
+@pytest.fixture
+def owner(live_db: None) -> Any:
+    from django.contrib.auth import get_user_model
+
+    register_engine_workflow()
+    user, _ = get_user_model().objects.get_or_create(username="jobs-live")
+    return user
+
+
+def test_dispatcher_killed_between_claim_and_commit__nothing_lost_nothing_doubled(
+    beat_dispatcher_off, owner, start_worker
+):
+    jobs = [new_job(owner, f"once-{i}", cron="") for i in range(5)]
+    worker = start_worker(
+        name="jobs-crash", queues="jobs-crash", concurrency=1, SAS_JOBS_TEST_PAUSE_AFTER_CLAIM="120"
+    )
+    current_app.send_task("scheduler.jobs_dispatch", queue="jobs-crash")
+    wait_for(lambda: PAUSE_MARKER in worker.log(), timeout=30, what="the dispatcher to claim and pause")
+
+    # It holds the rows: another dispatcher skips them.
+    assert jobs_dispatch(instance="second").claimed == 0
+    worker.kill()  # SIGKILL to the worker and its pool child, mid-transaction
+
+    # PostgreSQL rolls the dead connection's transaction back; a fresh dispatcher fires each once.
+    fired = 0
+
+    def fresh() -> bool:
+        nonlocal fired
+        fired += jobs_dispatch(instance="fresh").started
+        return fired >= 5
+
+    wait_for(fresh, timeout=30, interval=0.2, what="the rows to be released and fired")
+    assert jobs_dispatch(instance="fresh").started == 0
+    per_job = Counter(Run.objects.filter(job__in=jobs).values_list("job_id", flat=True))
+    assert per_job == {job.id: 1 for job in jobs}
+    assert TaskExecutionHistory.objects.filter(job__in=jobs, status="started", worker="fresh").count() == 5
+    assert not ScheduledJob.objects.filter(job__in=jobs).exists()
+
+
+def test_two_dispatchers__1000_jobs__every_occurrence_fires_exactly_once(
+    beat_dispatcher_off, owner, worker_env
+):
+    # 600 every-minute jobs whose next occurrence (the coming minute) is spread over 15 s by
+    # their jitter, and 400 one-off jobs due every few seconds until then; two dispatcher
+    # processes tick against them. (Rows written in bulk, as `job_create` writes them one by one.)
+    now = job_transitions.db_now()
+    minute = cron_next("* * * * *", "UTC", now + timedelta(seconds=3))
+    assert minute is not None
+    rng = random.Random(8)
+    common = {"owner": owner, "workflow": ENGINE_WORKFLOW, "input": ENGINE_INPUT}
+    jobs = Job.objects.bulk_create(
+        [
+            Job(
+                name=f"minute-{i}",
+                is_recurring=True,
+                cron="* * * * *",
+                jitter=15,
+                overlap_policy="allow_all",
+                **common,
+            )
+            for i in range(600)
+        ]
+        + [
+            Job(
+                name=f"once-{i}",
+                run_at=now + timedelta(seconds=rng.uniform(2, 15)) + (minute - now),
+                **common,
+            )
+            for i in range(400)
+        ]
+    )
+    rows = []
+    for job in jobs:
+        t = minute if job.is_recurring else job.run_at
+        rows.append(
+            ScheduledJob(job=job, scheduled_for=t, next_execution_at=t + jitter_offset(job.id, t, job.jitter))
+        )
+    ScheduledJob.objects.bulk_create(rows)
+    expected = {(row.job_id, row.scheduled_for) for row in rows}
+    last_due = max(row.next_execution_at for row in rows)
+    # Every occurrence is due by then; the next ones (a minute later) are not.
+    until = time.time() + (last_due - job_transitions.db_now()).total_seconds() + 4
+
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.scheduler.jobs_dispatcher_loop",
+                "--name",
+                name,
+                "--until",
+                str(until),
+            ],
+            cwd=REPO,
+            env=worker_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("dispatcher-A", "dispatcher-B")
+    ]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=until - time.time() + 60)
+        assert proc.returncode == 0, err[-3000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+
+    assert all(not r["errors"] for r in reports), reports
+    fired = Counter(Run.objects.filter(job__owner=owner).values_list("job_id", "scheduled_for"))
+    assert set(fired) == expected  # none missing, none extra
+    assert set(fired.values()) == {1}  # none twice
+    assert sum(r["started"] for r in reports) == 1000
+    assert all(r["started"] > 0 for r in reports), reports  # both really dispatched
+    assert not TaskExecutionHistory.objects.filter(job__owner=owner, status="skipped").exists()
+    # The recurring jobs' next rows moved on by one minute, their jitter recomputed.
+    for row in ScheduledJob.objects.filter(job__owner=owner, kind="next")[:50]:
+        assert row.next_execution_at == row.scheduled_for + jitter_offset(row.job_id, row.scheduled_for, 15)
+
+
+def test_run_now_hammered__non_idempotent_job_never_has_two_runs_at_once(beat_dispatcher_off, owner):
+    job = new_job(owner, "exclusive", cron="@daily", idempotent=False)
+    stop = threading.Event()
+    outcomes: Counter[str] = Counter()
+    errors: list[str] = []
+
+    def hammer() -> None:
+        try:
+            for _ in range(15):
+                outcomes[job_run_now(job_id=job.id, actor="hammer").outcome] += 1
+        except Exception as exc:
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    def finisher() -> None:
+        # Ends whatever run is going, so that new ones can start.
+        try:
+            while not stop.is_set():
+                for run_id in Run.objects.filter(job=job, state__in=Run.UNFINISHED_STATES).values_list(
+                    "id", flat=True
+                ):
+                    with contextlib.suppress(RunNotCancellable):  # it ended meanwhile
+                        run_cancel(run_id=run_id, actor="finisher")
+                time.sleep(0.01)
+        finally:
+            connection.close()
+
+    ender = threading.Thread(target=finisher)
+    threads = [threading.Thread(target=hammer) for _ in range(6)]
+    ender.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    stop.set()
+    ender.join(timeout=30)
+
+    assert not errors, errors
+    assert outcomes["started"] >= 2 and outcomes["skipped"] >= 1 and sum(outcomes.values()) == 90
+    spans = sorted(
+        (h.started_at, h.run.finished_at)
+        for h in TaskExecutionHistory.objects.filter(
+            job=job, status__in=["started", "cancelled"]
+        ).select_related("run")
+    )
+    assert len(spans) == outcomes["started"]
+    for (_, previous_end), (start, _) in itertools.pairwise(spans):
+        assert previous_end is not None and start >= previous_end, "two runs of the job were going at once"
+    assert Run.objects.filter(job=job, state__in=Run.UNFINISHED_STATES).count() <= 1
+
+
+def test_beat__fires_a_job_and_settles_its_run_end(engine, owner):
+    row = PeriodicTask.objects.get(name=DISPATCHER_ROW)
+    assert row.enabled and row.task == "scheduler.jobs_dispatch" and row.interval.every == 1
+    job = new_job(owner, "beat-once", cron="")
+
+    run = wait_for(
+        lambda: Run.objects.filter(job=job).first(), timeout=30, what="beat's dispatcher to fire the job"
+    )
+    run_cancel(run_id=run.id, actor="test")
+
+    attempt = wait_for(
+        lambda: TaskExecutionHistory.objects.filter(job=job, run=run, status="cancelled").first(),
+        timeout=30,
+        what="the dispatcher to settle the run's end",
+    )
+    assert attempt.worker not in ("", "test") and attempt.ended_at is not None
+    assert Job.objects.get(pk=job.pk).finished_at is not None
