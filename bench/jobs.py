@@ -8,7 +8,7 @@ scheduler (django-celery-beat's DatabaseScheduler; it runs the `scheduler.jobs_d
 every SAS["JOBS_DISPATCH_INTERVAL"] s), one control worker (-Q scheduler,supervisor,default -c 1:
 the dispatcher, the scheduler's kicks and ticks, the supervisor's sweep) and one agent worker for
 the bench's one-step no-op workflow (bench/jobs_tasks.py; threads, -c 8, as the Procfile's agent
-workers). The workers load the bench's workflow through `celery -A bench.jobs_celery`.
+workers). Every process loads the bench's workflow and tasks by SAS_WORKFLOW_MODULES=bench.jobs_tasks.
 
 Jobs are written in bulk (a few INSERT ... SELECT statements) as copies of a template job made by
 `job_create`, each with its own name, owner, cron and zone, and a next row whose time comes from
@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -299,9 +300,7 @@ def bench_worker(
 ) -> Any:
     from tests.harness import celery_worker
 
-    proc = celery_worker(name=name, queues=queues, log_dir=logs, env=env, concurrency=concurrency, pool=pool)
-    proc.args[proc.args.index("sasproject")] = "bench.jobs_celery"
-    return proc
+    return celery_worker(name=name, queues=queues, log_dir=logs, env=env, concurrency=concurrency, pool=pool)
 
 
 def start_ours(env: dict[str, str], logs: Path, tag: str) -> Stack:
@@ -674,6 +673,7 @@ class _Capture:
 
 def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) -> dict[str, Any]:
     from django.db import connection
+
     from scheduler.services.jobs_dispatch import jobs_dispatch
 
     results: dict[str, Any] = {}
@@ -727,7 +727,9 @@ def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) ->
 # -- burst ---------------------------------------------------------------------------------------
 
 
-def burst(env: dict[str, str], n: int, owner_ids: list[int], logs: Path, profile: bool) -> dict[str, Any]:
+def burst(
+    env: dict[str, str], n: int, owner_ids: list[int], logs: Path, *, profile: bool, drain_cap: float
+) -> dict[str, Any]:
     from scheduler.models import Run, Step
 
     reset(env["SAS_REDIS_PREFIX"])
@@ -748,7 +750,9 @@ def burst(env: dict[str, str], n: int, owner_ids: list[int], logs: Path, profile
             profiler = _start_profiler(stack.procs[0], logs, seconds=60)
         runs = Run.objects.filter(job__isnull=False, scheduled_for=t_at)
         sleep_until(at)
-        written_at = _poll_until(lambda: runs.count() >= n, cap=600, what="every run written")
+        written_at = _poll_until(
+            lambda: runs.count() >= n, cap=3600, what="every run written", stall=120, progress=runs.count
+        )
         all_written = written_at - at
         last_written = sql(
             "SELECT extract(epoch FROM max(created_at))::float8, extract(epoch FROM min(created_at))::float8 "
@@ -756,19 +760,21 @@ def burst(env: dict[str, str], n: int, owner_ids: list[int], logs: Path, profile
             [t_at],
         )[0]
         pending_or_later = Step.objects.filter(run__in=runs, seq=0).count()
-        completed_at = _poll_until(
-            lambda: runs.filter(state=Run.State.COMPLETED).count() >= n,
-            cap=3600,
-            what="every run completed",
-            stall=180,
-            progress=lambda: runs.filter(state__in=Run.TERMINAL_STATES).count(),
-        )
-        not_completed = runs.exclude(state=Run.State.COMPLETED).count()
-        first_claim = sql(
-            "SELECT extract(epoch FROM min(e.created_at))::float8 FROM scheduler_runevent e "
-            "JOIN scheduler_run r ON r.id = e.run_id WHERE r.scheduled_for = %s AND e.type = 'started'",
-            [t_at],
-        )[0][0]
+        # Until every run has ended, or --drain-cap seconds: at the engine's no-op pace a full
+        # drain of 100,000 runs takes far longer than a shared machine should be saturated.
+        deadline = time.monotonic() + drain_cap
+        while runs.filter(state__in=Run.TERMINAL_STATES).count() < n and time.monotonic() < deadline:
+            time.sleep(0.5)
+        completed = runs.filter(state=Run.State.COMPLETED).count()
+        ended = runs.filter(state__in=Run.TERMINAL_STATES).count()
+        first_claim, last_finished = sql(
+            "SELECT extract(epoch FROM min(e.created_at))::float8, "
+            "(SELECT extract(epoch FROM max(finished_at))::float8 FROM scheduler_run "
+            " WHERE job_id IS NOT NULL AND scheduled_for = %s) "
+            "FROM scheduler_runevent e JOIN scheduler_run r ON r.id = e.run_id "
+            "WHERE r.job_id IS NOT NULL AND r.scheduled_for = %s AND e.type = 'started'",
+            [t_at, t_at],
+        )[0]
     finally:
         if profiler is not None:
             profiler.wait(timeout=120)
@@ -780,9 +786,10 @@ def burst(env: dict[str, str], n: int, owner_ids: list[int], logs: Path, profile
         "db_first_written_s": last_written[1] - at,
         "db_last_written_s": last_written[0] - at,
         "first_steps": pending_or_later,
-        "all_completed_s": completed_at - at,
-        "drain_steps_per_s": n / max(completed_at - first_claim, 1e-9),
-        "not_completed": not_completed,
+        "completed": completed,
+        "not_completed": ended - completed,
+        "all_completed_s": (last_finished - at) if ended >= n else None,
+        "drain_steps_per_s": completed / max(last_finished - first_claim, 1e-9) if completed else 0.0,
         "profile": str(logs / "dispatcher.pyspy.txt") if profile else None,
     }
 
@@ -835,7 +842,210 @@ def _start_profiler(control: Any, logs: Path, seconds: int) -> Any:
     )
 
 
+# -- the floor of a set-based dispatcher batch (not the engine's code) -----------------------------
+
+
+def _template_select(
+    instance: Any, overrides: dict[str, str], prefix: str
+) -> tuple[list[str], list[str], dict[str, Any]]:
+    """Columns, SELECT expressions and parameters that write rows like `instance` (a model
+    instance as the engine would save it), with per-row `overrides` (column -> SQL)."""
+    from django.db import connection
+    from django.db.models.expressions import DatabaseDefault
+
+    cols, exprs, params = [], [], {}
+    for field in instance._meta.concrete_fields:
+        if field.column in overrides:
+            cols.append(field.column)
+            exprs.append(overrides[field.column])
+            continue
+        if field.primary_key and getattr(instance, field.attname) is None:
+            continue
+        value = field.pre_save(instance, add=True)
+        if isinstance(value, DatabaseDefault):
+            continue
+        key = f"{prefix}_{field.column}"
+        cols.append(field.column)
+        exprs.append(f"%({key})s")
+        params[key] = field.get_db_prep_save(value, connection)
+    return cols, exprs, params
+
+
+def floor_statement() -> tuple[str, dict[str, Any]]:
+    """One statement that writes what the dispatcher writes for a batch of fresh occurrences of
+    the no-op workflow (runs, first steps Pending, received events, the job history rows), moves
+    the next rows and counts the firings - from arrays of the claimed rows and their next times."""
+    from bench.jobs_tasks import NOOP_WORKFLOW
+    from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
+    from scheduler.services.submit import step_new
+    from scheduler.workflows import get_workflow
+
+    definition = get_workflow(NOOP_WORKFLOW)
+    stamp = "statement_timestamp()"
+    run = Run(workflow=NOOP_WORKFLOW, input={}, job_attempt=0)
+    run_cols, run_exprs, params = _template_select(
+        run,
+        {
+            "id": "gen_random_uuid()",
+            "workflow": "j.workflow",
+            "input": "j.input",
+            "owner_id": "j.owner_id",
+            "priority": "j.priority",
+            "job_id": "c.job_id",
+            "scheduled_for": "c.sfor",
+            "correlation_id": "'job:' || c.job_id",
+            "created_at": stamp,
+            "updated_at": stamp,
+        },
+        "run",
+    )
+    step = step_new(run, definition.steps[0], seq=0, kind=Step.Kind.FORWARD, state=Step.State.PENDING)
+    step.payload = definition.steps[0].payload(None)  # type: ignore[arg-type]
+    step_cols, step_exprs, p = _template_select(
+        step,
+        {
+            "run_id": "r.id",
+            "idempotency_key": f"r.id || ':{step.name}'",
+            "priority": "r.priority",
+            "created_at": stamp,
+            "updated_at": stamp,
+        },
+        "step",
+    )
+    params.update(p)
+    event = RunEvent(type=RunEvent.Type.RECEIVED, data={})
+    ev_cols, ev_exprs, p = _template_select(
+        event,
+        {
+            "event_id": "gen_random_uuid()",
+            "run_id": "r.id",
+            "created_at": stamp,
+            "data": f"jsonb_build_object('workflow', '{NOOP_WORKFLOW}', "
+            "'correlation_id', 'job:' || r.job_id)",
+        },
+        "ev",
+    )
+    params.update(p)
+    history = TaskExecutionHistory(
+        kind=TaskExecutionHistory.Kind.JOB,
+        status=TaskExecutionHistory.Status.STARTED,
+        retry_count=0,
+        worker="jobsbench-floor",
+        detail={"reason": "schedule"},
+        started_at=datetime.now(UTC),
+    )
+    h_cols, h_exprs, p = _template_select(
+        history,
+        {"run_id": "r.id", "job_id": "r.job_id", "scheduled_for": "r.scheduled_for", "started_at": stamp},
+        "h",
+    )
+    params.update(p)
+    statement = f"""
+        WITH c AS (
+            SELECT c.* FROM unnest(%(sj)s::bigint[], %(job)s::bigint[], %(sfor)s::timestamptz[],
+                                   %(nxt)s::timestamptz[]) AS c(sj_id, job_id, sfor, nxt)
+            -- the overlap rule (skip): no run of the job still going (run_job_unfinished_idx)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM scheduler_run AS u
+                WHERE u.job_id = c.job_id AND u.state IN ('pending', 'running', 'compensating')
+            )
+        ), runs AS (
+            INSERT INTO scheduler_run ({", ".join(run_cols)})
+            SELECT {", ".join(run_exprs)} FROM c JOIN scheduler_job AS j ON j.id = c.job_id
+            RETURNING id, job_id, scheduled_for, priority
+        ), steps AS (
+            INSERT INTO scheduler_step ({", ".join(step_cols)}) SELECT {", ".join(step_exprs)} FROM runs AS r
+        ), events AS (
+            INSERT INTO scheduler_runevent ({", ".join(ev_cols)}) SELECT {", ".join(ev_exprs)} FROM runs AS r
+        ), history AS (
+            INSERT INTO scheduler_taskexecutionhistory ({", ".join(h_cols)})
+            SELECT {", ".join(h_exprs)} FROM runs AS r
+        ), moved AS (
+            UPDATE scheduler_scheduledjob AS sj SET scheduled_for = c.nxt, next_execution_at = c.nxt
+            FROM c WHERE sj.id = c.sj_id AND sj.kind = 'next' AND sj.scheduled_for = c.sfor
+        ), fired AS (
+            UPDATE scheduler_job AS j SET firing_count = j.firing_count + 1 FROM c WHERE j.id = c.job_id
+        )
+        SELECT count(*) FROM runs
+    """
+    return statement, params
+
+
+def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any]:
+    """n occurrences due, written set-based in batches: the claim (the dispatcher's own
+    statement), the overlap check, the next times (the project's cron code, once per distinct
+    schedule and time) and one statement for the rest. A measure of what a set-based batch
+    would cost on this machine - the fix suggested for the burst - not the engine's code."""
+    import psycopg
+    from django.db import connection, transaction
+
+    from scheduler import job_transitions
+    from scheduler.cron import cron_next
+    from scheduler.models import Job
+
+    reset(prefix)
+    now = db_now()
+    at = now.replace(second=0, microsecond=0)
+    fill_jobs(
+        [Sched("daily", f"{at.minute} {at.hour} * * *", "UTC", n)], owner_ids, after=at - timedelta(seconds=1)
+    )
+    statement, base = floor_statement()
+    schedules = dict(Job.objects.values_list("id", "cron"))
+    zones = dict(Job.objects.values_list("id", "timezone"))
+    claim_s = python_s = write_s = 0.0
+    written = 0
+    started = time.perf_counter()
+    while True:
+        with transaction.atomic():
+            t0 = time.perf_counter()
+            rows = job_transitions.scheduled_claim_due(limit=batch)
+            t1 = time.perf_counter()
+            claim_s += t1 - t0
+            if not rows:
+                break
+            params = {
+                **base,
+                "sj": [r.id for r in rows],
+                "job": [r.job_id for r in rows],
+                "sfor": [r.scheduled_for for r in rows],
+                "nxt": [cron_next(schedules[r.job_id], zones[r.job_id], r.scheduled_for) for r in rows],
+            }
+            t2 = time.perf_counter()
+            python_s += t2 - t1
+            # Server-side binding (psycopg's own Cursor, not Django's client-side one): the
+            # arrays go as parameters instead of being quoted into the statement text in Python.
+            with psycopg.Cursor(connection.connection) as cursor:
+                cursor.execute(statement, params)
+                row = cursor.fetchone()
+                written += int(row[0]) if row else 0
+            write_s += time.perf_counter() - t2
+        # (commit included in the total, not in the parts)
+    elapsed = time.perf_counter() - started
+    check = sql(
+        "SELECT count(*), count(DISTINCT r.id) FROM scheduler_run r JOIN scheduler_step s ON s.run_id = r.id "
+        "AND s.seq = 0 AND s.process_state = 'pending' WHERE r.scheduled_for = %s",
+        [at],
+    )[0]
+    reset(prefix)
+    return {
+        "occurrences": n,
+        "batch": batch,
+        "written": written,
+        "pending_first_steps": check[0],
+        "s": elapsed,
+        "claim_s": claim_s,
+        "python_s": python_s,
+        "statement_s": write_s,
+    }
+
+
 # -- report ----------------------------------------------------------------------------------------
+
+
+def load() -> str:
+    """The machine's load average (it is shared: read the figures with it)."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} (1 / 5 min) at {datetime.now(UTC):%H:%M:%S} UTC"
 
 
 def _lag_cell(s: dict[str, float]) -> str:
@@ -900,7 +1110,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs for the lag phase")
-    parser.add_argument("--minutes", type=int, default=3, help="lag window, whole minutes")
+    parser.add_argument("--minutes", type=int, default=3, help="lag window at --jobs, whole minutes")
+    parser.add_argument("--side-minutes", type=int, default=2, help="lag window of the side-by-side runs")
     parser.add_argument("--burst", type=int, default=100_000, help="occurrences due in the same second")
     parser.add_argument("--idle-sizes", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--idle-reps", type=int, default=300)
@@ -909,19 +1120,27 @@ def main() -> None:
         "--edit-lead", type=float, default=3.0, help="seconds between an edit and its occurrence"
     )
     parser.add_argument(
-        "--only", nargs="+", choices=["idle", "side", "lag", "burst", "beat"], help="beat: the baseline alone"
+        "--only",
+        nargs="+",
+        choices=["idle", "side", "lag", "burst", "beat", "floor"],
+        help="beat: the baseline alone",
+    )
+    parser.add_argument(
+        "--drain-cap", type=float, default=900, help="seconds to wait for the burst's runs to complete"
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the dispatcher during the burst")
     parser.add_argument("--quick", action="store_true", help="small sizes: check that the script runs")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     if args.quick:
-        args.jobs, args.minutes, args.burst = 2_000, 1, 2_000
+        args.jobs, args.minutes, args.side_minutes, args.burst = 2_000, 1, 1, 2_000
         args.idle_sizes, args.idle_reps, args.beat_sizes = [1_000, 20_000], 50, [300]
-    phases = args.only or ["idle", "side", "lag", "burst"]
+    phases = args.only or ["idle", "side", "lag", "burst", "floor"]
 
+    # The bench's workflow and tasks, in this process and in every worker it starts (the
+    # scheduler app imports these modules when Django starts; scheduler/apps.py).
+    os.environ["SAS_WORKFLOW_MODULES"] = "bench.jobs_tasks"
     env = bench_environment()
-    import bench.jobs_tasks  # noqa: F401  (the no-op workflow, registered in this process too)
 
     logs = log_dir()
     print(f"logs in {logs}", flush=True)
@@ -930,6 +1149,7 @@ def main() -> None:
     try:
         if "idle" in phases:
             print("\n== the dispatcher's tick with nothing due", flush=True)
+            print("  " + load(), flush=True)
             out["idle"] = idle_cost(owner_ids, args.idle_sizes, args.idle_reps, env["SAS_REDIS_PREFIX"])
             small, big = (out["idle"][str(n)] for n in (min(args.idle_sizes), max(args.idle_sizes)))
             print_table(
@@ -950,10 +1170,12 @@ def main() -> None:
             out["side"] = {}
             for n in args.beat_sizes:
                 print(f"\n== side by side at {n:,}: ours", flush=True)
-                ours = lag_ours(env, n, args.minutes, args.edit_lead, owner_ids, logs)
+                print("  " + load(), flush=True)
+                ours = lag_ours(env, n, args.side_minutes, args.edit_lead, owner_ids, logs)
                 report_ours(ours)
                 print(f"\n== side by side at {n:,}: django-celery-beat DatabaseScheduler", flush=True)
-                beat = lag_beat(env, n, args.minutes, args.edit_lead, logs)
+                print("  " + load(), flush=True)
+                beat = lag_beat(env, n, args.side_minutes, args.edit_lead, logs)
                 report_beat(beat)
                 out["side"][str(n)] = {"ours": ours, "beat": beat}
             print("\n== ratios (django-celery-beat : ours; > 1 means ours is faster)")
@@ -980,15 +1202,37 @@ def main() -> None:
             out["beat"] = {}
             for n in args.beat_sizes:
                 print(f"\n== django-celery-beat DatabaseScheduler at {n:,}", flush=True)
-                out["beat"][str(n)] = lag_beat(env, n, args.minutes, args.edit_lead, logs)
+                print("  " + load(), flush=True)
+                out["beat"][str(n)] = lag_beat(env, n, args.side_minutes, args.edit_lead, logs)
                 report_beat(out["beat"][str(n)])
+        if "floor" in phases:
+            print(
+                f"\n== floor: {args.burst:,} occurrences written set-based (not the engine's code)",
+                flush=True,
+            )
+            for size in (500, 5000):
+                f = floor(owner_ids, args.burst, size, env["SAS_REDIS_PREFIX"])
+                out.setdefault("floor", {})[str(size)] = f
+                print_table(
+                    [
+                        (
+                            f"batches of {size:,}: written / first steps Pending",
+                            f"{f['written']:,} / {f['pending_first_steps']:,} in {f['s']:.1f} s "
+                            f"({f['written'] / f['s']:,.0f} runs/s; claim {f['claim_s']:.1f} s, Python "
+                            f"{f['python_s']:.1f} s, the one statement {f['statement_s']:.1f} s, "
+                            "rest: commits)",
+                        )
+                    ]
+                )
         if "lag" in phases:
             print(f"\n== dispatch lag at {args.jobs:,} jobs over {args.minutes} min", flush=True)
+            print("  " + load(), flush=True)
             out["lag"] = lag_ours(env, args.jobs, args.minutes, args.edit_lead, owner_ids, logs)
             report_ours(out["lag"])
         if "burst" in phases:
             print(f"\n== burst of {args.burst:,} occurrences due in the same second", flush=True)
-            r = burst(env, args.burst, owner_ids, logs, args.profile)
+            print("  " + load(), flush=True)
+            r = burst(env, args.burst, owner_ids, logs, profile=args.profile, drain_cap=args.drain_cap)
             out["burst"] = r
             print_table(
                 [
@@ -1001,7 +1245,10 @@ def main() -> None:
                     ),
                     (
                         "every run completed",
-                        f"{r['all_completed_s']:.1f} s ({r['not_completed']} not Completed)",
+                        f"{r['all_completed_s']:.1f} s ({r['not_completed']} ended otherwise)"
+                        if r["all_completed_s"] is not None
+                        else f"not within --drain-cap: {r['completed']:,} of {r['jobs']:,} completed; at the "
+                        f"rate below all would take ~{r['jobs'] / max(r['drain_steps_per_s'], 1e-9):.0f} s",
                     ),
                     ("steps/s (first claim -> last completed)", f"{r['drain_steps_per_s']:.0f}"),
                 ]

@@ -6,8 +6,8 @@
 - `bench.jobs_probe`: the task the django-celery-beat baseline fires; it records its name and
   the time it started in a Redis list, for the bench to compare with the cron time.
 
-The bench's workers load this module through `bench/jobs_celery.py` (`celery -A
-bench.jobs_celery`), which adds it to the app's imports; the bench process imports it itself.
+bench/jobs.py's processes import it by SAS_WORKFLOW_MODULES=bench.jobs_tasks (the scheduler app
+imports those modules when Django starts), so it exists in the bench's processes only.
 """
 
 from __future__ import annotations
