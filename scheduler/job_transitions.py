@@ -10,7 +10,6 @@ The table of these transitions (from, to, trigger) is in `scheduler/jobs.md`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,26 +19,23 @@ from typing import Any
 
 from django.db import connection
 
+from scheduler.transitions import named_statements, sql_count, sql_rows
+
 JOBS_SQL = Path(__file__).resolve().parent / "sql" / "jobs.sql"
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 @cache
 def queries() -> dict[str, str]:
-    parts = _NAME.split(JOBS_SQL.read_text())
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+    """The named statements of jobs.sql, read once per process."""
+    return named_statements(JOBS_SQL)
 
 
 def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(queries()[name], params)
-        return list(cursor.fetchall()) if cursor.description else []
+    return sql_rows(queries()[name], params)
 
 
 def _count(name: str, params: dict[str, Any]) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(queries()[name], params)
-        return int(cursor.rowcount)
+    return sql_count(queries()[name], params)
 
 
 def db_now() -> datetime:

@@ -38,14 +38,17 @@ SQLSTATE_RUN_OBSERVED = "SAS01"
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
+def named_statements(path: Path) -> dict[str, str]:
+    """The `-- name: <name>` blocks of a .sql file: name -> statement."""
+    parts = _NAME.split(path.read_text())
+    # parts: [preamble, name1, body1, name2, body2, ...]
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
 @cache
 def queries() -> dict[str, str]:
     """The named statements of queries.sql, read once per process."""
-    text = QUERIES_FILE.read_text()
-    parts = _NAME.split(text)
-    # parts: [preamble, name1, body1, name2, body2, ...]
-    named = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
-    return named
+    return named_statements(QUERIES_FILE)
 
 
 def install_functions(conn: BaseDatabaseWrapper | None = None) -> None:
@@ -75,16 +78,26 @@ def _scalar_json(name: str, params: dict[str, Any]) -> Any:
     return _json(row[0]) if row else None
 
 
-def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def sql_rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run one statement; its rows (none for a statement without RETURNING)."""
     with connection.cursor() as cursor:
-        cursor.execute(queries()[name], params)
+        cursor.execute(sql, params)
         return list(cursor.fetchall()) if cursor.description else []
 
 
-def _count(name: str, params: dict[str, Any]) -> int:
+def sql_count(sql: str, params: dict[str, Any]) -> int:
+    """Run one statement; the rows it touched (the transition's concurrency check)."""
     with connection.cursor() as cursor:
-        cursor.execute(queries()[name], params)
+        cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return sql_rows(queries()[name], params)
+
+
+def _count(name: str, params: dict[str, Any]) -> int:
+    return sql_count(queries()[name], params)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,23 +27,6 @@ from .jobs_dispatch import next_occurrence
 from .jobs_firing import Firing, FiringPlan, JobStateError, jitter_offset
 from .submit import run_submit, run_validate_input
 
-__all__ = [
-    "Backfill",
-    "Firing",
-    "JobBusy",
-    "JobEdit",
-    "JobStateError",
-    "job_backfill",
-    "job_create",
-    "job_delete",
-    "job_pause",
-    "job_preview",
-    "job_resume",
-    "job_run_now",
-    "job_run_submit",
-    "job_update",
-]
-
 BACKFILL_MAX = 1_000
 PREVIEW_MAX = 100
 

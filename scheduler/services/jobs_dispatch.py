@@ -69,7 +69,14 @@ def _handle_next(plan: FiringPlan, job: Job, row: ClaimedRow) -> None:
         plan.finish_ids.append(job.id)
         return
     until = min(now, job.end_at) if job.end_at else now
-    later, more = cron_between(job.cron, job.timezone, after=first, until=until, limit=MISFIRE_SCAN)
+    # On time (the usual case) is one cached lookup, shared by every job of the same schedule
+    # in the batch; only a late row scans what it missed.
+    second = cron_next(job.cron, job.timezone, first)
+    later: list[datetime]
+    if second is None or second > until:
+        later, more = [], False
+    else:
+        later, more = cron_between(job.cron, job.timezone, after=first, until=until, limit=MISFIRE_SCAN)
     missed = [first, *later]
     remaining = plan.remaining(job)
     if len(missed) == 1:

@@ -145,16 +145,7 @@ class FiringPlan:
             row_reason = "cancel_other" if policy == OVERLAP.CANCEL_OTHER else reason
             if row_reason == "schedule":
                 row_reason = "buffered"
-            self.queued.append(
-                ScheduledJob(
-                    job_id=job.id,
-                    kind=ScheduledJob.Kind.QUEUED,
-                    reason=row_reason,
-                    scheduled_for=scheduled_for,
-                    attempt=0,
-                    next_execution_at=None,
-                )
-            )
+            self._queue_row(job, scheduled_for, reason=row_reason, due=None)
             if scheduled:
                 self.firings[job.id] += 1
             why = (
@@ -187,20 +178,24 @@ class FiringPlan:
         first under the rules for queued rows. Returns how many."""
         n = 0
         for t in times:
-            self.queued.append(
-                ScheduledJob(
-                    job_id=job.id,
-                    kind=ScheduledJob.Kind.QUEUED,
-                    reason=reason,
-                    scheduled_for=t,
-                    attempt=0,
-                    next_execution_at=self.now,
-                )
-            )
+            self._queue_row(job, t, reason=reason, due=self.now)
             n += 1
         if scheduled:
             self.firings[job.id] += n
         return n
+
+    def _queue_row(self, job: Job, scheduled_for: datetime, *, reason: str, due: datetime | None) -> None:
+        """A queued occurrence, due at `due` (None: parked until the running run ends)."""
+        self.queued.append(
+            ScheduledJob(
+                job_id=job.id,
+                kind=ScheduledJob.Kind.QUEUED,
+                reason=reason,
+                scheduled_for=scheduled_for,
+                attempt=0,
+                next_execution_at=due,
+            )
+        )
 
     def _start(
         self, job: Job, scheduled_for: datetime, *, attempt: int, reason: str, scheduled: bool

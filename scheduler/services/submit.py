@@ -56,6 +56,28 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
     )
 
 
+def steps_new(run: Run, definition: Workflow) -> list[Step]:
+    """The unsaved forward steps of a new run: the first Pending, the rest Waiting. Payloads
+    are built now, unless a step's definition says its payload needs earlier steps' results
+    (then `step_advance` builds it when the step comes due): a success reply can then move the
+    next step to Pending inside its one statement."""
+    steps = [
+        step_new(
+            run,
+            step_def,
+            seq=index,
+            kind=Step.Kind.FORWARD,
+            state=Step.State.PENDING if index == 0 else Step.State.WAITING,
+        )
+        for index, step_def in enumerate(definition.steps)
+    ]
+    ctx = step_context(run, steps)
+    for index, (step, step_def) in enumerate(zip(steps, definition.steps, strict=True)):
+        if index == 0 or not step_def.payload_needs_results:
+            step.payload = step_def.payload(ctx)
+    return steps
+
+
 def run_validate_input(*, workflow: str, input: Mapping[str, Any]) -> tuple[Workflow, dict[str, Any]]:
     """Clean `input` for `workflow` or raise WorkflowInputError. Writes nothing."""
     definition = get_workflow(workflow)
@@ -103,23 +125,7 @@ def run_submit(
             scheduled_for=scheduled_for,
             job_attempt=job_attempt,
         )
-        steps = [
-            step_new(
-                run,
-                step_def,
-                seq=index,
-                kind=Step.Kind.FORWARD,
-                state=Step.State.PENDING if index == 0 else Step.State.WAITING,
-            )
-            for index, step_def in enumerate(definition.steps)
-        ]
-        # Payloads are built now, unless a step's definition says its payload needs earlier
-        # steps' results (then `step_advance` builds it when the step comes due): a success
-        # reply can then move the next step to Pending inside its one statement.
-        ctx = step_context(run, steps)
-        for index, (step, step_def) in enumerate(zip(steps, definition.steps, strict=True)):
-            if index == 0 or not step_def.payload_needs_results:
-                step.payload = step_def.payload(ctx)
+        steps = steps_new(run, definition)
         Step.objects.bulk_create(steps)
         event_record(
             run_id=run.id,
@@ -197,24 +203,9 @@ def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[Run
                 for spec in specs
             ]
         )
-        steps: list[Step] = []
-        for run, spec in zip(runs, specs, strict=True):
-            own = [
-                step_new(
-                    run,
-                    step_def,
-                    seq=index,
-                    kind=Step.Kind.FORWARD,
-                    state=Step.State.PENDING if index == 0 else Step.State.WAITING,
-                )
-                for index, step_def in enumerate(spec.definition.steps)
-            ]
-            ctx = step_context(run, own)
-            for index, (step, step_def) in enumerate(zip(own, spec.definition.steps, strict=True)):
-                if index == 0 or not step_def.payload_needs_results:
-                    step.payload = step_def.payload(ctx)
-            steps.extend(own)
-        Step.objects.bulk_create(steps)
+        Step.objects.bulk_create(
+            [step for run, spec in zip(runs, specs, strict=True) for step in steps_new(run, spec.definition)]
+        )
         RunEvent.objects.bulk_create(
             [
                 RunEvent(

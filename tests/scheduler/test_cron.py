@@ -10,8 +10,8 @@ import pytest
 from scheduler.cron import cron_between, cron_error, cron_latest, cron_next, zone_error
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 # (expression, zone, after (UTC), the next fire times (UTC))

@@ -4,6 +4,7 @@ previewed, and read by their owner only; each firing an ordinary run."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -218,6 +219,7 @@ def test_job_delete__runs_stay_unlinked_schedule_and_history_go(user):
     assert snapshot["id"] == job.id and snapshot["name"] == "j" and snapshot["cron"] == "@daily"
     assert not Job.objects.filter(pk=job.pk).exists() and not ScheduledJob.objects.exists()
     assert not TaskExecutionHistory.objects.filter(kind="job").exists()
+    assert fired.run_id is not None
     run = Run.objects.get(pk=fired.run_id)
     assert run.job_id is None and run.correlation_id == f"job:{job.id}"
 
@@ -265,6 +267,6 @@ def test_selectors__a_user_sees_and_reads_only_their_own_jobs(user, django_user_
     assert not job_selectors.job_history(owner_id=user.id, job_id=theirs.id).exists()
     assert not job_selectors.job_scheduled(owner_id=user.id, job_id=theirs.id).exists()
     assert job_selectors.job_runs(owner_id=other.id, job_id=theirs.id).count() == 1
-    listed = job_selectors.job_get(owner_id=other.id, job_id=theirs.id)
+    listed: Any = job_selectors.job_get(owner_id=other.id, job_id=theirs.id)
     assert listed.last_run_state == "pending" and listed.next_run_at is not None
     assert job_selectors.job_schedule_text(listed) == "At 12:00 AM (UTC)"

@@ -360,3 +360,22 @@ def test_backfill__one_off_job__refused(user):
 
     with pytest.raises(JobStateError):
         job_backfill(job_id=job.id, start=now - timedelta(hours=2), end=now)
+
+
+def test_job_queries__named_statements_loaded_once_without_format_holes():
+    names = job_transitions.queries()
+
+    assert job_transitions.queries() is names
+    assert {"scheduled_claim_due", "scheduled_next_advance", "job_runs_settle", "job_pause"} <= set(names)
+    assert all("{" not in text for text in names.values())
+
+
+def test_claim_due__served_by_the_due_index(user):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + job_transitions.queries()["scheduled_claim_due"], {"limit": 100})
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "scheduledjob_due_idx" in plan, plan

@@ -87,44 +87,40 @@ def test_dispatcher_killed_between_claim_and_commit__nothing_lost_nothing_double
 def test_two_dispatchers__1000_jobs__every_occurrence_fires_exactly_once(
     beat_dispatcher_off, owner, worker_env
 ):
-    # 600 every-minute jobs whose next occurrence (the coming minute) is spread over 15 s by
-    # their jitter, and 400 one-off jobs due every few seconds until then; two dispatcher
-    # processes tick against them. (Rows written in bulk, as `job_create` writes them one by one.)
+    # 600 every-minute jobs whose occurrence is spread over 15 s by their jitter, and 400
+    # one-off jobs due every few seconds meanwhile; two dispatcher processes tick against them.
+    # (Rows written in bulk, as `job_create` writes them one by one.) The occurrence is the
+    # coming minute when it is near; otherwise the minute just begun, due from now on (as if
+    # the dispatchers were a little late), so the test never waits long for a minute to come.
     now = job_transitions.db_now()
-    minute = cron_next("* * * * *", "UTC", now + timedelta(seconds=3))
-    assert minute is not None
+    upcoming = cron_next("* * * * *", "UTC", now)
+    assert upcoming is not None
+    if upcoming - now >= timedelta(seconds=25):
+        minute, due_from = upcoming - timedelta(minutes=1), now + timedelta(seconds=2)
+    else:
+        minute, due_from = upcoming, upcoming
     rng = random.Random(8)
     common = {"owner": owner, "workflow": ENGINE_WORKFLOW, "input": ENGINE_INPUT}
+    recurring = {"is_recurring": True, "cron": "* * * * *", "jitter": 15, "overlap_policy": "allow_all"}
+    spread = (due_from - now).total_seconds() + 15
     jobs = Job.objects.bulk_create(
-        [
-            Job(
-                name=f"minute-{i}",
-                is_recurring=True,
-                cron="* * * * *",
-                jitter=15,
-                overlap_policy="allow_all",
-                **common,
-            )
-            for i in range(600)
-        ]
+        [Job(name=f"minute-{i}", **recurring, **common) for i in range(600)]
         + [
-            Job(
-                name=f"once-{i}",
-                run_at=now + timedelta(seconds=rng.uniform(2, 15)) + (minute - now),
-                **common,
-            )
+            Job(name=f"once-{i}", run_at=now + timedelta(seconds=rng.uniform(1, spread)), **common)
             for i in range(400)
         ]
     )
     rows = []
     for job in jobs:
-        t = minute if job.is_recurring else job.run_at
-        rows.append(
-            ScheduledJob(job=job, scheduled_for=t, next_execution_at=t + jitter_offset(job.id, t, job.jitter))
-        )
+        if job.is_recurring:
+            t, due = minute, due_from + jitter_offset(job.id, minute, job.jitter)
+        else:
+            assert job.run_at is not None
+            t = due = job.run_at
+        rows.append(ScheduledJob(job=job, scheduled_for=t, next_execution_at=due))
     ScheduledJob.objects.bulk_create(rows)
     expected = {(row.job_id, row.scheduled_for) for row in rows}
-    last_due = max(row.next_execution_at for row in rows)
+    last_due = max(row.next_execution_at for row in rows if row.next_execution_at)
     # Every occurrence is due by then; the next ones (a minute later) are not.
     until = time.time() + (last_due - job_transitions.db_now()).total_seconds() + 4
 

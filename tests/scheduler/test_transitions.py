@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
-from scheduler import transitions
+from scheduler import job_transitions, transitions
 from scheduler.models import (
     HistoryStatus,
     Run,
     RunEvent,
     RunState,
+    ScheduledJobKind,
     Step,
     StepKind,
     StepState,
@@ -26,7 +27,11 @@ from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
-SQL_TEXT = transitions.FUNCTIONS_FILE.read_text() + transitions.QUERIES_FILE.read_text()
+SQL_TEXT = (
+    transitions.FUNCTIONS_FILE.read_text()
+    + transitions.QUERIES_FILE.read_text()
+    + job_transitions.JOBS_SQL.read_text()
+)
 
 
 def submit(user, **kwargs):
@@ -49,7 +54,7 @@ COLUMN_CHOICES = {
     "state": set(RunState.values),
     "status": set(HistoryStatus.values),
 }
-KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values)
+KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values) | set(ScheduledJobKind.values)
 EVERY_CHOICE = (
     set(StepState.values)
     | set(RunState.values)

@@ -48,7 +48,7 @@ class Command(BaseCommand):
         from scheduler.services import job_create
 
         sample = {"items": [{"sku": "SKU-DEMO", "quantity": 1}], "amount": "9.99", "currency": "EUR"}
-        demo = [
+        demo: list[tuple[str, dict[str, Any]]] = [
             ("demo: sample order every minute", {"cron": "* * * * *", "overlap_policy": "skip"}),
             (
                 "demo: restock order every 5 minutes",
