@@ -162,20 +162,35 @@ def _columns(model: Any) -> list[str]:
     return [f.column for f in model._meta.concrete_fields]
 
 
-def fill_jobs(scheds: list[Sched], owner_ids: list[int], *, after: datetime) -> float:
-    """Write sum(count) recurring jobs of the no-op workflow and their next rows. Returns seconds.
+def fill_jobs(
+    scheds: list[Sched],
+    owner_ids: list[int],
+    *,
+    after: datetime,
+    workflow: str | None = None,
+    input: dict[str, Any] | None = None,
+) -> float:
+    """Write sum(count) recurring jobs (of the no-op workflow unless told) and their next rows.
+    Returns seconds.
 
     A template job made by `job_create` gives every column's value; each copy gets its own
     name, owner, cron and zone, and its next occurrence after `after` from `scheduler.cron`
     (computed once per distinct schedule)."""
-    from bench.jobs_tasks import NOOP_WORKFLOW
     from scheduler.cron import cron_next
     from scheduler.models import Job, ScheduledJob
     from scheduler.services.jobs import job_create
 
+    if workflow is None:
+        from bench.jobs_tasks import NOOP_WORKFLOW
+
+        workflow = NOOP_WORKFLOW
     started = time.perf_counter()
     template = job_create(
-        owner_id=owner_ids[0], name="jobsbench template", workflow=NOOP_WORKFLOW, input={}, cron="0 0 * * *"
+        owner_id=owner_ids[0],
+        name="jobsbench template",
+        workflow=workflow,
+        input=input or {},
+        cron="0 0 * * *",
     )
     nexts = [cron_next(s.cron, s.tz, after) for s in scheds]
     job_cols = [c for c in _columns(Job) if c != "id"]
@@ -236,7 +251,6 @@ def fill_jobs(scheds: list[Sched], owner_ids: list[int], *, after: datetime) -> 
 
 def check_fill(scheds: list[Sched], owner_id: int) -> str:
     """Compare bulk-written rows with what `job_create` writes now for the same schedules."""
-    from bench.jobs_tasks import NOOP_WORKFLOW
     from scheduler.models import Job, ScheduledJob
     from scheduler.services.jobs import job_create
 
@@ -251,8 +265,8 @@ def check_fill(scheds: list[Sched], owner_id: int) -> str:
         made = job_create(
             owner_id=owner_id,
             name=f"jobsbench check {s.cron} {s.tz}",
-            workflow=NOOP_WORKFLOW,
-            input={},
+            workflow=bulk.workflow,
+            input=bulk.input,
             cron=s.cron,
             timezone_name=s.tz,
         )
