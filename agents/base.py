@@ -19,6 +19,8 @@ import os
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,7 +35,7 @@ from django.utils import timezone
 from scheduler.attempts import attempt_mark_started
 from scheduler.services import scheduler_instance_id, step_reply
 
-from .breaker import HALF_OPEN, CircuitBreaker
+from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
 
 logger = logging.getLogger(__name__)
 
@@ -80,21 +82,30 @@ def close_http_client() -> None:
         _local.client = None
 
 
+@contextmanager
+def transport_faults(what: str, *, timeout: float) -> Iterator[None]:
+    """Map httpx's transport errors of a call to `what` onto the agent's faults: nothing sent
+    (connection refused, connect timeout, no pooled connection free) -> NotSentFault; a timeout
+    or a broken connection after sending -> TransientFault."""
+    try:
+        yield
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        raise NotSentFault(f"{what} unreachable: {exc.__class__.__name__}: {exc}") from exc
+    except httpx.TimeoutException as exc:
+        raise TransientFault(f"{what} timed out after {timeout:.2f}s") from exc
+    except httpx.TransportError as exc:
+        raise TransientFault(f"{what} unreachable: {exc.__class__.__name__}: {exc}") from exc
+
+
 def remote_post(
     *, service: str, path: str, body: dict[str, Any], idempotency_key: str, timeout: float
 ) -> Any:
     """POST to a remote service. Returns the JSON body; raises TransientFault/PermanentFault."""
     url = settings.SAS["REMOTE_URLS"][service].rstrip("/") + path
-    try:
+    with transport_faults(service, timeout=timeout):
         response = _http_client().post(
             url, json=body, headers={"Idempotency-Key": idempotency_key}, timeout=httpx.Timeout(timeout)
         )
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-        raise NotSentFault(f"{service} unreachable: {exc.__class__.__name__}: {exc}") from exc
-    except httpx.TimeoutException as exc:
-        raise TransientFault(f"{service} timed out after {timeout:.2f}s") from exc
-    except httpx.TransportError as exc:
-        raise TransientFault(f"{service} unreachable: {exc.__class__.__name__}: {exc}") from exc
     if response.status_code >= 500 or response.status_code in TRANSIENT_STATUSES:
         raise TransientFault(f"{service} answered {response.status_code}: {response.text[:200]}")
     if response.status_code >= 400:
@@ -118,6 +129,20 @@ class RetryPolicy:
     def delay(self, tries: int) -> float:
         # Full jitter: https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/
         return random.uniform(0, min(self.cap, self.base * (2 ** (tries - 1))))
+
+
+class NoBreaker:
+    """For an agent whose work is no remote service (a schedulable task run in-process): every
+    call is let through and nothing is counted."""
+
+    def allow(self) -> Decision:
+        return Decision(True, CLOSED, clean=True)
+
+    def record_failure(self) -> str:
+        return CLOSED
+
+    def record_success(self) -> None:
+        return None
 
 
 class AgentTask(Task):
@@ -154,7 +179,7 @@ class AgentTask(Task):
         # is its start + timeout, within the claim's outer complete_by.
         deadline = min(outer, started + timedelta(seconds=timeout)) if timeout else outer
         attempt_mark_started(lease=lease, ttl_seconds=(outer - started).total_seconds() + 60)
-        breaker = CircuitBreaker(self.breaker_name(payload))
+        breaker = self.breaker(payload)
         policy = self.retry_policy
         tries = 0
         reached = False
@@ -232,6 +257,10 @@ class AgentTask(Task):
     # Extension points for agents that call something other than a configured service (the
     # webhook agent posts signed bodies to each subscriber's URL): everything else in `perform`
     # - deadline, retries with jitter, breaker, fenced reply - stays the same.
+    def breaker(self, payload: dict[str, Any]) -> CircuitBreaker | NoBreaker:
+        """The circuit breaker this call goes through (`breaker_name`)."""
+        return CircuitBreaker(self.breaker_name(payload))
+
     def breaker_name(self, payload: dict[str, Any]) -> str:
         """The circuit breaker this call goes through; one per remote service by default."""
         return self.service

@@ -23,12 +23,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from agents.breaker import CircuitBreaker
 from orders.models import Order
+from reports.timeline import run_timeline
 from scheduler.admin import AttentionFilter, RunAdmin, actor_name
 from scheduler.models import Run
 
@@ -99,6 +101,25 @@ class OperatorRunAdmin(RunAdmin):
             return super().correlation_detail(obj)
         url = reverse("admin:orders_order_change", args=[order.pk])
         return format_html('<code>{}</code> (<a href="{}">order</a>)', obj.correlation_id, url)
+
+    # -- the run's timeline (reports) -------------------------------------------------------------
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Run | None = None,
+    ) -> HttpResponse:
+        """The run page with its timeline: every attempt, wait, recovery and event on one axis,
+        with the raw errors (operators see what the remote services said)."""
+        if obj is not None:
+            context["timeline"] = run_timeline(run=obj, now=timezone.now())
+        return super().render_change_form(
+            request, context, add=add, change=change, form_url=form_url, obj=obj
+        )
 
     # -- the engine-health page ------------------------------------------------------------------
 

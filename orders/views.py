@@ -10,8 +10,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from reports.timeline import Timeline, run_timeline
 from scheduler.models import Run
 from scheduler.services import RunNotCancellable
 from scheduler.workflows import WorkflowInputError
@@ -19,6 +22,7 @@ from scheduler.workflows import WorkflowInputError
 from .api import OrderSubmitThrottle
 from .forms import BaseItemFormSet, ItemFormSet, OrderForm
 from .models import Order
+from .reasons import customer_reason
 from .selectors import OrderStatus, order_get, order_list, order_status
 from .services import order_cancel, order_submit
 
@@ -104,13 +108,36 @@ def _status_or_404(request: HttpRequest, order_id: uuid.UUID) -> OrderStatus:
         raise Http404("No such order.") from None
 
 
+def _timeline(found: OrderStatus) -> Timeline:
+    """The run's timeline as a customer reads it: the reasons of failed attempts, never the
+    remote services' own words (those are for operators, in the admin)."""
+    return run_timeline(
+        run=found.run,
+        now=timezone.now(),
+        error_text=lambda operation, error: customer_reason(operation=operation, error=error),
+    )
+
+
 @login_required
 @require_GET
 def order_detail_view(request: HttpRequest, order_id: uuid.UUID) -> HttpResponse:
     found = _status_or_404(request, order_id)
     return render(
-        request, "orders/order_detail.html", {"status": found, "order": found.order, "data": found.as_dict()}
+        request,
+        "orders/order_detail.html",
+        {"status": found, "order": found.order, "data": found.as_dict(), "timeline": _timeline(found)},
     )
+
+
+@login_required
+@require_GET
+def order_timeline_view(request: HttpRequest, order_id: uuid.UUID) -> HttpResponse:
+    """The timeline alone (the status page swaps it in while the order runs)."""
+    found = _status_or_404(request, order_id)
+    html = render_to_string("orders/_order_timeline.html", {"timeline": _timeline(found)}, request=request)
+    response = HttpResponse(html)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

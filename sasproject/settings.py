@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 
@@ -29,6 +30,13 @@ def env_float(name: str, default: float) -> float:
     return default if value in (None, "") else float(value)
 
 
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-secret-key-change-me-in-production")
 DEBUG = env_bool("DJANGO_DEBUG", True)
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
@@ -45,6 +53,14 @@ INSTALLED_APPS = [
     "agents",
     "supervisor",
     "orders",
+    # Long-running work (issue 9): a paginated reprice of a product catalogue, and history
+    # exports that heartbeat. Domain apps on the engine, beside orders.
+    "catalogue",
+    "exports",
+    # Seed 004's reporting service: per-user reports and run timelines (reads only).
+    "reports",
+    # Jobs for people (seed 004): the API, pages and admin over the scheduler's job services.
+    "jobs",
     # Operator tools that read every app (the engine-health page, the run admin's alerts and
     # order link); after the apps whose admins it extends.
     "ops",
@@ -302,6 +318,29 @@ SAS: dict[str, Any] = {
     },
 }
 
+# --------------------------------------------------------------------------------------------
+# Job targets (issue 8): HTTP-call jobs and @schedulable tasks. See docs/jobs-targets.md.
+# --------------------------------------------------------------------------------------------
+# Hosts an `http.call` job may call: `host`, `host:port`, `*.example.com`, or an IP address
+# written out (`203.0.113.7`, `[2001:db8::1]:8443`). Comma-separated in the environment.
+# Default: the simulator's host and port only (agents/http_allowlist.py).
+_SIMULATOR_NETLOC = urlsplit(os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")).netloc
+SAS_HTTP_JOB_ALLOWED_HOSTS = env_list("SAS_HTTP_JOB_ALLOWED_HOSTS", [_SIMULATOR_NETLOC])
+# Of those, the hosts that may be or resolve to a loopback / private / link-local address. Any
+# other name must resolve to public addresses only (checked at call time).
+SAS_HTTP_JOB_PRIVATE_HOSTS = env_list("SAS_HTTP_JOB_PRIVATE_HOSTS", [_SIMULATOR_NETLOC])
+# The `http.call` step's policy: one attempt's window (and the largest `timeout` an input may
+# ask for), attempts before it errors, backoff between attempts, the whole step's deadline
+# (bounds the wait while a host's breaker is open), and how much of a response body is kept.
+SAS_HTTP_JOBS = {
+    "STEP_TIMEOUT": env_float("SAS_HTTP_JOB_STEP_TIMEOUT", 30.0),
+    "MAX_FAILURES": int(os.environ.get("SAS_HTTP_JOB_MAX_FAILURES", "3")),
+    "BACKOFF_BASE": env_float("SAS_HTTP_JOB_BACKOFF_BASE", 1.0),
+    "BACKOFF_MAX": env_float("SAS_HTTP_JOB_BACKOFF_MAX", 60.0),
+    "STEP_DEADLINE": env_float("SAS_HTTP_JOB_STEP_DEADLINE", 300.0),
+    "RESPONSE_MAX_BYTES": int(os.environ.get("SAS_HTTP_JOB_RESPONSE_MAX_BYTES", "4096")),
+}
+
 # The order workflow's step policy (seconds / attempts). Short windows in tests come from here.
 SAS["ORDER_STEP_TIMEOUT"] = env_float("SAS_ORDER_STEP_TIMEOUT", 10.0)
 SAS["ORDER_MAX_FAILURES"] = int(os.environ.get("SAS_ORDER_MAX_FAILURES", "3"))
@@ -318,6 +357,21 @@ SAS["ORDER_STEP_DEADLINE"] = env_float("SAS_ORDER_STEP_DEADLINE", 300.0)
 # operator after ORDER_COMPENSATION_ALERT_AFTER failures.
 SAS["ORDER_COMPENSATION_BACKOFF_MAX"] = env_float("SAS_ORDER_COMPENSATION_BACKOFF_MAX", 30.0)
 SAS["ORDER_COMPENSATION_ALERT_AFTER"] = int(os.environ.get("SAS_ORDER_COMPENSATION_ALERT_AFTER", "6"))
+
+# Long steps (issue 9). The catalogue reprice is paginated: rows per page, one page's window
+# (an attempt each), how long a page may wait for an agent; the demo paces each page (seconds,
+# inside its transaction) so a person can watch the bar move - 0 for full speed.
+SAS["CATALOGUE_PAGE_SIZE"] = int(os.environ.get("SAS_CATALOGUE_PAGE_SIZE", "1000"))
+SAS["CATALOGUE_PAGE_TIMEOUT"] = env_float("SAS_CATALOGUE_PAGE_TIMEOUT", 10.0)
+SAS["CATALOGUE_QUEUE_TIMEOUT"] = env_float("SAS_CATALOGUE_QUEUE_TIMEOUT", 10.0)
+SAS["CATALOGUE_PAGE_DELAY"] = env_float("SAS_CATALOGUE_PAGE_DELAY", 0.2)
+# The history export heartbeats: each heartbeat extends its deadline by EXPORT_HEARTBEAT seconds
+# (its agent beats every third of that); the whole export may take up to EXPORT_DEADLINE. The
+# demo paces an export to take at least EXPORT_MIN_SECONDS (a minute), like a real long job.
+SAS["EXPORT_HEARTBEAT"] = env_float("SAS_EXPORT_HEARTBEAT", 10.0)
+SAS["EXPORT_QUEUE_TIMEOUT"] = env_float("SAS_EXPORT_QUEUE_TIMEOUT", 10.0)
+SAS["EXPORT_DEADLINE"] = env_float("SAS_EXPORT_DEADLINE", 900.0)
+SAS["EXPORT_MIN_SECONDS"] = env_float("SAS_EXPORT_MIN_SECONDS", 60.0)
 
 # --------------------------------------------------------------------------------------------
 # --- web and API (issue 3) ---
@@ -354,8 +408,9 @@ REST_FRAMEWORK = {
 
 # https://drf-spectacular.readthedocs.io/en/latest/settings.html
 SPECTACULAR_SETTINGS = {
-    "TITLE": "sasproject orders API",
-    "DESCRIPTION": "Submit orders, follow their runs, cancel them. See docs/api.md.",
+    "TITLE": "sasproject API",
+    "DESCRIPTION": "Submit orders, follow their runs, cancel them; schedule jobs (one-off and cron). "
+    "See docs/api.md.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,

@@ -9,10 +9,14 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
+from jobs.api import JobViewSet
 from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
+from reports.api import report_api
+from scheduler.api import run_progress_view
 
 router = SimpleRouter()
 router.register("orders", OrderViewSet, basename="api-order")
+router.register("jobs", JobViewSet, basename="api-job")
 
 # The admin's own name, not Django's default "Django administration".
 admin.site.site_header = "sasproject operations"
@@ -28,7 +32,14 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/webhook-secret/", webhook_secret, name="api-webhook-secret"),
     path("api/webhook-secret/rotate/", webhook_secret_rotate_view, name="api-webhook-secret-rotate"),
+    path("api/runs/<uuid:run_id>/progress/", run_progress_view, name="api-run-progress"),
+    path("api/exports/", include("exports.api_urls")),
+    path("api/reports/", report_api, name="api-reports"),
     path("api/", include(router.urls)),
+    path("jobs/", include("jobs.urls")),
+    path("catalogue/", include("catalogue.urls")),
+    path("exports/", include("exports.urls")),
+    path("reports/", include("reports.urls")),
     path("", include("orders.urls")),
 ]
 # Static files (the admin's CSS, the pages' stylesheet) from the apps' folders while DEBUG is on,

@@ -32,7 +32,7 @@ from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, s
 from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
 
 from . import selectors
-from .models import Job, Run, RunEvent, Step, TaskExecutionHistory
+from .models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step, TaskExecutionHistory
 from .services import (
     RunNotCancellable,
     StepNotMarkable,
@@ -281,7 +281,7 @@ class RunAdmin(ReadOnlyAdmin):
                 )
             },
         ),
-        ("Progress", {"fields": ("progress", "history_link")}),
+        ("Progress", {"fields": ("progress", "long_progress", "history_link")}),
         ("Input", {"fields": ("input_json",)}),
         ("Timing (UTC)", {"fields": ("created_precise", "updated_precise", "finished_precise")}),
     )
@@ -296,6 +296,7 @@ class RunAdmin(ReadOnlyAdmin):
         "cancel_requested",
         "error",
         "progress",
+        "long_progress",
         "history_link",
         "input_json",
         "created_precise",
@@ -391,6 +392,12 @@ class RunAdmin(ReadOnlyAdmin):
             return mark_safe("-")
         css = "sas-progress-done" if total and done == total else "sas-progress"
         return format_html('<span class="{}">{}/{}</span>', css, done, total)
+
+    @admin.display(description="pages / heartbeat")
+    def long_progress(self, obj: Run) -> SafeString:
+        """A paginated run's pages, rows, speed and time left as a bar; a heartbeat step's
+        JobStatus (in progress / completed, last heartbeat). "-" for other runs."""
+        return long_progress_html(selectors.run_progress_of(obj))
 
     @admin.display(description="execution history")
     def history_link(self, obj: Run) -> SafeString:
@@ -638,43 +645,104 @@ class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
         return obj.error[:120] or "-"
 
 
-@admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
-    """Jobs (seed 004): who asked for which workflow, once or on a cron schedule. Created through
-    `job_create` (it validates the input, the cron expression and the time zone), so the admin
-    shows them and links to the runs each one produced."""
+# ---------------------------------------------------------------------------------------------
+# Long steps: checkpoints of paginated steps, JobStatus rows of heartbeat steps
+# ---------------------------------------------------------------------------------------------
 
-    list_display = ("name", "owner", "workflow", "schedule", "timezone", "max_retry", "idempotent", "runs")
-    list_filter = ("is_recurring", "idempotent", "enabled", WorkflowFilter)
-    list_select_related = ("owner",)
-    search_fields = ("=name", "=owner__username")
-    search_help_text = "Exact job name or owner username."
-    ordering = ("-created_at",)
-    fields = readonly_fields = (
-        "name",
-        "owner",
-        "workflow",
-        "is_recurring",
-        "cron",
-        "timezone",
-        "max_retry",
-        "priority",
-        "idempotent",
-        "enabled",
-        "created_at",
-        "input_json",
-        "runs",
+
+def long_progress_html(progress: dict[str, Any]) -> SafeString:
+    """The run page's "pages / heartbeat" field, from `selectors.run_progress_of`."""
+    parts: list[SafeString] = []
+    paged = progress.get("paged")
+    if paged:
+        rate = paged["rows_per_second"]
+        eta = paged["eta_seconds"]
+        parts.append(
+            format_html(
+                '<div class="sas-long-progress" id="sas-long-progress" data-percent="{}">'
+                '<progress max="100" value="{}" style="width: 320px; height: 14px"></progress> '
+                "<strong>{} %</strong> &middot; pages {} of {} &middot; rows {} of {} &middot; {} rows/s"
+                " &middot; time left {}</div>",
+                paged["percent"],
+                paged["percent"],
+                paged["percent"],
+                paged["pages_done"],
+                paged["pages_total"] if paged["pages_total"] is not None else "?",
+                paged["rows_done"],
+                paged["rows_total"] if paged["rows_total"] is not None else "?",
+                "-" if rate is None else rate,
+                "-" if eta is None else f"{eta} s",
+            )
+        )
+    for hb in progress.get("heartbeats") or []:
+        since = hb["seconds_since_heartbeat"]
+        parts.append(
+            format_html(
+                '<div class="sas-heartbeat">{}: {} &middot; {} heartbeat(s) this attempt'
+                " &middot; last {}{}</div>",
+                hb["step"],
+                state_badge(hb["status"], hb["status_label"]),
+                hb["heartbeats"],
+                hb["last_heartbeat_at"] or "never",
+                f" ({since} s ago)" if since is not None else "",
+            )
+        )
+    return format_html_join_safe(parts)
+
+
+def format_html_join_safe(parts: list[SafeString]) -> SafeString:
+    if not parts:
+        return mark_safe("-")
+    return mark_safe("".join(parts))  # noqa: S308 - each part was built by format_html
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    """Seed 004's Checkpoint: where each paginated step is (one row per step)."""
+
+    list_display = (
+        "step",
+        "run_short",
+        "page_size",
+        "page_start",
+        "pages_done",
+        "rows_done",
+        "total",
+        "completed",
+        "updated_at",
     )
+    list_filter = ("completed",)
+    ordering = ("-updated_at",)
 
-    @admin.display(description="schedule")
-    def schedule(self, obj: Job) -> str:
-        return obj.cron or "once"
+    @admin.display(description="run")
+    def run_short(self, obj: Checkpoint) -> SafeString:
+        return format_html("{}", run_link(obj.run_id))
 
-    @admin.display(description="runs")
-    def runs(self, obj: Job) -> SafeString:
-        url = reverse("admin:scheduler_run_changelist") + f"?q=job:{obj.pk}"
-        return format_html('<a href="{}">runs of this job</a>', url)
 
-    @admin.display(description="input")
-    def input_json(self, obj: Job) -> SafeString:
-        return json_block(obj.input)
+@admin.register(HeartbeatStatus)
+class HeartbeatStatusAdmin(ReadOnlyAdmin):
+    """Seed 004's JobStatus: in progress / completed and the last heartbeat of each heartbeat step."""
+
+    list_display = (
+        "step",
+        "run_short",
+        "status_badge",
+        "heartbeats",
+        "last_heartbeat_at",
+        "worker",
+        "updated_at",
+    )
+    list_filter = ("status",)
+    ordering = ("-updated_at",)
+
+    @admin.display(description="run")
+    def run_short(self, obj: HeartbeatStatus) -> SafeString:
+        return format_html("{}", run_link(obj.run_id))
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: HeartbeatStatus) -> SafeString:
+        return state_badge(obj.status, obj.get_status_display())
+
+
+# The Job admin (editable through the job services, with pause / resume / run now) is the jobs
+# app's: jobs/admin.py.

@@ -1,4 +1,5 @@
-"""Read-only queries for the scheduler's admin: run lists with their counts, overdue steps.
+"""Read-only queries for the scheduler's admin: run lists with their counts, overdue steps; and
+for users (scoped by the user): a long run's progress.
 
 Nothing here writes. Every count that the admin shows per row is a correlated subquery, so a
 changelist page costs the same number of queries whatever its size, and the subqueries run only
@@ -7,12 +8,14 @@ for the rows on the page (PostgreSQL evaluates select-list subqueries after LIMI
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Now
 
-from .models import Run, Step
+from .models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
 from .workflows import get_workflow, registered_workflows
 
 # Forward steps whose work was done (and maybe undone since): they count as progress.
@@ -73,3 +76,107 @@ def workflow_step_names() -> list[str]:
             if step.compensation is not None:
                 names.add(step.compensation.name)
     return sorted(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Long steps: a run's progress (paginated steps' checkpoints, heartbeat steps' JobStatus)
+# ---------------------------------------------------------------------------------------------
+
+
+def run_progress_of(run: Run) -> dict[str, Any]:
+    """What a long run has done and how fast: forward steps done / total; for its paginated
+    steps (summed), pages and rows done / total, rows per second since the first page began and
+    the estimated seconds left; for its heartbeat steps, their JobStatus rows. Three indexed
+    queries (steps, checkpoints, statuses by run). Unscoped: callers that serve a user go
+    through `run_progress`."""
+    db_now = Run.objects.filter(pk=run.pk).values_list(Now(), flat=True).first()
+    forward = Step.objects.filter(run_id=run.pk, kind=Step.Kind.FORWARD)
+    steps_total = forward.count()
+    steps_done = forward.filter(process_state__in=_DONE_STATES).count()
+    terminal = run.state in Run.TERMINAL_STATES
+    checkpoints = list(Checkpoint.objects.filter(run_id=run.pk).order_by("step_id"))
+    paged: dict[str, Any] | None = None
+    if checkpoints:
+        rows_done = sum(c.rows_done for c in checkpoints)
+        totals = [c.total for c in checkpoints]
+        rows_total = None if any(t is None for t in totals) else sum(t or 0 for t in totals)
+        pages_done = sum(c.pages_done for c in checkpoints)
+        pages_total = (
+            None if rows_total is None else sum(-(-(c.total or 0) // c.page_size) or 1 for c in checkpoints)
+        )
+        completed = all(c.completed for c in checkpoints)
+        began = [c.started_at for c in checkpoints if c.started_at is not None]
+        last = max((c.updated_at for c in checkpoints if c.started_at is not None), default=None)
+        elapsed = (last - min(began)).total_seconds() if began and last else 0.0
+        rate = rows_done / elapsed if elapsed > 0 and rows_done else None
+        eta: float | None
+        if completed:
+            percent, eta = 100.0, 0.0
+        elif rows_total:
+            percent = min(100.0, 100.0 * rows_done / rows_total)
+            eta = (rows_total - rows_done) / rate if rate else None
+        else:
+            percent, eta = 0.0, None
+        if terminal and not completed:
+            eta = None
+        paged = {
+            "pages_done": pages_done,
+            "pages_total": pages_total,
+            "rows_done": rows_done,
+            "rows_total": rows_total,
+            "page_size": checkpoints[0].page_size,
+            "percent": round(percent, 1),
+            "rows_per_second": None if rate is None else round(rate, 1),
+            "eta_seconds": None if eta is None else round(eta, 1),
+            "completed": completed,
+            "started_at": min(began).isoformat() if began else None,
+            "updated_at": last.isoformat() if last else None,
+        }
+    heartbeats = [
+        {
+            "step": status.step.name,
+            "status": status.status,
+            "status_label": status.get_status_display(),
+            "heartbeats": status.heartbeats,
+            "last_heartbeat_at": status.last_heartbeat_at.isoformat() if status.last_heartbeat_at else None,
+            "seconds_since_heartbeat": (
+                round((db_now - status.last_heartbeat_at).total_seconds(), 1)
+                if status.last_heartbeat_at and db_now
+                else None
+            ),
+            "worker": status.worker,
+            "complete_by": status.step.complete_by.isoformat() if status.step.complete_by else None,
+        }
+        for status in HeartbeatStatus.objects.filter(run_id=run.pk).select_related("step").order_by("step_id")
+    ]
+    return {
+        "run_id": str(run.pk),
+        "workflow": run.workflow,
+        "state": run.state,
+        "state_label": run.get_state_display(),
+        "terminal": terminal,
+        "steps_done": steps_done,
+        "steps_total": steps_total,
+        "paged": paged,
+        "heartbeats": heartbeats,
+    }
+
+
+def run_progress(*, user: Any, run_id: uuid.UUID | str) -> dict[str, Any] | None:
+    """`run_progress_of` for a run `user` owns; None when there is no such run for this user
+    (another user's run is simply not found - a 404 that does not confirm it exists)."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    run = Run.objects.filter(pk=run_id, owner_id=user.pk).first()
+    return None if run is None else run_progress_of(run)
+
+
+def history_of_owner(*, owner_id: int, chunk_size: int = 2000) -> Iterator[TaskExecutionHistory]:
+    """Every execution-history row of the runs `owner_id` owns, oldest first, streamed in
+    chunks (a server-side cursor): the input of a user's history export."""
+    return (
+        TaskExecutionHistory.objects.filter(run__owner_id=owner_id)
+        .select_related("step", "run")
+        .order_by("started_at", "id")
+        .iterator(chunk_size=chunk_size)
+    )

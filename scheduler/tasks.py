@@ -89,7 +89,7 @@ def scheduler_reply(
     reached: bool = False,
 ) -> str:
     """An agent's reply, in "queue" reply mode. Fenced by the lease in the service."""
-    if outcome not in ("success", "permanent", "transient", "deferred"):
+    if outcome not in ("success", "permanent", "transient", "deferred", "continue"):
         logger.error("reply with unknown outcome %r for step %s dropped", outcome, step_id)
         return "invalid"
     return services.step_reply(

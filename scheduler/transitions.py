@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,10 @@ class Claim:
     payload: dict[str, Any]
     attempt: int
     failure_count: int
+    # A heartbeat step's window in seconds (0: the step does not heartbeat), and the step's
+    # whole deadline: a heartbeat attempt may run until then, so its Celery time limits do.
+    heartbeat: float = 0.0
+    close_by: datetime | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Claim:
@@ -139,11 +143,14 @@ class Claim:
             payload=data["payload"] or {},
             attempt=int(data["attempt"]),
             failure_count=int(data["failure_count"]),
+            heartbeat=float(data.get("heartbeat") or 0.0),
+            close_by=datetime.fromisoformat(data["close_by"]) if data.get("close_by") else None,
         )
 
     def message(self) -> dict[str, Any]:
-        """The agent request: ids, fence, deadline and payload - JSON only."""
-        return {
+        """The agent request: ids, fence, deadline and payload - JSON only. A heartbeat step's
+        request also carries its window (`heartbeat`, seconds)."""
+        message: dict[str, Any] = {
             "step_id": self.step_id,
             "lease": self.lease,
             "complete_by": self.complete_by.isoformat(),
@@ -153,6 +160,9 @@ class Claim:
             "payload": self.payload,
             "attempt": self.attempt,
         }
+        if self.heartbeat:
+            message["heartbeat"] = self.heartbeat
+        return message
 
 
 @dataclass
@@ -470,6 +480,134 @@ def step_mark_compensating(*, step_ids: Sequence[int]) -> int:
 def step_resume(*, run_id: uuid.UUID | str) -> list[tuple[int, str]]:
     """Error -> Pending (fresh failure budget) for the run's compensation steps."""
     return [(r[0], r[1]) for r in _rows("step_resume", {"run_id": str(run_id)})]
+
+
+# ---------------------------------------------------------------------------------------------
+# Long steps: paginated (Checkpoint) and heartbeat (HeartbeatStatus)
+# ---------------------------------------------------------------------------------------------
+
+
+def step_continue(*, step_id: int, lease: str, instance: str, claim: bool) -> Transitioned | None:
+    """Processing -> Pending (and, with `claim`, claimed again for the next page) after a page
+    committed; no failure counted. None if the fence refused it (recorded as ignored)."""
+    data = _scalar_json(
+        "step_continue", {"step_id": step_id, "lease": lease, "instance": instance, "claim": claim}
+    )
+    if data["outcome"] != "accepted":
+        return None
+    return _transitioned(data)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a heartbeat did: `extended` (complete_by is now `complete_by`) or not (lease lost)."""
+
+    extended: bool
+    complete_by: datetime | None = None
+
+
+def step_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartbeat:
+    """Processing -> Processing with complete_by = now + heartbeat window, fenced by the lease.
+    A refused heartbeat extends nothing and is recorded (late_reply, outcome heartbeat)."""
+    data = _scalar_json("step_heartbeat", {"step_id": step_id, "lease": lease, "worker": worker})
+    if data.get("outcome") != "extended":
+        return Heartbeat(extended=False)
+    return Heartbeat(extended=True, complete_by=datetime.fromisoformat(data["complete_by"]))
+
+
+def heartbeat_complete(*, step_id: int, lease: str) -> bool:
+    """The step's JobStatus row -> completed, holding the step's row while its lease is current
+    (the caller's transaction then writes the effect and accepts the success)."""
+    return _one("heartbeat_complete", {"step_id": step_id, "lease": lease}) is not None
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    page_size: int
+    page_start: int
+    pages_done: int
+    rows_done: int
+    total: int | None
+    completed: bool
+
+
+def checkpoint_page_begin(*, step_id: int, lease: str) -> CheckpointState | None:
+    """Lock the step (lease current) and its checkpoint for one page's transaction; None if
+    the lease is not current (the caller must not apply anything)."""
+    row = _one("checkpoint_page_begin", {"step_id": step_id, "lease": lease})
+    if row is None:
+        return None
+    return CheckpointState(
+        page_size=int(row[0]),
+        page_start=int(row[1]),
+        pages_done=int(row[2]),
+        rows_done=int(row[3]),
+        total=None if row[4] is None else int(row[4]),
+        completed=bool(row[5]),
+    )
+
+
+def checkpoint_advance(
+    *,
+    step_id: int,
+    lease: str,
+    page_start: int,
+    next_start: int,
+    rows: int,
+    total: int | None,
+    completed: bool,
+) -> bool:
+    """Move the checkpoint from `page_start` past the page just written (compare-and-set)."""
+    params = {
+        "step_id": step_id,
+        "lease": lease,
+        "page_start": page_start,
+        "next_start": next_start,
+        "rows": rows,
+        "total": total,
+        "completed": completed,
+    }
+    return _count("checkpoint_advance", params) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# New runs in bulk
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NewRuns:
+    """Column arrays of new runs and of their forward steps (one element per row), for
+    `runs_insert_many`. JSON values as `Jsonb` (or None)."""
+
+    run_ids: list[uuid.UUID] = field(default_factory=list)
+    workflows: list[str] = field(default_factory=list)
+    inputs: list[Any] = field(default_factory=list)
+    owner_ids: list[int | None] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
+    job_ids: list[int | None] = field(default_factory=list)
+    correlation_ids: list[str] = field(default_factory=list)
+    scheduled_for: list[datetime | None] = field(default_factory=list)
+    job_attempts: list[int] = field(default_factory=list)
+    step_run_ids: list[uuid.UUID] = field(default_factory=list)
+    step_names: list[str] = field(default_factory=list)
+    step_seqs: list[int] = field(default_factory=list)
+    step_operations: list[str] = field(default_factory=list)
+    step_timeouts: list[timedelta] = field(default_factory=list)
+    step_queue_timeouts: list[timedelta] = field(default_factory=list)
+    step_schedule_to_close: list[timedelta | None] = field(default_factory=list)
+    step_max_failures: list[int] = field(default_factory=list)
+    step_heartbeat_windows: list[timedelta | None] = field(default_factory=list)
+    step_backoff_base: list[float] = field(default_factory=list)
+    step_backoff_max: list[float] = field(default_factory=list)
+    step_priorities: list[int] = field(default_factory=list)
+    step_payloads: list[Any] = field(default_factory=list)
+
+
+def runs_insert_many(*, new: NewRuns) -> int:
+    """-> Pending runs, their forward steps (first Pending, the rest Waiting) and "received"
+    events, in one statement. Returns the number of runs written."""
+    return _count("runs_insert_many", vars(new))
 
 
 # ---------------------------------------------------------------------------------------------

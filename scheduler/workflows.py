@@ -82,6 +82,15 @@ class StepDef:
     # What people read (status page, admin): "Charge the card". Default: from the name,
     # "charge_payment" -> "Charge payment".
     label: str = ""
+    # A paginated step (seed 004's "paginate the job processing"): its agent processes a large
+    # input one page of `page_size` rows per attempt, each page's effect committed with the
+    # step's `Checkpoint` in one transaction fenced by the lease (agents.paged). `timeout` is
+    # then one page's window; after a page the step is sent again at once, no failure counted.
+    page_size: int | None = None
+    # A heartbeat step (seed 004's JobStatus, for work that cannot be paged): its agent calls
+    # the heartbeat API while it works (agents.heartbeat), and each heartbeat moves the step's
+    # complete-by to now + `heartbeat` seconds. `timeout` is the window before the first one.
+    heartbeat: float | None = None
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -92,6 +101,30 @@ class StepDef:
             raise ValueError(f"step {self.name}: max_failures must be at least 1")
         if self.queue_timeout <= 0 or (self.deadline is not None and self.deadline <= 0):
             raise ValueError(f"step {self.name}: queue_timeout and deadline must be positive")
+        if self.page_size is not None and self.page_size < 1:
+            raise ValueError(f"step {self.name}: page_size must be at least 1")
+        if self.heartbeat is not None and self.heartbeat <= 0:
+            raise ValueError(f"step {self.name}: heartbeat must be positive")
+        if self.page_size is not None and self.heartbeat is not None:
+            raise ValueError(f"step {self.name}: a step is paginated or heartbeats, not both")
+        if self.compensation is not None and (
+            self.compensation.page_size is not None or self.compensation.heartbeat is not None
+        ):
+            raise ValueError(f"step {self.name}: a compensation cannot be paginated or heartbeat")
+
+
+def step_policy(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """StepDef keyword arguments from a settings dict: STEP_TIMEOUT, MAX_FAILURES,
+    BACKOFF_BASE, BACKOFF_MAX and, when present, STEP_DEADLINE (see SAS_WEBHOOKS)."""
+    policy: dict[str, Any] = {
+        "timeout": float(conf["STEP_TIMEOUT"]),
+        "max_failures": int(conf["MAX_FAILURES"]),
+        "backoff_base": float(conf["BACKOFF_BASE"]),
+        "backoff_max": float(conf["BACKOFF_MAX"]),
+    }
+    if conf.get("STEP_DEADLINE") is not None:
+        policy["deadline"] = float(conf["STEP_DEADLINE"])
+    return policy
 
 
 @dataclass(frozen=True)
@@ -100,6 +133,12 @@ class Workflow:
     steps: list[StepDef]
     # Cleans the input or raises WorkflowInputError. Runs before anything is written.
     validate: Callable[[Mapping[str, Any]], dict[str, Any]] = field(default=lambda data: dict(data))
+    # For people choosing a workflow (job forms, the API): a short name, a sentence, and the
+    # input's JSON Schema (https://json-schema.org/) when the workflow publishes one. `validate`
+    # stays the rule; the schema describes it for forms and clients.
+    label: str = ""
+    description: str = ""
+    input_schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps] + [s.compensation.name for s in self.steps if s.compensation]
@@ -107,6 +146,8 @@ class Workflow:
             raise ValueError(f"workflow {self.name}: step names must be unique")
         if not self.steps:
             raise ValueError(f"workflow {self.name}: needs at least one step")
+        if not self.label:
+            object.__setattr__(self, "label", step_label_default(self.name))
 
     def step_label(self, name: str) -> str:
         """The label of step `name`; a step this definition no longer has (a run submitted

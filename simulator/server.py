@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
@@ -35,6 +36,8 @@ MAX_BODY_BYTES = 1024 * 1024
 LISTENING_PREFIX = "SIMULATOR_LISTENING"
 
 _LEDGER_FILTERS = ("service", "operation", "key")
+ECHO_PATH = "/echo"
+ECHO_MAX_DELAY_MS = 60_000
 
 
 def _encode(body: object) -> bytes:
@@ -126,6 +129,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
     # -- verbs -----------------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
+        if self._echoed():
+            return
         path, query = self._route()
         if self._read_body() is None:
             return
@@ -147,7 +152,14 @@ class SimulatorHandler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def do_PATCH(self) -> None:
+        if self._echoed() or self._read_body() is None:
+            return
+        self._not_found()
+
     def do_PUT(self) -> None:
+        if self._echoed():
+            return
         path, _ = self._route()
         body = self._read_body()
         if body is None:
@@ -169,6 +181,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         self._send_json(200, {"service": service, "faults": faults.as_dict()})
 
     def do_DELETE(self) -> None:
+        if self._echoed():
+            return
         path, _ = self._route()
         if self._read_body() is None:
             return
@@ -182,6 +196,8 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             self._not_found()
 
     def do_POST(self) -> None:
+        if self._echoed():
+            return
         path, _ = self._route()
         body = self._read_body()
         if body is None:
@@ -242,6 +258,65 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             return bad_request(str(exc))
         return self.server.services.execute(operation, key, body, faults)
+
+    # -- echo: a generic endpoint for HTTP-call jobs -------------------------------------------------
+
+    def _echoed(self) -> bool:
+        """Serve the request if it is for /echo[/...]; False if it is not."""
+        path, query = self._route()
+        if path != ECHO_PATH and not path.startswith(ECHO_PATH + "/"):
+            return False
+        body = self._read_body()
+        if body is not None:
+            self._echo(path, query, body)
+        return True
+
+    def _echo(self, path: str, query: dict[str, list[str]], raw: bytes) -> None:
+        """Answer any method on /echo[/...] with what was received. `?status=N` answers N;
+        with `&fail_times=K` only the first K calls with the request's Idempotency-Key answer
+        N and later ones 200 (a fault that clears on retry); `?delay_ms=M` waits first. A 2xx
+        answer is an applied effect: one ledger entry (service "echo", operation the method)."""
+        try:
+            status = int(query.get("status", ["200"])[-1])
+            fail_times = int(query["fail_times"][-1]) if "fail_times" in query else None
+            delay_ms = int(query.get("delay_ms", ["0"])[-1])
+            if not 200 <= status <= 599 or (fail_times is not None and fail_times < 0):
+                raise ValueError("status must be 200-599 and fail_times at least 0")
+            if not 0 <= delay_ms <= ECHO_MAX_DELAY_MS:
+                raise ValueError(f"delay_ms must be 0-{ECHO_MAX_DELAY_MS}")
+        except ValueError as exc:
+            self._send_json(400, {"error": "bad_request", "detail": f"echo: {exc}"})
+            return
+        if delay_ms:
+            time.sleep(delay_ms / 1000.0)
+        key = self.headers.get("Idempotency-Key", "").strip()
+        call = self.server.state.echo_call(key)
+        if fail_times is not None and call > fail_times:
+            status = 200
+        method = self.command.lower()
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        text = raw.decode(errors="replace")
+        if 200 <= status < 300:
+            self.server.state.append_ledger(
+                "echo",
+                method,
+                key,
+                f"echo_{uuid.uuid4().hex[:12]}",
+                {"path": path, "body": text, "headers": headers},
+            )
+        self.server.state.count("echo", method, "applied" if status < 300 else f"status_{status}")
+        self._send_json(
+            status,
+            {
+                "method": self.command,
+                "path": path,
+                "query": {name: values[-1] for name, values in query.items()},
+                "headers": headers,
+                "body": text,
+                "idempotency_key": key,
+                "call": call,
+            },
+        )
 
     # -- control ------------------------------------------------------------------------------------------
 

@@ -91,9 +91,11 @@ class SimulatorState:
         self._effects: dict[tuple[str, str], Effect] = {}
         self._tombstones: set[tuple[str, str]] = set()
         self._stats: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        self._echo_calls: collections.Counter[str] = collections.Counter()
 
     def reset(self) -> None:
         with self._lock:
+            self._echo_calls = collections.Counter()
             self._ledger = []
             self._seq = 0
             self._responses = {}
@@ -169,6 +171,14 @@ class SimulatorState:
             and (operation is None or entry["operation"] == operation)
             and (key is None or entry["key"] == key)
         ]
+
+    # -- echo ------------------------------------------------------------------------------------
+
+    def echo_call(self, key: str) -> int:
+        """Count a call to /echo with Idempotency-Key `key`; returns its number (1 = first)."""
+        with self._lock:
+            self._echo_calls[key] += 1
+            return self._echo_calls[key]
 
     # -- stats -------------------------------------------------------------------------------------
 

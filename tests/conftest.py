@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -141,6 +142,10 @@ class Engine:
     log_dir: Path
 
 
+# The session engine, once a test of this process has started it (see `engine_paused`).
+_ENGINES: list[Engine] = []
+
+
 @pytest.fixture(scope="session")
 def engine_session(
     worker_env: dict[str, str], redis_client: redis.Redis, tmp_path_factory: pytest.TempPathFactory
@@ -160,8 +165,11 @@ def engine_session(
         control.start(ready_marker=" ready.")
         agents.start(ready_marker=" ready.")
         beat.start(ready_marker="beat: Starting")
-        yield Engine(sim_proc, control, agents, beat, SimulatorControl(url), worker_env, log_dir)
+        engine = Engine(sim_proc, control, agents, beat, SimulatorControl(url), worker_env, log_dir)
+        _ENGINES.append(engine)
+        yield engine
     finally:
+        _ENGINES.clear()
         for proc in [*procs, sim_proc]:
             proc.stop()
 
@@ -181,6 +189,22 @@ def engine(engine_session: Engine, live_db: None, redis_client: redis.Redis) -> 
         redis_client.delete(key)
     yield engine_session
     engine_session.sim.reset()
+
+
+@pytest.fixture
+def engine_paused(live_db: None) -> Iterator[None]:
+    """For a live test that plays the scheduler itself on committed rows: the session engine,
+    if an earlier test of this process started it (pytest-xdist runs files in any order), would
+    claim them. Its workers and beat are stopped (SIGSTOP, whole process groups) for the test
+    and continued after it, before `live_db` truncates."""
+    procs = [proc for engine in _ENGINES for proc in (engine.beat, engine.control, engine.agents)]
+    for proc in procs:
+        proc.kill(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill(signal.SIGCONT)
 
 
 @pytest.fixture

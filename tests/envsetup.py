@@ -40,6 +40,9 @@ os.environ.pop("SAS_BREAKER_REDIS_URL", None)
 os.environ["SIMULATOR_URL"] = f"http://127.0.0.1:{_free_port()}"
 for service in ("INVENTORY", "PAYMENT", "SHIPPING"):
     os.environ.pop(f"SAS_{service}_URL", None)
+# HTTP-call jobs may call the session's simulator only (the default allowlist).
+os.environ.pop("SAS_HTTP_JOB_ALLOWED_HOSTS", None)
+os.environ.pop("SAS_HTTP_JOB_PRIVATE_HOSTS", None)
 TEST_ENV = {
     "SAS_ORDER_STEP_TIMEOUT": "3",
     "SAS_ORDER_QUEUE_TIMEOUT": "2",
@@ -53,6 +56,19 @@ TEST_ENV = {
     "SAS_SCHEDULER_TICK_INTERVAL": "1",
     "SAS_BREAKER_FAILURE_THRESHOLD": "5",
     "SAS_BREAKER_RESET_TIMEOUT": "2",
+    # Long steps (issue 9): pages of 1,000 rows with a 3 s window; exports heartbeat every
+    # 0.5 s with a 1.5 s window and take at least 3 s (the demo's minute is for people).
+    "SAS_CATALOGUE_PAGE_SIZE": "1000",
+    "SAS_CATALOGUE_PAGE_TIMEOUT": "3",
+    "SAS_CATALOGUE_QUEUE_TIMEOUT": "2",
+    "SAS_CATALOGUE_PAGE_DELAY": "0",
+    "SAS_EXPORT_HEARTBEAT": "1.5",
+    "SAS_EXPORT_QUEUE_TIMEOUT": "2",
+    "SAS_EXPORT_DEADLINE": "60",
+    "SAS_EXPORT_MIN_SECONDS": "3",
+    "SAS_HTTP_JOB_STEP_TIMEOUT": "5",
+    "SAS_HTTP_JOB_BACKOFF_BASE": "0.2",
+    "SAS_HTTP_JOB_BACKOFF_MAX": "1",
     "DATABASE_CONN_MAX_AGE": "0",
     "LOG_LEVEL": "INFO",
 }

@@ -18,7 +18,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 CONTROL_QUEUES = "scheduler,supervisor,default"
-AGENT_QUEUES = "agent.inventory,agent.payment,agent.shipping,agent.webhook"
+AGENT_QUEUES = "agent.inventory,agent.payment,agent.shipping,agent.webhook,agent.http,agent.tasks"
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.05, what: str = "") -> Any:

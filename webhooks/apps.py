@@ -12,6 +12,7 @@ class WebhooksConfig(AppConfig):
         # Register the delivery workflow and listen to the engine's run events.
         from scheduler.signals import run_event
 
-        from . import receivers, workflows  # noqa: F401
+        # `tasks` too: its `@schedulable` task registers a workflow every process must know.
+        from . import receivers, tasks, workflows  # noqa: F401
 
         run_event.connect(receivers.on_run_event, dispatch_uid="webhooks.on_run_event")

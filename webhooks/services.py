@@ -13,9 +13,11 @@ import json
 import logging
 import secrets
 import uuid
+from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from scheduler.models import Run, RunEvent, Step
@@ -179,3 +181,37 @@ def _delivery_finish(*, run_id: uuid.UUID | str, state: str) -> None:
         if state != WebhookDelivery.State.DELIVERED:
             logger.warning("webhook delivery %s to %s given up: %s", delivery.pk, subscription.url, error)
         _start_next(subscription)
+
+
+# Finished deliveries: what retention may delete (pending and in-flight ones are never touched).
+_DELIVERY_FINISHED = (WebhookDelivery.State.DELIVERED, WebhookDelivery.State.GIVEN_UP)
+
+
+def webhook_deliveries_purge(*, older_than_days: int, limit: int, batch: int = 1000) -> dict[str, int | bool]:
+    """Delete delivered and given-up deliveries that finished more than `older_than_days` ago
+    (database clock), at most `limit` of them, `batch` rows per statement. Returns
+    {"deleted": n, "more": whether the limit stopped it}.
+
+    Idempotent and bounded: two at once delete each row once between them; each batch commits
+    on its own (autocommit), so a purge cut off halfway keeps what it did. The deliveries' runs
+    stay (the run's own history is the engine's).
+    """
+    if older_than_days < 1 or limit < 1 or batch < 1:
+        raise ValueError("older_than_days, limit and batch must be at least 1")
+    cutoff = ExpressionWrapper(Now() - timedelta(days=older_than_days), output_field=DateTimeField())
+    # created_at <= finished_at, so the created_at bound lets the (state, created_at) index
+    # narrow the scan; finished_at is the rule.
+    finished = WebhookDelivery.objects.filter(
+        state__in=_DELIVERY_FINISHED, created_at__lt=cutoff, finished_at__lt=cutoff
+    )
+    deleted = 0
+    while deleted < limit:
+        size = min(batch, limit - deleted)
+        ids = list(finished.order_by().values_list("pk", flat=True)[:size])
+        if not ids:
+            return {"deleted": deleted, "more": False}
+        count, _ = WebhookDelivery.objects.filter(pk__in=ids, state__in=_DELIVERY_FINISHED).delete()
+        deleted += count
+        if len(ids) < size:
+            return {"deleted": deleted, "more": False}
+    return {"deleted": deleted, "more": finished.exists()}

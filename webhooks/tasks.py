@@ -1,4 +1,5 @@
-"""The webhook agent: `agents.webhook.deliver` on the `agent.webhook` queue (CELERY_TASK_ROUTES).
+"""The webhook agent: `agents.webhook.deliver` on the `agent.webhook` queue (CELERY_TASK_ROUTES);
+and the outbox's retention, `webhooks.purge_deliveries`, a task jobs can run (`@schedulable`).
 
 It is an `AgentTask` like the inventory or payment agents; only the remote call differs: the
 signed body goes to the subscriber's URL instead of a configured service, and the circuit breaker
@@ -17,7 +18,10 @@ import httpx
 from celery import shared_task
 
 from agents.base import TRANSIENT_STATUSES, AgentTask, PermanentFault, TransientFault
+from agents.schedulable import schedulable
+from scheduler.workflows import WorkflowInputError
 
+from .services import webhook_deliveries_purge
 from .signing import TIMESTAMP_HEADER
 
 _local = threading.local()
@@ -71,3 +75,22 @@ class WebhookAgent(AgentTask):
 @shared_task(name="agents.webhook.deliver", bind=True, base=WebhookAgent)
 def webhook_deliver(self: WebhookAgent, **kwargs: Any) -> str:
     return self.perform(path="", **kwargs)
+
+
+def _purge_arguments_check(arguments: dict[str, Any]) -> None:
+    problems = [f"{name}: must be at least 1" for name in ("older_than_days", "limit") if arguments[name] < 1]
+    if problems:
+        raise WorkflowInputError({"kwargs": problems})
+
+
+@schedulable(
+    label="Purge old webhook deliveries",
+    timeout=120,
+    max_failures=3,
+    validate=_purge_arguments_check,
+)
+@shared_task(name="webhooks.purge_deliveries")
+def webhooks_purge_deliveries(*, older_than_days: int = 30, limit: int = 100_000) -> dict[str, int | bool]:
+    """Delete delivered and given-up webhook deliveries older than `older_than_days` days (at
+    most `limit` per run; the result says whether more are left)."""
+    return webhook_deliveries_purge(older_than_days=older_than_days, limit=limit)

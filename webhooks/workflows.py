@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
+from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
 
 WEBHOOK_WORKFLOW = "webhook_delivery"
 WEBHOOK_OPERATION = "agents.webhook.deliver"
@@ -48,7 +48,6 @@ def _payload(ctx: StepContext) -> dict[str, Any]:
 
 
 def build_webhook_workflow() -> Workflow:
-    conf = settings.SAS_WEBHOOKS
     return Workflow(
         name=WEBHOOK_WORKFLOW,
         validate=validate_delivery_input,
@@ -57,10 +56,7 @@ def build_webhook_workflow() -> Workflow:
                 name="deliver",
                 operation=WEBHOOK_OPERATION,
                 payload=_payload,
-                timeout=float(conf["STEP_TIMEOUT"]),
-                max_failures=int(conf["MAX_FAILURES"]),
-                backoff_base=float(conf["BACKOFF_BASE"]),
-                backoff_max=float(conf["BACKOFF_MAX"]),
+                **step_policy(settings.SAS_WEBHOOKS),
             )
         ],
     )

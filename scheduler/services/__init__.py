@@ -9,6 +9,7 @@
 - `jobs`: seed 004's jobs (create, edit, pause, resume, delete, run now, backfill, preview);
   `jobs_dispatch`: the dispatcher that fires their occurrences; `jobs_firing`: the overlap
   rules both apply (see `scheduler/jobs.md`).
+- `longsteps`: paginated steps' pages (Checkpoint) and heartbeat steps' heartbeats (JobStatus).
 
 Every state change itself is a transition in `scheduler.transitions` (SQL in `scheduler/sql/`).
 """
@@ -51,6 +52,7 @@ from .jobs import (
 )
 from .jobs_dispatch import DispatchResult, job_runs_settle, jobs_dispatch, jobs_dispatch_batch
 from .jobs_firing import Firing, JobStateError
+from .longsteps import LeaseLost, heartbeat_finish, page_begin, page_commit, step_heartbeat
 from .reply import Outcome, ReplyResult, step_reply
 from .submit import (
     COMPENSATION_SEQ_BASE,
@@ -71,6 +73,7 @@ __all__ = [
     "JobBusy",
     "JobEdit",
     "JobStateError",
+    "LeaseLost",
     "Outcome",
     "ReplyResult",
     "RunNotCancellable",
@@ -80,6 +83,7 @@ __all__ = [
     "event_record",
     "events_announce",
     "failures_settle",
+    "heartbeat_finish",
     "job_backfill",
     "job_create",
     "job_delete",
@@ -94,6 +98,8 @@ __all__ = [
     "jobs_dispatch_batch",
     "kick_pending_key",
     "operations_in_flight",
+    "page_begin",
+    "page_commit",
     "run_cancel",
     "run_compensate",
     "run_give_up",
@@ -109,6 +115,7 @@ __all__ = [
     "step_compensation_mark_done",
     "step_context",
     "step_errored_settle",
+    "step_heartbeat",
     "step_new",
     "step_reply",
 ]

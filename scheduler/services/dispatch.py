@@ -12,6 +12,7 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from celery import current_app
 from django.conf import settings
@@ -68,9 +69,21 @@ def claims_dispatch(claims: Sequence[Claim]) -> int:
     """
     sent = 0
     for claim in claims:
-        remaining = (claim.complete_by - timezone.now()).total_seconds()
+        now = timezone.now()
+        remaining = (claim.complete_by - now).total_seconds()
         if remaining <= 0:
             continue
+        # Celery's time limits for the attempt: up to complete-by - or, for a heartbeat step
+        # (whose heartbeats move complete-by on), up to its whole deadline; none set (the
+        # global CELERY_TASK_*_TIME_LIMIT) when it has none.
+        limit: float | None = remaining
+        if claim.heartbeat:
+            limit = (claim.close_by - now).total_seconds() if claim.close_by else None
+        limits: dict[str, Any] = (
+            {"soft_time_limit": max(1, math.ceil(limit)), "time_limit": max(1, math.ceil(limit)) + 2}
+            if limit is not None
+            else {}
+        )
         try:
             current_app.send_task(
                 claim.operation,
@@ -78,8 +91,7 @@ def claims_dispatch(claims: Sequence[Claim]) -> int:
                 expires=claim.complete_by,
                 # Nest inside the deadline: the soft limit fires at complete-by if the agent's
                 # own deadline checks did not stop it; the hard limit kills a stuck child 2s later.
-                soft_time_limit=max(1, math.ceil(remaining)),
-                time_limit=max(1, math.ceil(remaining)) + 2,
+                **limits,
                 ignore_result=True,
             )
             sent += 1

@@ -8,10 +8,11 @@ scopes every read by owner). The rules (overlap, misfire, retries): `scheduler/j
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -136,6 +137,15 @@ def _clean(*, owner_id: int, data: Mapping[str, Any], job_id: int | None = None)
         errors["catchup_window"] = "must be a duration between 0 and 366 days"
     out["catchup_window"] = window
     out["jitter"] = _int_in(data["jitter"], "jitter", 0, 3600, errors)
+    if out["jitter"] and recurring and "cron" not in errors and "timezone" not in errors:
+        # A delay as long as the gap to the next occurrence would make occurrences overtake
+        # each other (and be taken for misfires).
+        times = cron_preview(cron, zone, start=datetime(2001, 1, 1, tzinfo=UTC), count=6)
+        gap = min((b - a for a, b in itertools.pairwise(times)), default=timedelta(days=1))
+        if timedelta(seconds=out["jitter"]) >= gap:
+            errors["jitter"] = (
+                f"must be shorter than the time between occurrences ({int(gap.total_seconds())} s)"
+            )
     start_at = _aware(data["start_at"], "start_at", errors)
     end_at = _aware(data["end_at"], "end_at", errors)
     run_at = _aware(data["run_at"], "run_at", errors)

@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 History = TaskExecutionHistory
 OVERLAP = Job.Overlap
 
-# Parked queued rows that hold a job's one buffer slot (buffer_one, cancel_other, run now);
-# catch-up and backfill rows wait too, but do not take the slot.
+# Queued rows that hold a job's one buffer slot (buffer_one, cancel_other, run now); catch-up
+# and backfill rows wait too, but do not take the slot.
 BUFFER_REASONS = ("buffered", "cancel_other", "run_now")
 
 
@@ -106,12 +106,10 @@ class FiringPlan:
         for job_id, run_id, state in rows:
             busy[job_id].append((run_id, state))
         plan.busy = busy
+        # Parked or already due again (its turn came): either way the slot is taken.
         plan.waiting = set(
             ScheduledJob.objects.filter(
-                job_id__in=list(jobs),
-                kind=ScheduledJob.Kind.QUEUED,
-                next_execution_at__isnull=True,
-                reason__in=BUFFER_REASONS,
+                job_id__in=list(jobs), kind=ScheduledJob.Kind.QUEUED, reason__in=BUFFER_REASONS
             ).values_list("job_id", flat=True)
         )
         return plan
@@ -297,13 +295,13 @@ class FiringPlan:
                 )
             )
             started.append(start)
-        runs = runs_submit_many(specs)
-        for start, run in zip(started, runs, strict=True):
-            start.firing.run_id = run.id
+        run_ids = runs_submit_many(specs)
+        for start, run_id in zip(started, run_ids, strict=True):
+            start.firing.run_id = run_id
             self.history.append(
                 TaskExecutionHistory(
                     job_id=start.job.id,
-                    run_id=run.id,
+                    run_id=run_id,
                     kind=History.Kind.JOB,
                     status=History.Status.STARTED,
                     scheduled_for=start.firing.scheduled_for,

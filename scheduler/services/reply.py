@@ -21,7 +21,7 @@ from .dispatch import claimed_settle, scheduler_instance_id
 from .failure import failures_settle, step_errored_settle
 from .submit import step_advance_built
 
-Outcome = Literal["success", "permanent", "transient", "deferred"]
+Outcome = Literal["success", "permanent", "transient", "deferred", "continue"]
 ReplyResult = Literal["accepted", "ignored"]
 
 
@@ -47,6 +47,8 @@ def step_reply(
     deferred -> the attempt did not count (open breaker, connection refused, a failed probe of
     an open breaker): Pending at `retry_after` (the breaker's next probe), no failure counted;
     `reached` says whether it may have reached the service all the same (a probe).
+    continue -> a page of a paginated step committed: Pending at once, no failure counted, and
+    (with `claim_next`) claimed again for the next page in the same statement.
 
     With `claim_next`, the run's next step and one more due step of the same operation are
     claimed in the same transaction and dispatched after commit (the scheduler's work, done in
@@ -57,6 +59,8 @@ def step_reply(
         return _reply_success(
             step_id=step_id, lease=lease, result=result, instance=instance, claim_next=claim_next
         )
+    if outcome == "continue":
+        return _reply_continue(step_id=step_id, lease=lease, instance=instance, claim=claim_next)
     if outcome not in ("permanent", "transient", "deferred"):
         raise ValueError(f"unknown reply outcome {outcome!r}")
     with transaction.atomic():
@@ -97,6 +101,17 @@ def step_reply(
             operation = Step.objects.filter(pk=step_id).values_list("operation", flat=True).first()
             if operation:
                 claimed_settle(transitions.step_claim_due(instance=instance, limit=1, operation=operation))
+    return "accepted"
+
+
+def _reply_continue(*, step_id: int, lease: str, instance: str, claim: bool) -> ReplyResult:
+    """One statement (autocommit, or the caller's transaction); the next page's claim is
+    dispatched after commit."""
+    with transaction.atomic():
+        done = transitions.step_continue(step_id=step_id, lease=lease, instance=instance, claim=claim)
+        if done is None:
+            return "ignored"
+        claimed_settle(done)
     return "accepted"
 
 

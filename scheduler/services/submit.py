@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -9,9 +10,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from psycopg.types.json import Jsonb
 
 from scheduler import transitions
-from scheduler.models import Run, RunEvent, Step
+from scheduler.models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow
 
 from .dispatch import claimed_settle, scheduler_instance_id, scheduler_kick_enqueue
@@ -30,9 +32,26 @@ def step_context(run: Run, steps: Sequence[Step]) -> StepContext:
     )
 
 
+def step_policy(definition: StepDef, *, kind: str) -> dict[str, Any]:
+    """The step's policy as its row stores it, copied from the definition at submit (an edited
+    definition does not change runs in flight)."""
+    return {
+        "timeout": timedelta(seconds=definition.timeout),
+        "queue_timeout": timedelta(seconds=definition.queue_timeout),
+        "schedule_to_close": (
+            timedelta(seconds=definition.deadline)
+            if definition.deadline is not None and kind == Step.Kind.FORWARD
+            else None
+        ),
+        "max_failures": definition.max_failures,
+        "heartbeat_window": timedelta(seconds=definition.heartbeat) if definition.heartbeat else None,
+        "backoff_base": definition.backoff_base,
+        "backoff_max": definition.backoff_max,
+    }
+
+
 def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) -> Step:
-    """An unsaved step row of `run` from its definition (policy copied: an edited definition
-    does not change runs in flight)."""
+    """An unsaved step row of `run` from its definition (`step_policy`)."""
     return Step(
         run=run,
         name=definition.name,
@@ -41,18 +60,9 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
         operation=definition.operation,
         process_state=state,
         idempotency_key=f"{run.id}:{definition.name}",
-        timeout=timedelta(seconds=definition.timeout),
-        queue_timeout=timedelta(seconds=definition.queue_timeout),
-        schedule_to_close=(
-            timedelta(seconds=definition.deadline)
-            if definition.deadline is not None and kind == Step.Kind.FORWARD
-            else None
-        ),
-        max_failures=definition.max_failures,
-        backoff_base=definition.backoff_base,
-        backoff_max=definition.backoff_max,
         priority=run.priority,
         deadline=run.deadline,
+        **step_policy(definition, kind=kind),
     )
 
 
@@ -127,6 +137,7 @@ def run_submit(
         )
         steps = steps_new(run, definition)
         Step.objects.bulk_create(steps)
+        long_steps_create(steps, definition.steps)
         event_record(
             run_id=run.id,
             type=RunEvent.Type.RECEIVED,
@@ -137,6 +148,25 @@ def run_submit(
         if kick:
             _run_start(run, first=steps[0])
     return run
+
+
+def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> None:
+    """The Checkpoint row of each paginated step and the JobStatus row of each heartbeat step,
+    written with the steps (so a page's transaction and a heartbeat only ever update).
+    `definitions[i]` is the definition of `steps[i]`."""
+    pairs = list(zip(steps, definitions, strict=True))
+    checkpoints = [
+        Checkpoint(step=step, run_id=step.run_id, page_size=d.page_size)
+        for step, d in pairs
+        if d.page_size is not None
+    ]
+    statuses = [
+        HeartbeatStatus(step=step, run_id=step.run_id) for step, d in pairs if d.heartbeat is not None
+    ]
+    if checkpoints:
+        Checkpoint.objects.bulk_create(checkpoints)
+    if statuses:
+        HeartbeatStatus.objects.bulk_create(statuses)
 
 
 def _run_start(run: Run, *, first: Step) -> None:
@@ -178,44 +208,76 @@ class RunSpec:
     job_attempt: int = 0
 
 
-def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[Run]:
-    """Write many runs at once - runs, steps and "received" events, one INSERT each for the
-    whole batch - with their first steps Pending; the scheduler is kicked after commit (one
-    coalesced kick) and claims them as capacity allows. For the jobs dispatcher, which starts
-    many runs in one transaction. Invariant: as `run_submit` (inputs are validated by the
-    caller, before anything is written). Transaction: the caller's (an atomic block of its own
-    nests as a savepoint)."""
+def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[uuid.UUID]:
+    """Write many runs at once - runs, forward steps and "received" events in one statement
+    (`transitions.runs_insert_many`) - with their first steps Pending; the scheduler is kicked
+    after commit (one coalesced kick) and claims them as capacity allows. For the jobs
+    dispatcher, which starts many runs in one transaction. Returns the runs' ids, in the
+    order of `specs`. Invariant: as `run_submit` (inputs are validated by the caller, before
+    anything is written); payloads are built here, as `steps_new` builds them. Transaction:
+    the caller's (one statement)."""
     if not specs:
         return []
-    with transaction.atomic():
-        runs = Run.objects.bulk_create(
-            [
-                Run(
-                    workflow=spec.definition.name,
-                    input=spec.input,
-                    owner_id=spec.owner_id,
-                    priority=spec.priority,
-                    correlation_id=spec.correlation_id,
-                    job_id=spec.job_id,
-                    scheduled_for=spec.scheduled_for,
-                    job_attempt=spec.job_attempt,
-                )
-                for spec in specs
-            ]
+    new = transitions.NewRuns()
+    for spec in specs:
+        run_id = uuid.uuid4()
+        new.run_ids.append(run_id)
+        new.workflows.append(spec.definition.name)
+        new.inputs.append(Jsonb(spec.input))
+        new.owner_ids.append(spec.owner_id)
+        new.priorities.append(spec.priority)
+        new.job_ids.append(spec.job_id)
+        new.correlation_ids.append(spec.correlation_id)
+        new.scheduled_for.append(spec.scheduled_for)
+        new.job_attempts.append(spec.job_attempt)
+        steps = spec.definition.steps
+        ctx = StepContext(
+            run_id=str(run_id),
+            input=spec.input,
+            results={},
+            keys={d.name: f"{run_id}:{d.name}" for d in steps},
         )
-        Step.objects.bulk_create(
-            [step for run, spec in zip(runs, specs, strict=True) for step in steps_new(run, spec.definition)]
-        )
-        RunEvent.objects.bulk_create(
-            [
-                RunEvent(
-                    run=run,
-                    type=RunEvent.Type.RECEIVED,
-                    data={"workflow": run.workflow, "correlation_id": run.correlation_id},
-                )
-                for run in runs
-            ]
-        )
-        if kick:
-            transaction.on_commit(scheduler_kick_enqueue)
-    return runs
+        for index, step_def in enumerate(steps):
+            policy = step_policy(step_def, kind=Step.Kind.FORWARD)
+            new.step_run_ids.append(run_id)
+            new.step_names.append(step_def.name)
+            new.step_seqs.append(index)
+            new.step_operations.append(step_def.operation)
+            new.step_timeouts.append(policy["timeout"])
+            new.step_queue_timeouts.append(policy["queue_timeout"])
+            new.step_schedule_to_close.append(policy["schedule_to_close"])
+            new.step_max_failures.append(policy["max_failures"])
+            new.step_heartbeat_windows.append(policy["heartbeat_window"])
+            new.step_backoff_base.append(policy["backoff_base"])
+            new.step_backoff_max.append(policy["backoff_max"])
+            new.step_priorities.append(spec.priority)
+            built = index == 0 or not step_def.payload_needs_results
+            new.step_payloads.append(Jsonb(step_def.payload(ctx)) if built else None)
+    transitions.runs_insert_many(new=new)
+    _long_steps_of_runs_create(
+        {
+            run_id: spec.definition
+            for run_id, spec in zip(new.run_ids, specs, strict=True)
+            if _has_long_steps(spec.definition)
+        }
+    )
+    if kick:
+        transaction.on_commit(scheduler_kick_enqueue)
+    return new.run_ids
+
+
+def _has_long_steps(definition: Workflow) -> bool:
+    return any(d.page_size is not None or d.heartbeat is not None for d in definition.steps)
+
+
+def _long_steps_of_runs_create(definitions: Mapping[uuid.UUID, Workflow]) -> None:
+    """`long_steps_create` for runs written in bulk (their step rows read back by run)."""
+    if not definitions:
+        return
+    steps: list[Step] = []
+    step_defs: list[StepDef] = []
+    rows = Step.objects.filter(run_id__in=list(definitions), kind=Step.Kind.FORWARD).order_by("run_id", "seq")
+    for step in rows.only("id", "run_id", "name"):
+        steps.append(step)
+        step_defs.append(definitions[step.run_id].step(step.name))
+    long_steps_create(steps, step_defs)

@@ -57,7 +57,7 @@ BEGIN
         WHERE s.id = ANY(p_ids) AND s.process_state = 'pending' AND s.not_before <= statement_timestamp()
         RETURNING s.id, s.run_id, s.name, s.operation, s.lease, s.complete_by, s.start_by, s.timeout,
                   s.idempotency_key, s.payload, s.attempts, s.failure_count, s.priority, s.deadline,
-                  s.not_before
+                  s.not_before, s.heartbeat_window, s.close_by
     ), history AS (
         INSERT INTO scheduler_taskexecutionhistory
             (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at)
@@ -79,7 +79,8 @@ BEGIN
                 'lease', lease, 'complete_by', complete_by, 'start_by', start_by,
                 'timeout', extract(epoch FROM timeout), 'claimed_at', statement_timestamp(),
                 'idempotency_key', idempotency_key, 'payload', coalesce(payload, '{}'::jsonb),
-                'attempt', attempts, 'failure_count', failure_count)
+                'attempt', attempts, 'failure_count', failure_count,
+                'heartbeat', extract(epoch FROM heartbeat_window), 'close_by', close_by)
                 ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC), '[]'::jsonb)
             FROM claimed),
            (SELECT array_agg(id) FROM started_events)
@@ -436,5 +437,77 @@ BEGIN
     INTO v_result;
     RETURN v_result || jsonb_build_object('events', sas_observed_events(ARRAY(
         SELECT jsonb_array_elements_text(v_result -> 'event_ids')::bigint)));
+END;
+$$;
+
+
+-- continue: a page of a paginated step committed (its effect and its checkpoint, in the
+-- agent's own fenced transaction); Processing -> Pending at once, no failure counted, and
+-- with p_claim claimed again in the same statement for the next page (a new lease and
+-- deadline: each page is a short attempt of its own). The failure budget starts again: a
+-- committed page is progress, so max_failures bounds the failures of one page, not of the
+-- whole input. The attempt's history row is closed as continued.
+-- Guard: process_state = 'processing' AND lease = p_lease AND complete_by > now, like any
+-- reply; a refused one is recorded by sas_reply_ignored.
+CREATE OR REPLACE FUNCTION sas_step_continue(p_step_id bigint, p_lease uuid, p_instance text, p_claim boolean)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    s record;
+    v_claim jsonb := '{"claims": [], "events": []}'::jsonb;
+BEGIN
+    UPDATE scheduler_step
+    SET process_state = 'pending', locked_by = NULL, lease = NULL, complete_by = NULL, start_by = NULL,
+        not_before = statement_timestamp(), failure_count = 0, reached = true, last_error = '',
+        updated_at = statement_timestamp()
+    WHERE id = p_step_id AND process_state = 'processing' AND lease = p_lease
+      AND complete_by > statement_timestamp()
+    RETURNING id, run_id INTO s;
+    IF NOT FOUND THEN
+        RETURN sas_reply_ignored(p_step_id, p_lease, 'continue', p_instance, '', NULL);
+    END IF;
+    UPDATE scheduler_taskexecutionhistory
+    SET status = 'continued', ended_at = statement_timestamp()
+    WHERE lease = p_lease AND kind = 'attempt';
+    IF p_claim THEN
+        v_claim := sas_step_claim(ARRAY[s.id], p_instance);
+    END IF;
+    RETURN jsonb_build_object('outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id,
+                              'claims', v_claim -> 'claims', 'events', v_claim -> 'events');
+END;
+$$;
+
+
+-- heartbeat: the agent of a heartbeat step is alive. Processing -> Processing with
+-- complete_by = greatest(complete_by, now + heartbeat_window) (a heartbeat never shortens it)
+-- and start_by cleared (its agent evidently started); its JobStatus row goes in_progress with
+-- the time, counting the heartbeats of this attempt. One statement.
+-- Guard: process_state = 'processing' AND lease = p_lease AND complete_by > now (a worker
+-- resumed after its deadline finds its lease gone) AND heartbeat_window IS NOT NULL. A refused
+-- heartbeat extends nothing and is recorded (sas_reply_ignored, outcome heartbeat).
+CREATE OR REPLACE FUNCTION sas_step_heartbeat(p_step_id bigint, p_lease uuid, p_worker text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_complete_by timestamptz;
+BEGIN
+    WITH s AS (
+        UPDATE scheduler_step
+        SET complete_by = greatest(complete_by, statement_timestamp() + heartbeat_window),
+            start_by = NULL, updated_at = statement_timestamp()
+        WHERE id = p_step_id AND process_state = 'processing' AND lease = p_lease
+          AND complete_by > statement_timestamp() AND heartbeat_window IS NOT NULL
+        RETURNING id, complete_by
+    ), status AS (
+        UPDATE scheduler_heartbeatstatus AS h
+        SET status = 'in_progress', worker = left(p_worker, 200),
+            heartbeats = CASE WHEN h.lease = p_lease THEN h.heartbeats + 1 ELSE 1 END,
+            lease = p_lease, last_heartbeat_at = statement_timestamp(), updated_at = statement_timestamp()
+        FROM s WHERE h.step_id = s.id
+    )
+    SELECT complete_by INTO v_complete_by FROM s;
+    IF v_complete_by IS NULL THEN
+        RETURN sas_reply_ignored(p_step_id, p_lease, 'heartbeat', p_worker, 'lease lost', NULL);
+    END IF;
+    RETURN jsonb_build_object('outcome', 'extended', 'complete_by', v_complete_by);
 END;
 $$;

@@ -136,3 +136,102 @@ SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL
     not_before = statement_timestamp(), finished_at = NULL, updated_at = statement_timestamp()
 WHERE run_id = %(run_id)s AND kind = 'compensation' AND process_state = 'error'
 RETURNING id, name
+
+-- name: step_continue
+SELECT sas_step_continue(%(step_id)s, %(lease)s::uuid, %(instance)s, %(claim)s)
+
+-- name: step_heartbeat
+SELECT sas_step_heartbeat(%(step_id)s, %(lease)s::uuid, %(worker)s)
+
+-- name: checkpoint_page_begin
+-- A page's transaction begins: the step's row is locked while its lease is current (so until
+-- this transaction ends no sweep, cancel or other claim can take the step, and a stale worker
+-- gets no row), and the checkpoint row with it; the first page stamps started_at.
+-- That lock must not outlive the attempt: the transaction's statement and idle-in-transaction
+-- timeouts (SET LOCAL, through set_config) become the time left until complete_by, so the
+-- database itself ends a page that hangs in a statement (a lock wait, a bad plan) or whose
+-- worker stopped mid-page (frozen, stuck), and the supervisor can take the step back.
+WITH s AS (
+    SELECT id, greatest(1, ceil(extract(epoch FROM complete_by - clock_timestamp()) * 1000))::bigint::text AS ms
+    FROM scheduler_step
+    WHERE id = %(step_id)s AND process_state = 'processing' AND lease = %(lease)s::uuid
+      AND complete_by > statement_timestamp()
+    FOR UPDATE
+)
+UPDATE scheduler_checkpoint AS c
+SET started_at = coalesce(c.started_at, statement_timestamp())
+FROM s WHERE c.step_id = s.id
+RETURNING c.page_size, c.page_start, c.pages_done, c.rows_done, c.total, c.completed,
+          set_config('statement_timeout', s.ms, true),
+          set_config('idle_in_transaction_session_timeout', s.ms, true)
+
+-- name: checkpoint_advance
+-- The page's effect is written; the checkpoint moves past it, in the same transaction. Guard:
+-- the checkpoint is still where this page started (compare-and-set: a page is applied once)
+-- and not completed, and the step is still held by this lease within its complete_by (a page
+-- that ran past its deadline is not applied: its transaction rolls back, and the supervisor
+-- takes the step back once the lock is released).
+UPDATE scheduler_checkpoint AS c
+SET page_start = %(next_start)s, pages_done = c.pages_done + 1, rows_done = c.rows_done + %(rows)s,
+    total = coalesce(%(total)s, c.total), completed = %(completed)s, updated_at = statement_timestamp()
+FROM scheduler_step AS s
+WHERE c.step_id = %(step_id)s AND c.page_start = %(page_start)s AND NOT c.completed
+  AND s.id = c.step_id AND s.process_state = 'processing' AND s.lease = %(lease)s::uuid
+  AND s.complete_by > statement_timestamp()
+
+-- name: heartbeat_complete
+-- A heartbeat step's work is done: its JobStatus row in_progress | waiting -> completed, in the
+-- transaction that writes the work's effect and accepts its success; the step's row is locked
+-- while its lease is current, so the effect commits only under the lease.
+WITH s AS (
+    SELECT id FROM scheduler_step
+    WHERE id = %(step_id)s AND process_state = 'processing' AND lease = %(lease)s::uuid
+      AND complete_by > statement_timestamp()
+    FOR UPDATE
+)
+UPDATE scheduler_heartbeatstatus AS h
+SET status = 'completed', lease = %(lease)s::uuid, updated_at = statement_timestamp()
+FROM s WHERE h.step_id = s.id AND h.status IN ('waiting', 'in_progress')
+RETURNING h.step_id
+
+-- name: runs_insert_many
+-- Many new runs at once (the jobs dispatcher's batch), in one statement: the runs Pending, their
+-- forward steps (the first Pending, due now; the rest Waiting) and a "received" event each.
+-- Arrays in, one row per element (unnest): the cost is the rows', not statements' or
+-- parameters'. The steps' idempotency keys are `<run id>:<step name>`, as run_submit makes them.
+WITH runs AS (
+    INSERT INTO scheduler_run
+        (id, workflow, input, owner_id, priority, deadline, state, cancel_requested, observed, job_id,
+         correlation_id, error, created_at, updated_at, finished_at, scheduled_for, job_attempt, job_settled)
+    SELECT r.id, r.workflow, r.input, r.owner_id, r.priority, NULL, 'pending', false, false, r.job_id,
+           r.correlation_id, '', statement_timestamp(), statement_timestamp(), NULL, r.scheduled_for,
+           r.job_attempt, false
+    FROM unnest(%(run_ids)s::uuid[], %(workflows)s::text[], %(inputs)s::jsonb[], %(owner_ids)s::bigint[],
+                %(priorities)s::smallint[], %(job_ids)s::bigint[], %(correlation_ids)s::text[],
+                %(scheduled_for)s::timestamptz[], %(job_attempts)s::smallint[])
+         AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt)
+    RETURNING id, workflow, correlation_id
+), steps AS (
+    INSERT INTO scheduler_step
+        (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,
+         failure_count, not_before, lease, idempotency_key, start_by, close_by, reached, timeout,
+         queue_timeout, schedule_to_close, max_failures, heartbeat_window, backoff_base, backoff_max, priority,
+         deadline, attempts, payload, result, last_error, error_permanent, created_at, updated_at, finished_at)
+    SELECT s.run_id, s.name, 'forward', s.seq, s.operation, NULL,
+           CASE WHEN s.seq = 0 THEN 'pending' ELSE 'waiting' END, NULL, NULL,
+           0, statement_timestamp(), NULL, s.run_id::text || ':' || s.name, NULL, NULL, false, s.timeout,
+           s.queue_timeout, s.schedule_to_close, s.max_failures, s.heartbeat_window, s.backoff_base,
+           s.backoff_max, s.priority, NULL, 0, s.payload, NULL, '', false, statement_timestamp(),
+           statement_timestamp(), NULL
+    FROM unnest(%(step_run_ids)s::uuid[], %(step_names)s::text[], %(step_seqs)s::integer[],
+                %(step_operations)s::text[], %(step_timeouts)s::interval[], %(step_queue_timeouts)s::interval[],
+                %(step_schedule_to_close)s::interval[], %(step_max_failures)s::integer[],
+                %(step_heartbeat_windows)s::interval[], %(step_backoff_base)s::float8[], %(step_backoff_max)s::float8[], %(step_priorities)s::smallint[],
+                %(step_payloads)s::jsonb[])
+         AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
+              heartbeat_window, backoff_base, backoff_max, priority, payload)
+)
+INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+SELECT gen_random_uuid(), id, NULL, 'received',
+       jsonb_build_object('workflow', workflow, 'correlation_id', correlation_id), statement_timestamp()
+FROM runs

@@ -24,4 +24,9 @@ def staff_client(operator: Any) -> Client:
 def customer(db: None) -> Any:
     from django.contrib.auth import get_user_model
 
-    return get_user_model().objects.create_user("alice", "alice@example.com", None)
+    # get_or_create: live tests (demo_user, the admin browser test) commit an "alice" that their
+    # truncation does not remove, and test order varies (pytest-xdist).
+    user, _ = get_user_model().objects.get_or_create(
+        username="alice", defaults={"email": "alice@example.com"}
+    )
+    return user

@@ -68,7 +68,7 @@ def admin_server(live_db: None, worker_env: dict[str, str], tmp_path: Path) -> I
 
 
 @pytest.fixture
-def browser_data(live_db: None, manual_scheduler: None) -> dict[str, Any]:
+def browser_data(live_db: None, engine_paused: None, manual_scheduler: None) -> dict[str, Any]:
     """Committed data: an operator, and orders in every interesting state."""
     from django.contrib.auth import get_user_model
 

@@ -237,6 +237,6 @@ def test_job_pages__list_detail_and_runs_link__find_the_jobs_runs(
     listing = _text(staff_client.get(reverse("admin:scheduler_job_changelist")))
     assert "nightly restock" in listing and "0 3 * * *" in listing
     detail = _text(staff_client.get(reverse("admin:scheduler_job_change", args=[job.id])))
-    assert f"?q=job:{job.id}" in detail
-    runs = _text(staff_client.get(reverse("admin:scheduler_run_changelist"), {"q": f"job:{job.id}"}))
+    assert f"?job__id__exact={job.id}" in detail  # the job admin is jobs/admin.py
+    runs = _text(staff_client.get(reverse("admin:scheduler_run_changelist"), {"job__id__exact": job.id}))
     assert str(run.id)[:8] in runs

@@ -10,7 +10,9 @@ the same port, and checks that
 - the supervisor met the outage and sweeps again after it (history rows it wrote after the
   restart, for steps whose deadline ran out while the server was down),
 - every run reaches Completed (and, after the broker lost every queued message, each order was
-  charged exactly once: the state store, not the broker, is the source of truth).
+  charged exactly once: the state store, not the broker, is the source of truth);
+- a paginated step (the catalogue reprice) whose page's transaction was open when the database
+  crashed loses that page whole, and resumes from its checkpoint: each page applied once.
 
 The processes use the production default for database connections (persistent, with health
 checks; DATABASE_CONN_MAX_AGE unset), since a connection that outlives a database restart is
@@ -30,6 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -43,6 +46,7 @@ from simulator.client import SimulatorControl
 
 from ..harness import AGENT_QUEUES, CONTROL_QUEUES, Proc, celery_worker, simulator_process, wait_for
 from ..outage_services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
+from .helpers import assert_repriced_once, attempt_statuses, stall_once, stall_remove, stalled_lease
 
 ENGINE_TABLES = (
     "scheduler_runevent, scheduler_taskexecutionhistory, supervisor_alert, orders_order, scheduler_step,"
@@ -170,9 +174,10 @@ def _started(proc: Proc, marker: str) -> bool:
     return marker in proc.log() or not proc.alive()
 
 
-@pytest.fixture
-def engine(stack: Stack, tmp_path: Path) -> Iterator[Engine]:
-    """Fresh processes per test on clean tables, an empty broker and a clean simulator."""
+@contextmanager
+def running_engine(stack: Stack, tmp_path: Path, *, agents: Proc) -> Iterator[Engine]:
+    """Fresh processes on clean tables, an empty broker and a clean simulator: a control worker,
+    beat and `agents` (the agent worker the test needs)."""
     stack.pg.query(f"TRUNCATE {ENGINE_TABLES} CASCADE")
     client = redis.Redis.from_url(stack.redis.url)
     client.flushall()
@@ -182,11 +187,7 @@ def engine(stack: Stack, tmp_path: Path) -> Iterator[Engine]:
         control=celery_worker(
             name="control", queues=CONTROL_QUEUES, log_dir=tmp_path, env=stack.env, concurrency=2
         ),
-        # Three agent processes: with a late ack and prefetch 1, each holds one message, so three
-        # hanging calls do not starve the other steps, and more steps than that wait in the broker.
-        agents=celery_worker(
-            name="agents", queues=AGENT_QUEUES, log_dir=tmp_path, env=stack.env, concurrency=3
-        ),
+        agents=agents,
         beat=beat_process(log_dir=tmp_path, env=stack.env),
     )
     try:
@@ -200,6 +201,27 @@ def engine(stack: Stack, tmp_path: Path) -> Iterator[Engine]:
         stack.sim.clear_faults()
         for proc in eng.procs:
             proc.stop()
+
+
+@pytest.fixture
+def engine(stack: Stack, tmp_path: Path) -> Iterator[Engine]:
+    # Three agent processes: with a late ack and prefetch 1, each holds one message, so three
+    # hanging calls do not starve the other steps, and more steps than that wait in the broker.
+    agents = celery_worker(name="agents", queues=AGENT_QUEUES, log_dir=tmp_path, env=stack.env, concurrency=3)
+    with running_engine(stack, tmp_path, agents=agents) as eng:
+        yield eng
+
+
+@pytest.fixture
+def catalogue_engine(stack: Stack, tmp_path: Path) -> Iterator[Engine]:
+    """The engine with the catalogue reprice's agent (one process) on a clean catalogue."""
+    stack.pg.query("TRUNCATE catalogue_product, catalogue_repriceledger RESTART IDENTITY")
+    agents = celery_worker(
+        name="catalogue", queues="agent.catalogue", log_dir=tmp_path, env=stack.env, concurrency=1
+    )
+    with running_engine(stack, tmp_path, agents=agents) as eng:
+        yield eng
+    stall_remove(stack.pg.query)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -405,3 +427,52 @@ def test_broker_outage__messages_lost__supervisor_recovers_steps__one_charge_per
         f"broker outage {outage:.1f}s ({queued} agent messages lost); after the restart: first sweep"
         f" {first_sweep:.1f}s, all runs completed {recovered:.1f}s"
     )
+
+
+REPRICE = """
+from django.contrib.auth import get_user_model
+from catalogue.services import catalogue_seed, reprice_submit
+user, _ = get_user_model().objects.get_or_create(username="outage")
+catalogue_seed(rows=%d)
+print("RUN=" + str(reprice_submit(owner_id=user.id, percent="10").id))
+"""
+
+
+def test_database_restart_mid_page__page_not_applied__resumes_from_checkpoint__each_page_once(
+    stack, catalogue_engine
+):
+    """The database crashes while a page's transaction is open (its statement hangs in a stall
+    midway through the page, rows before it already written) and comes back a few seconds
+    later. The page's effect and checkpoint went together: neither survived. Its worker's reply
+    could not be written either; the supervisor takes the attempt back after the restart, and
+    the reprice resumes at the last committed checkpoint."""
+    engine = catalogue_engine
+    stall_once(stack.pg.query, product_id=1500, seconds=600)  # midway through the second page
+    # Pages get an 8 s window (6 s + 2 s to start), so the database's own deadline for the
+    # stalled page (the page's statement timeout) is not what ends it on a slow machine.
+    submit_env = {**stack.env, "SAS_CATALOGUE_PAGE_TIMEOUT": "6"}
+    out = manage_py(["shell", "-c", REPRICE % 3000], submit_env)
+    run_id = next(line for line in out.splitlines() if line.startswith("RUN=")).removeprefix("RUN=")
+    lease = wait_or_explain(
+        stack, lambda: stalled_lease(stack.pg.query, run_id), timeout=30, what="the second page to hang"
+    )
+    offset = len(engine.agents.log())
+
+    stack.pg.stop("immediate")
+    hold_down(engine, datetime.now(UTC) + timedelta(seconds=2))
+    stack.pg.start()
+
+    wait_or_explain(stack, lambda: all_completed(stack, [run_id]), timeout=60, what="the reprice to complete")
+    assert not engine.dead(), engine.dead()
+    # The restart, not a deadline, ended the page: its worker saw the connection go.
+    log = log_since(engine.agents, offset)
+    assert "page failed; rolled back" in log and "ran past its deadline" not in log, log[-3000:]
+    assert_repriced_once(stack.pg.query, run_id=run_id, percent="10", rows=3000, page_size=1000)
+    ((hung,),) = stack.pg.query(
+        "SELECT status FROM scheduler_taskexecutionhistory WHERE lease = %s::uuid AND kind = 'attempt'",
+        (lease,),
+    )
+    assert hung in ("timed_out", "failed_transient")  # reply lost with the database, or made after
+    statuses = attempt_statuses(stack.pg.query, run_id)
+    assert statuses.count("continued") == 2 and statuses[-1] == "succeeded", statuses
+    assert hung in statuses[1:-1]

@@ -1,4 +1,4 @@
-"""`manage.py demo_setup` seeds recurring demo jobs of the order workflow, once."""
+"""`manage.py demo_setup` seeds recurring demo jobs of each kind a job can run, once."""
 
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ from scheduler.models import Job, ScheduledJob
 pytestmark = pytest.mark.django_db
 
 
-def test_demo_setup__recurring_order_jobs_seeded_once_each_with_its_next_occurrence():
+def test_demo_setup__recurring_jobs_of_each_kind_seeded_once_each_with_its_next_occurrence():
     call_command("demo_setup", stdout=io.StringIO())
     out = io.StringIO()
     call_command("demo_setup", stdout=out)
 
     jobs = Job.objects.filter(owner__username="admin", name__startswith="demo: ")
-    assert jobs.count() == 3 and all(j.is_recurring and j.workflow == "order_fulfilment" for j in jobs)
-    assert ScheduledJob.objects.filter(job__in=jobs, kind="next").count() == 3
+    assert jobs.count() == 6 and all(j.is_recurring for j in jobs)
+    assert sorted({j.workflow for j in jobs}) == [
+        "catalogue.reprice",
+        "http.call",
+        "order_fulfilment",
+        "task:webhooks.purge_deliveries",
+    ]
+    assert ScheduledJob.objects.filter(job__in=jobs, kind="next").count() == 6
     assert "demo jobs in place" in out.getvalue()

@@ -62,6 +62,7 @@ NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
         ({"max_retry": 101}, "max_retry"),
         ({"retry_backoff": 0}, "retry_backoff"),
         ({"jitter": -1}, "jitter"),
+        ({"cron": "*/5 * * * *", "jitter": 300}, "jitter"),
         ({"overlap_policy": "queue_all"}, "overlap_policy"),
         ({"cron": "@daily", "catchup_window": timedelta(days=-1)}, "catchup_window"),
         ({"cron": "@daily", "max_firings": 0}, "max_firings"),

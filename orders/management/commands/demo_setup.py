@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand
 class Command(BaseCommand):
     help = (
         "Create the demo admin user (admin/admin unless DEMO_ADMIN_* say otherwise), the periodic tasks "
-        "and a few recurring demo jobs of the order workflow."
+        "and a few recurring demo jobs: the order workflow, a schedulable task, an HTTP call and the "
+        "catalogue's paginated reprice."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -39,27 +40,66 @@ class Command(BaseCommand):
         self._demo_jobs(user.pk)
 
     def _demo_jobs(self, owner_id: int) -> None:
-        """Recurring jobs of the order workflow, so `make run` shows jobs firing (the jobs
-        dispatcher, scheduler/jobs.md). Left alone when they exist (a user may have edited or
-        paused them); DEMO_JOBS=0 skips them."""
+        """Recurring jobs of each kind a job can run, so `make run` shows jobs firing (the jobs
+        dispatcher, scheduler/jobs.md): the order workflow, a schedulable Celery task, an HTTP
+        call to the simulator (on the allowlist by default) and the catalogue's paginated
+        reprice (issue 9). Left alone when they exist (a user may have edited or paused them);
+        DEMO_JOBS=0 skips them."""
         if os.environ.get("DEMO_JOBS", "1") == "0":
             return
         from scheduler.models import Job
         from scheduler.services import job_create
 
         sample = {"items": [{"sku": "SKU-DEMO", "quantity": 1}], "amount": "9.99", "currency": "EUR"}
-        demo: list[tuple[str, dict[str, Any]]] = [
-            ("demo: sample order every minute", {"cron": "* * * * *", "overlap_policy": "skip"}),
+        simulator = os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055").rstrip("/")
+        order = "order_fulfilment"
+        demo: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+            (
+                "demo: sample order every minute",
+                order,
+                sample,
+                {"cron": "* * * * *", "overlap_policy": "skip"},
+            ),
             (
                 "demo: restock order every 5 minutes",
+                order,
+                sample,
                 {"cron": "*/5 * * * *", "overlap_policy": "buffer_one", "max_retry": 2, "jitter": 20},
             ),
-            ("demo: nightly order (Berlin)", {"cron": "30 2 * * *", "timezone_name": "Europe/Berlin"}),
+            (
+                "demo: nightly order (Berlin)",
+                order,
+                sample,
+                {"cron": "30 2 * * *", "timezone_name": "Europe/Berlin"},
+            ),
+            (
+                "demo: purge old webhook deliveries (daily)",
+                "task:webhooks.purge_deliveries",
+                {"kwargs": {"older_than_days": 30}},
+                {"cron": "15 3 * * *"},
+            ),
+            (
+                "demo: ping the simulator every 5 minutes",
+                "http.call",
+                {
+                    "method": "POST",
+                    "url": f"{simulator}/echo",
+                    "body": {"ping": True},
+                    "expected_status": 200,
+                },
+                {"cron": "*/5 * * * *", "max_retry": 1},
+            ),
+            (
+                "demo: reprice the catalogue +1% hourly",
+                "catalogue.reprice",
+                {"percent": "1"},
+                {"cron": "0 * * * *", "overlap_policy": "skip"},
+            ),
         ]
         created = []
-        for name, schedule in demo:
+        for name, workflow, job_input, schedule in demo:
             if Job.objects.filter(owner_id=owner_id, name=name).exists():
                 continue
-            job_create(owner_id=owner_id, name=name, workflow="order_fulfilment", input=sample, **schedule)
+            job_create(owner_id=owner_id, name=name, workflow=workflow, input=job_input, **schedule)
             created.append(name)
         self.stdout.write(f"demo jobs {'created: ' + ', '.join(created) if created else 'in place'}")

@@ -91,6 +91,31 @@
     }));
   }
 
+  // The timeline (reports' {% run_timeline %}) is drawn on the server: fetch it again when the
+  // steps or the events changed. The fragment is our own server's markup, every data text in it
+  // escaped when it was drawn; it is parsed, not assigned as a string to innerHTML.
+  var timeline = document.getElementById("timeline");
+  function timelineKey(data) {
+    return data.events.length + "|" + data.steps.map(function (s) { return s.state + ":" + s.attempts; }).join(",");
+  }
+  var shownTimeline = timelineKey(initial);
+  function refreshTimeline(data) {
+    var key = timelineKey(data);
+    if (!timeline || !timeline.dataset.url || key === shownTimeline) return;
+    shownTimeline = key;
+    fetch(timeline.dataset.url, { credentials: "same-origin", cache: "no-store" })
+      .then(function (response) {
+        if (!response.ok) throw new Error("status " + response.status);
+        return response.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector(".timeline-body");
+        var current = timeline.querySelector(".timeline-body");
+        if (fresh && current) current.replaceWith(document.importNode(fresh, true));
+      })
+      .catch(function () { shownTimeline = null; });
+  }
+
   function render(data) {
     var state = document.getElementById("run-state");
     state.dataset.state = data.state;
@@ -104,6 +129,7 @@
     renderEvents(data.events);
     document.getElementById("cancel-form").classList.toggle("hidden", !data.cancellable);
     document.getElementById("live").classList.toggle("hidden", data.terminal);
+    refreshTimeline(data);
   }
 
   function poll() {

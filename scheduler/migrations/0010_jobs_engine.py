@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduler", "0007_reinstall_functions"),
+        ("scheduler", "0009_run_job_created_idx"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,375 @@
+"""HTTP-call jobs: the `http.call` workflow and its agent, `agents.http.call` (queue `agent.http`).
+
+A job (or anyone with `run_submit`) runs an HTTP request as a one-step workflow, so the call
+gets what every remote call gets: a complete-by window per attempt, the step's retries with
+backoff, a circuit breaker per destination host, its own worker (the bulkhead), the supervisor's
+sweep, and an `Idempotency-Key` header stable across attempts (`<run>:call`).
+
+Input (all validated before anything is written; errors name the field):
+
+    {"method": "POST",                       # GET POST PUT PATCH DELETE HEAD
+     "url": "https://api.example.com/hook",  # http(s); host on the allowlist (http_allowlist)
+     "headers": {"Authorization": "..."},    # optional, str -> str; no hop-by-hop or Host
+     "body": {"any": "JSON"} or "raw text",  # optional; JSON is sent as application/json
+     "timeout": 10,                          # optional, seconds, at most the step's window
+     "expected_status": [200, 201]}          # optional; default: any 2xx is success
+
+Outcome: an expected status (any 2xx by default) is success, and the step's result is
+{"status", "content_type", "body" (first RESPONSE_MAX_BYTES, decoded), "body_truncated"}.
+5xx, 408, 425, 429, timeouts and connection errors are transient (the step retries per its
+policy); anything else (4xx, a redirect - never followed) is permanent: the step errors and
+the run ends Compensated, with the status and the start of the body in the step's error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from celery import shared_task
+from django.conf import settings
+
+from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
+
+from .base import (
+    TRANSIENT_STATUSES,
+    AgentTask,
+    NotSentFault,
+    PermanentFault,
+    RetryPolicy,
+    TransientFault,
+    transport_faults,
+)
+from .http_allowlist import URL_MAX_LENGTH, UrlRefused, addresses_resolve, url_check
+
+HTTP_CALL_WORKFLOW = "http.call"
+HTTP_CALL_OPERATION = "agents.http.call"
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+BODYLESS_METHODS = ("GET", "HEAD")
+MAX_HEADERS = 50
+HEADER_NAME_MAX = 256
+HEADER_VALUE_MAX = 8192
+BODY_MAX_BYTES = 64 * 1024
+MAX_EXPECTED_STATUSES = 20
+# RFC 9110 5.1: a field name is a token.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Hop-by-hop headers (RFC 9110 7.6.1) and those the agent sets itself.
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "idempotency-key",
+    }
+)
+_FIELDS = ("method", "url", "headers", "body", "timeout", "expected_status")
+
+
+def _policy() -> dict[str, Any]:
+    return dict(settings.SAS_HTTP_JOBS)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _clean_headers(value: object, errors: dict[str, list[str]]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        errors["headers"] = ["must be an object of header names to string values"]
+        return {}
+    problems: list[str] = []
+    seen: set[str] = set()
+    if len(value) > MAX_HEADERS:
+        problems.append(f"at most {MAX_HEADERS} headers")
+    for name, text in value.items():
+        if not isinstance(name, str) or not _TOKEN.match(name) or len(name) > HEADER_NAME_MAX:
+            problems.append(f"{str(name)[:40]!r} is not a valid header name")
+            continue
+        lower = name.lower()
+        if lower in FORBIDDEN_HEADERS or lower.startswith("proxy-"):
+            problems.append(f"{name}: set by the connection or the agent, not by a job")
+        if lower in seen:
+            problems.append(f"{name}: given twice")
+        seen.add(lower)
+        if not isinstance(text, str):
+            problems.append(f"{name}: the value must be a string")
+        elif len(text) > HEADER_VALUE_MAX or any(c in text for c in "\r\n\x00"):
+            problems.append(f"{name}: the value must be one line of at most {HEADER_VALUE_MAX} characters")
+    if problems:
+        errors["headers"] = problems
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _clean_body(value: object, method: object, errors: dict[str, list[str]]) -> object:
+    if value is None:
+        return None
+    if method in BODYLESS_METHODS:
+        errors["body"] = [f"a {method} request takes no body"]
+        return None
+    try:
+        size = len(value.encode() if isinstance(value, str) else json.dumps(value, allow_nan=False).encode())
+    except (TypeError, ValueError):
+        errors["body"] = ["must be a string or a JSON value"]
+        return None
+    if size > BODY_MAX_BYTES:
+        errors["body"] = [f"at most {BODY_MAX_BYTES} bytes"]
+        return None
+    return value
+
+
+def _clean_expected(value: object, errors: dict[str, list[str]]) -> list[int] | None:
+    if value is None:
+        return None
+    statuses = [value] if not isinstance(value, list) else value
+    if (
+        not statuses
+        or len(statuses) > MAX_EXPECTED_STATUSES
+        or not all(isinstance(s, int) and not isinstance(s, bool) and 100 <= s <= 599 for s in statuses)
+    ):
+        errors["expected_status"] = [
+            f"must be an HTTP status (100-599) or a list of up to {MAX_EXPECTED_STATUSES} of them"
+        ]
+        return None
+    return sorted(set(statuses))
+
+
+def validate_http_call_input(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Clean an `http.call` input or raise WorkflowInputError with every field's errors."""
+    errors: dict[str, list[str]] = {}
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        errors["non_field_errors"] = [f"unknown field(s): {', '.join(map(str, unknown))}"]
+    method = data.get("method")
+    if isinstance(method, str):
+        method = method.strip().upper()
+    if method not in METHODS:
+        errors["method"] = [f"must be one of {', '.join(METHODS)}"]
+    try:
+        url = url_check(data.get("url")).url
+    except UrlRefused as exc:
+        errors["url"] = [str(exc)]
+        url = ""
+    headers = _clean_headers(data.get("headers"), errors)
+    body = _clean_body(data.get("body"), method, errors)
+    timeout = data.get("timeout")
+    window = float(_policy()["STEP_TIMEOUT"])
+    if timeout is not None and (not _number(timeout) or not 0 < timeout <= window):
+        errors["timeout"] = [f"must be a number of seconds above 0 and at most {window:g}"]
+    expected = _clean_expected(data.get("expected_status"), errors)
+    if errors:
+        raise WorkflowInputError(errors)
+    cleaned: dict[str, Any] = {"method": method, "url": url, "headers": headers}
+    if body is not None:
+        cleaned["body"] = body
+    if timeout is not None:
+        cleaned["timeout"] = timeout
+    if expected is not None:
+        cleaned["expected_status"] = expected
+    return cleaned
+
+
+HTTP_CALL_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["method", "url"],
+    "properties": {
+        "method": {"type": "string", "enum": list(METHODS)},
+        "url": {
+            "type": "string",
+            "format": "uri",
+            "maxLength": URL_MAX_LENGTH,
+            "description": "http(s) URL whose host is on SAS_HTTP_JOB_ALLOWED_HOSTS",
+        },
+        "headers": {
+            "type": "object",
+            "additionalProperties": {"type": "string", "maxLength": HEADER_VALUE_MAX},
+            "maxProperties": MAX_HEADERS,
+            "description": "no hop-by-hop headers, Host, Content-Length or Idempotency-Key",
+        },
+        "body": {"description": "a string (sent as is) or any JSON value (sent as application/json)"},
+        "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "seconds per attempt"},
+        "expected_status": {
+            "oneOf": [
+                {"type": "integer", "minimum": 100, "maximum": 599},
+                {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 100, "maximum": 599},
+                    "minItems": 1,
+                    "maxItems": MAX_EXPECTED_STATUSES,
+                },
+            ],
+            "description": "statuses that count as success (default: any 2xx)",
+        },
+    },
+}
+
+
+# -- the agent ---------------------------------------------------------------------------------
+
+_local = threading.local()
+# Destinations with a pooled client kept per thread; the least recently used is closed past it.
+MAX_CLIENTS = 32
+
+
+def _client(host: str) -> httpx.Client:
+    """A pooled client per destination name, per thread (created after fork). Per name because
+    the connection goes to an address: a pool shared by two names on one address would send
+    one name's requests over a TLS connection verified for the other. Redirects are not
+    followed, and proxies from the environment are not used (the connection goes to the
+    checked address)."""
+    clients: OrderedDict[str, httpx.Client] | None = getattr(_local, "clients", None)
+    if clients is None or getattr(_local, "pid", None) != os.getpid():
+        clients = OrderedDict()
+        _local.clients = clients
+        _local.pid = os.getpid()
+    client = clients.pop(host, None)
+    if client is None:
+        client = httpx.Client(
+            follow_redirects=False,
+            trust_env=False,
+            limits=httpx.Limits(max_connections=10, max_keepalive_connections=4),
+        )
+        while len(clients) >= MAX_CLIENTS:
+            clients.popitem(last=False)[1].close()
+    clients[host] = client
+    return client
+
+
+def _read_bounded(response: httpx.Response, limit: int) -> tuple[str, bool]:
+    """The start of the body, decoded, and whether it was cut."""
+    data = bytearray()
+    for chunk in response.iter_bytes():
+        data += chunk
+        if len(data) > limit:
+            break
+    truncated = len(data) > limit
+    return bytes(data[:limit]).decode(response.encoding or "utf-8", errors="replace"), truncated
+
+
+def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: float) -> dict[str, Any]:
+    """Make one call described by a cleaned `http.call` input. Returns the step's result;
+    raises TransientFault / NotSentFault / PermanentFault."""
+    method, url = payload["method"], payload["url"]
+    try:
+        # Again at call time: the allowlist may have changed since the job was saved.
+        target = url_check(url)
+        addresses = addresses_resolve(target)
+    except UrlRefused as exc:
+        raise PermanentFault(f"{method} {url} refused: {exc}") from exc
+    except OSError as exc:
+        raise NotSentFault(f"{method} {url}: the host does not resolve: {exc}") from exc
+    headers = {**payload.get("headers", {}), "Idempotency-Key": idempotency_key, "Host": target.netloc}
+    content: bytes | None = None
+    body = payload.get("body")
+    if isinstance(body, str):
+        content = body.encode()
+    elif body is not None:
+        content = json.dumps(body, separators=(",", ":")).encode()
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = "application/json"
+    if payload.get("timeout"):
+        timeout = min(timeout, float(payload["timeout"]))
+    limit = int(_policy()["RESPONSE_MAX_BYTES"])
+    with transport_faults(f"{method} {url}", timeout=timeout):
+        # Connect to an address that was checked (the next one if it refuses: `localhost` may
+        # be ::1 first for a server on 127.0.0.1); the name still goes in Host and in TLS's SNI
+        # (the certificate is verified against it).
+        for index, address in enumerate(addresses):
+            request = _client(target.host).build_request(
+                method,
+                httpx.URL(url).copy_with(host=str(address)),
+                content=content,
+                headers=headers,
+                timeout=httpx.Timeout(timeout),
+                extensions={"sni_hostname": target.host} if target.ip is None else {},
+            )
+            try:
+                response = _client(target.host).send(request, stream=True)
+                break
+            except httpx.ConnectError:
+                if index == len(addresses) - 1:
+                    raise
+        try:
+            text, truncated = _read_bounded(response, limit)
+        finally:
+            response.close()
+    status = response.status_code
+    expected = payload.get("expected_status")
+    if expected is not None and status in expected:
+        pass
+    elif status >= 500 or status in TRANSIENT_STATUSES:
+        raise TransientFault(f"{method} {url} answered {status}: {text[:200]}")
+    elif expected is not None or not 200 <= status < 300:
+        raise PermanentFault(f"{method} {url} answered {status}: {text[:500]}")
+    return {
+        "status": status,
+        "content_type": response.headers.get("content-type", ""),
+        "body": text,
+        "body_truncated": truncated,
+    }
+
+
+class HttpCallAgent(AgentTask):
+    service = "http"
+    # One call per attempt: the step's policy (backoff, max failures) does the retrying, so
+    # every try of a job's call is an attempt in its history.
+    retry_policy = RetryPolicy(max_tries=1)
+
+    def breaker_name(self, payload: dict[str, Any]) -> str:
+        try:
+            return f"http:{url_check(payload.get('url')).netloc}"
+        except UrlRefused:
+            return "http:refused"
+
+    def call_remote(self, *, path: str, payload: dict[str, Any], idempotency_key: str, timeout: float) -> Any:
+        return http_call(payload=payload, idempotency_key=idempotency_key, timeout=timeout)
+
+
+@shared_task(name=HTTP_CALL_OPERATION, bind=True, base=HttpCallAgent)
+def http_call_operation(self: HttpCallAgent, **kwargs: Any) -> str:
+    return self.perform(path="", **kwargs)
+
+
+def _payload(ctx: StepContext) -> dict[str, Any]:
+    return dict(ctx.input)
+
+
+def build_http_call_workflow() -> Workflow:
+    return Workflow(
+        name=HTTP_CALL_WORKFLOW,
+        label="HTTP call",
+        description="Send one HTTP request to an allowed host; retried on 5xx and timeouts.",
+        validate=validate_http_call_input,
+        input_schema=HTTP_CALL_INPUT_SCHEMA,
+        steps=[
+            StepDef(
+                name="call",
+                label="HTTP call",
+                operation=HTTP_CALL_OPERATION,
+                payload=_payload,
+                **step_policy(_policy()),
+            )
+        ],
+    )
+
+
+register(build_http_call_workflow())

@@ -1,0 +1,61 @@
+"""The catalogue pages: the reprice form and my reprices; a reprice run's page with its live
+progress bar (static/catalogue/progress.js polls /api/runs/<id>/progress/)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from scheduler.models import Run
+from scheduler.selectors import run_progress
+from scheduler.workflows import WorkflowInputError, get_workflow
+
+from .forms import RepriceForm
+from .selectors import catalogue_summary, reprice_run_get, reprice_runs
+from .services import reprice_submit
+from .workflows import REPRICE_WORKFLOW
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def catalogue_view(request: HttpRequest) -> HttpResponse:
+    form = RepriceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user_id = request.user.pk
+        assert isinstance(user_id, int), "login_required guarantees a signed-in user"
+        try:
+            run = reprice_submit(owner_id=user_id, percent=form.cleaned_data["percent"])
+        except WorkflowInputError as exc:
+            for field, errors in exc.errors.items():
+                for error in errors:
+                    form.add_error(field if field in form.fields else None, error)
+        else:
+            return redirect("catalogue:reprice", run_id=run.pk)
+    return render(
+        request,
+        "catalogue/index.html",
+        {
+            "form": form,
+            "summary": catalogue_summary(),
+            "runs": reprice_runs(user=request.user)[:20],
+            "page_size": get_workflow(REPRICE_WORKFLOW).steps[0].page_size,
+        },
+    )
+
+
+@login_required
+@require_GET
+def reprice_detail_view(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    try:
+        run = reprice_run_get(user=request.user, run_id=run_id)
+    except Run.DoesNotExist:
+        raise Http404("No such reprice.") from None
+    return render(
+        request,
+        "catalogue/reprice.html",
+        {"run": run, "progress": run_progress(user=request.user, run_id=run.pk)},
+    )

@@ -1,0 +1,232 @@
+"""API shapes for jobs. Input serializers check JSON types only, field by field; every rule (cron,
+time zone, ranges, end after start, the workflow's input) is the job service's, and its errors
+come back under the same field names (`errors.split_errors`)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from rest_framework import serializers
+
+from scheduler.models import HistoryStatus, OverlapPolicy, RunState
+
+JOB_STATES = [("active", "Active"), ("paused", "Paused"), ("finished", "Finished")]
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, not "3", 3.0 or true: wrong types are errors, not guesses."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+class LocalDateTimeField(serializers.DateTimeField):
+    """An aware date-time written with its own offset (DRF would convert it to the site's zone):
+    preview times read in the job's time zone."""
+
+    def to_representation(self, value: Any) -> str:
+        return str(value.isoformat())
+
+
+class StrictFloatField(serializers.FloatField):
+    """A JSON number (not a string, not a boolean)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return float(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON boolean only ("yes" or 1 are errors)."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class JobWriteSerializer(serializers.Serializer[dict[str, Any]]):
+    """A job as a client sends it. On create `name` and `workflow` are required; on PATCH every
+    field is optional and only the fields sent change."""
+
+    name = serializers.CharField(max_length=200, help_text="Unique among your jobs.")
+    workflow = serializers.CharField(max_length=100, help_text="A registered workflow's name.")
+    input = serializers.DictField(
+        required=False, help_text="The workflow's input (a JSON object), checked by the workflow."
+    )
+    recurring = StrictBooleanField(
+        required=False,
+        help_text="true: runs on `cron`, which must then not be empty; false: runs once (at `run_at`). "
+        "Default on create: true when `cron` is given; on edit: the job's kind.",
+    )
+    cron = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=100,
+        help_text="Five fields (minute hour day-of-month month day-of-week) or @hourly, @daily, "
+        "@weekly, @monthly, @yearly; empty for a one-off job.",
+    )
+    timezone = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="IANA time zone the cron expression is read in (default UTC).",
+    )
+    run_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="One-off job: when it runs (null: now)."
+    )
+    start_at = serializers.DateTimeField(required=False, allow_null=True, help_text="No run before this.")
+    end_at = serializers.DateTimeField(required=False, allow_null=True, help_text="No run after this.")
+    max_firings = StrictIntegerField(
+        required=False, allow_null=True, help_text="Stop after this many scheduled runs (null: no limit)."
+    )
+    overlap_policy = serializers.ChoiceField(
+        choices=OverlapPolicy.choices,
+        required=False,
+        help_text="What an occurrence does while the job's previous run is still going.",
+    )
+    catchup_window = StrictFloatField(
+        required=False,
+        allow_null=True,
+        help_text="Seconds: after downtime, occurrences missed within this window still run "
+        "(null: only the latest missed one).",
+    )
+    jitter = StrictIntegerField(required=False, help_text="Seconds: each occurrence starts up to this later.")
+    max_retry = StrictIntegerField(
+        required=False, help_text="Retries of an occurrence whose run failed or was compensated."
+    )
+    retry_backoff = StrictFloatField(
+        required=False, help_text="Seconds before the first retry; doubles each retry (at most 1 h)."
+    )
+    priority = StrictIntegerField(required=False, help_text="Higher runs first.")
+    idempotent = StrictBooleanField(
+        required=False, help_text="false: two runs of this job never overlap, whatever the policy."
+    )
+
+    def to_service(self, *, create: bool = False) -> dict[str, Any]:
+        """The validated fields as the job service's keywords (only those sent, on an edit)."""
+        data = dict(self.validated_data)
+        if create:
+            data.setdefault("input", {})
+        # Switching kind: the other kind's field goes unless it was sent (then the service says).
+        if data.get("recurring") is False:
+            data.setdefault("cron", "")
+        elif data.get("recurring") is True:
+            data.setdefault("run_at", None)
+        if "timezone" in data:
+            data["timezone_name"] = data.pop("timezone")
+        if data.get("catchup_window") is not None:
+            data["catchup_window"] = timedelta(seconds=data["catchup_window"])
+        if "cron" in data:
+            data["cron"] = data["cron"].strip()
+        return data
+
+
+class LastRunSerializer(serializers.Serializer[dict[str, Any]]):
+    state = serializers.ChoiceField(choices=RunState.choices)
+    at = serializers.DateTimeField()
+
+
+class JobSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    url = serializers.URLField()
+    name = serializers.CharField()
+    state = serializers.ChoiceField(choices=JOB_STATES, help_text="active, paused or finished.")
+    workflow = serializers.CharField()
+    input = serializers.DictField()
+    recurring = serializers.BooleanField()
+    cron = serializers.CharField()
+    timezone = serializers.CharField()
+    schedule_text = serializers.CharField(help_text="The schedule in words.")
+    run_at = serializers.DateTimeField(allow_null=True)
+    start_at = serializers.DateTimeField(allow_null=True)
+    end_at = serializers.DateTimeField(allow_null=True)
+    max_firings = serializers.IntegerField(allow_null=True)
+    firing_count = serializers.IntegerField()
+    overlap_policy = serializers.ChoiceField(choices=OverlapPolicy.choices)
+    catchup_window = serializers.FloatField(allow_null=True, help_text="Seconds.")
+    jitter = serializers.IntegerField()
+    max_retry = serializers.IntegerField()
+    retry_backoff = serializers.FloatField(help_text="Seconds.")
+    priority = serializers.IntegerField()
+    idempotent = serializers.BooleanField()
+    paused_note = serializers.CharField()
+    paused_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    next_run_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it runs next (null: not scheduled)."
+    )
+    last_run = LastRunSerializer(allow_null=True, help_text="The newest run's state and start.")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class PauseSerializer(serializers.Serializer[dict[str, Any]]):
+    note = serializers.CharField(
+        required=False, allow_blank=True, max_length=2000, help_text="Why (shown on the job)."
+    )
+
+
+class BackfillSerializer(serializers.Serializer[dict[str, Any]]):
+    start = serializers.DateTimeField(help_text="First occurrence time to consider (inclusive).")
+    end = serializers.DateTimeField(help_text="Last occurrence time to consider (inclusive), in the past.")
+
+
+class BackfillResultSerializer(serializers.Serializer[dict[str, Any]]):
+    queued = serializers.ListField(child=serializers.DateTimeField(), help_text="Occurrences queued now.")
+    already = serializers.ListField(
+        child=serializers.DateTimeField(), help_text="Occurrences that had run or were queued already."
+    )
+
+
+class FiringSerializer(serializers.Serializer[dict[str, Any]]):
+    outcome = serializers.ChoiceField(
+        choices=[("started", "started"), ("buffered", "buffered"), ("skipped", "skipped")],
+        help_text="started: a run began; buffered: it starts when the running one ends; "
+        "skipped: the overlap policy refused it.",
+    )
+    run_id = serializers.UUIDField(allow_null=True)
+    scheduled_for = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_blank=True)
+
+
+class JobRunSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.UUIDField()
+    state = serializers.ChoiceField(choices=RunState.choices)
+    scheduled_for = serializers.DateTimeField(allow_null=True, help_text="The occurrence it is a run of.")
+    attempt = serializers.IntegerField(help_text="0: first run of the occurrence; n: its n-th retry.")
+    error = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class JobHistorySerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=HistoryStatus.choices)
+    scheduled_for = serializers.DateTimeField(allow_null=True)
+    run_id = serializers.UUIDField(allow_null=True)
+    retry_count = serializers.IntegerField()
+    worker = serializers.CharField(allow_blank=True)
+    error = serializers.CharField(allow_blank=True)
+    reason = serializers.CharField(allow_blank=True, help_text="Why it was skipped or buffered.")
+    detail = serializers.DictField()
+    started_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+
+class PreviewQuerySerializer(serializers.Serializer[dict[str, Any]]):
+    cron = serializers.CharField(allow_blank=True, max_length=100, help_text="The cron expression to try.")
+    timezone = serializers.CharField(required=False, default="UTC", max_length=64)
+    count = serializers.IntegerField(required=False, default=5, min_value=1, max_value=50)
+
+
+class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
+    cron = serializers.CharField()
+    timezone = serializers.CharField()
+    schedule_text = serializers.CharField()
+    times = serializers.ListField(
+        child=LocalDateTimeField(), help_text="The next fire times, in the job's time zone."
+    )

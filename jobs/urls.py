@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+app_name = "jobs"
+
+urlpatterns = [
+    path("", views.job_list_view, name="list"),
+    path("new/", views.job_create_view, name="create"),
+    path("<int:job_id>/", views.job_detail_view, name="detail"),
+    path("<int:job_id>/edit/", views.job_edit_view, name="edit"),
+    path("<int:job_id>/pause/", views.job_pause_view, name="pause"),
+    path("<int:job_id>/resume/", views.job_resume_view, name="resume"),
+    path("<int:job_id>/run-now/", views.job_run_now_view, name="run_now"),
+    path("<int:job_id>/delete/", views.job_delete_view, name="delete"),
+    path("<int:job_id>/runs/<uuid:run_id>/", views.job_run_view, name="run"),
+]

@@ -1,0 +1,205 @@
+"""The job pages. Thin, like the order pages: the form parses, the scheduler's job selectors read
+(scoped by the user: another user's job is a 404), the job services write."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from reports.timeline import run_timeline
+from scheduler.job_selectors import job_get, job_history, job_list, job_runs
+from scheduler.models import Job, Run
+from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
+
+from .forms import JobForm, job_save, time_zone_names
+from .presenters import history_data, job_data, run_data
+
+PAGE_SIZE = 20
+HISTORY_PAGE_SIZE = 25
+RUN_NOW_OUTCOMES = {
+    "started": "Started a run now.",
+    "buffered": "A run is still going: this one starts when it ends.",
+    "skipped": "Not started: a run is still going and the job skips overlapping runs.",
+}
+
+
+def _user_id(request: HttpRequest) -> int:
+    user_id = request.user.pk
+    assert isinstance(user_id, int), "login_required guarantees a signed-in user"
+    return user_id
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"user {request.user.get_username()} (web)"
+
+
+def _job_or_404(request: HttpRequest, job_id: int) -> Job:
+    try:
+        return job_get(owner_id=_user_id(request), job_id=job_id)
+    except Job.DoesNotExist:
+        raise Http404("No such job.") from None
+
+
+@login_required
+@require_GET
+def job_list_view(request: HttpRequest) -> HttpResponse:
+    page = Paginator(job_list(owner_id=_user_id(request)), PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = [job_data(job) for job in page.object_list]
+    return render(request, "jobs/job_list.html", {"page": page, "jobs": rows})
+
+
+def _form_page(request: HttpRequest, form: JobForm, job: Job | None, status: int = 200) -> HttpResponse:
+    return render(
+        request,
+        "jobs/job_form.html",
+        {"form": form, "job": job, "time_zones": time_zone_names()},
+        status=status,
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_create_view(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        form = JobForm(request.POST)
+        job = job_save(form, owner_id=_user_id(request))
+        if job is not None:
+            messages.success(request, f"Job “{job.name}” created.")
+            return redirect("jobs:detail", job_id=job.pk)
+        return _form_page(request, form, None, status=400)
+    return _form_page(request, JobForm(), None)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_edit_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(request, job_id)
+    if request.method == "POST":
+        form = JobForm(request.POST, instance=job)
+        saved = job_save(form)
+        if saved is not None:
+            messages.success(request, "Job saved.")
+            return redirect("jobs:detail", job_id=job.pk)
+        return _form_page(request, form, job, status=400)
+    return _form_page(request, JobForm(instance=job), job)
+
+
+@login_required
+@require_GET
+def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(request, job_id)
+    owner_id = _user_id(request)
+    runs = Paginator(job_runs(owner_id=owner_id, job_id=job.pk), PAGE_SIZE).get_page(request.GET.get("runs"))
+    history = Paginator(job_history(owner_id=owner_id, job_id=job.pk), HISTORY_PAGE_SIZE).get_page(
+        request.GET.get("history")
+    )
+    return render(
+        request,
+        "jobs/job_detail.html",
+        {
+            "job": job,
+            "data": job_data(job),
+            "input_json": json.dumps(job.input, sort_keys=True, ensure_ascii=False),
+            "runs_page": runs,
+            "runs": [run_data(r) for r in runs.object_list],
+            "history_page": history,
+            "history": [history_data(h) for h in history.object_list],
+        },
+    )
+
+
+@login_required
+@require_GET
+def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpResponse:
+    """One run of the job: its state, steps and attempts (the raw errors too: the job is the
+    user's own configuration, like an API client's)."""
+    job = _job_or_404(request, job_id)
+    try:
+        run = job_runs(owner_id=_user_id(request), job_id=job.pk).get(pk=run_id)
+    except Run.DoesNotExist:
+        raise Http404("No such run of this job.") from None
+    steps = list(run.steps.order_by("seq"))
+    history = list(run.history.select_related("step").order_by("started_at", "id"))
+    return render(
+        request,
+        "jobs/job_run.html",
+        {
+            "job": job,
+            "run": run_data(run),
+            "run_obj": run,
+            "steps": steps,
+            "attempts": history,
+            # Every attempt, wait and recovery on one time axis (raw errors: see above).
+            "timeline": run_timeline(run=run, now=timezone.now()),
+        },
+    )
+
+
+def _back(job: Job) -> HttpResponse:
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+def _state_change(request: HttpRequest, job_id: int, call: Any, done: str, **kwargs: Any) -> HttpResponse:
+    """Pause or resume: one service call, its outcome as a message, back to the job page."""
+    job = _job_or_404(request, job_id)
+    try:
+        call(job_id=job.pk, actor=_actor(request), **kwargs)
+    except JobStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, done)
+    return _back(job)
+
+
+@login_required
+@require_POST
+def job_pause_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    note = request.POST.get("note", "").strip()[:2000]
+    done = "Job paused. Nothing of it starts until you resume it."
+    return _state_change(request, job_id, job_pause, done, note=note)
+
+
+@login_required
+@require_POST
+def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _state_change(request, job_id, job_resume, "Job resumed. Its schedule goes on from now.")
+
+
+@login_required
+@require_POST
+def job_run_now_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(request, job_id)
+    try:
+        firing = job_run_now(job_id=job.pk, actor=_actor(request))
+    except JobStateError as exc:
+        messages.error(request, str(exc))
+    else:
+        text = RUN_NOW_OUTCOMES.get(firing.outcome, firing.outcome)
+        level = messages.WARNING if firing.outcome == "skipped" else messages.SUCCESS
+        messages.add_message(request, level, text)
+    return _back(job)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_delete_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    """GET: the confirmation page; POST: delete."""
+    job = _job_or_404(request, job_id)
+    if request.method == "POST":
+        try:
+            job_delete(job_id=job.pk, actor=_actor(request))
+        except Job.DoesNotExist:
+            raise Http404("No such job.") from None
+        messages.success(request, f"Job “{job.name}” deleted. Runs already going finish on their own.")
+        return redirect("jobs:list")
+    context: dict[str, Any] = {"job": job, "data": job_data(job)}
+    return render(request, "jobs/job_confirm_delete.html", context)

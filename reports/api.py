@@ -1,0 +1,59 @@
+"""The report as JSON: the same figures as the page, token auth like the orders API."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import api_view, authentication_classes, permission_classes, throttle_classes
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from .selectors import ReportNotFound, report_subject, user_report
+from .serializers import ReportSerializer
+from .windows import MAX_RANGE, WINDOW_CHOICES, window_parse
+
+
+@extend_schema(
+    summary="Your report over a window: jobs, outcomes, success rate, retries, durations, missed deadlines",
+    parameters=[
+        OpenApiParameter(
+            "window", str, enum=list(WINDOW_CHOICES), description="Default day (the last 24 hours)."
+        ),
+        OpenApiParameter(
+            "start",
+            str,
+            description=(
+                "With window=custom: ISO 8601 date-time (naive ones are in `tz`) or date. "
+                f"At most {MAX_RANGE.days} days before `end`."
+            ),
+        ),
+        OpenApiParameter(
+            "end", str, description="With window=custom: exclusive; a date includes that whole day."
+        ),
+        OpenApiParameter(
+            "tz", str, description="IANA time zone for the buckets and naive dates. Default UTC."
+        ),
+        OpenApiParameter("user", str, description="Staff only: another user's username."),
+    ],
+    responses={
+        200: ReportSerializer,
+        400: OpenApiResponse(description="Field errors: {field: [messages]}."),
+        404: OpenApiResponse(description="No such user, or not yours to see."),
+    },
+)
+@api_view(["GET"])
+@authentication_classes([TokenAuthentication, SessionAuthentication])
+@permission_classes([IsAuthenticated])
+@throttle_classes([])
+def report_api(request: Request) -> Response:
+    params = {key: request.query_params.get(key, "") for key in ("window", "start", "end", "tz")}
+    try:
+        subject = report_subject(viewer=request.user, username=request.query_params.get("user"))
+    except ReportNotFound:
+        raise exceptions.NotFound("No such user.") from None
+    now = timezone.now()
+    window = window_parse(params, now=now)  # WorkflowInputError -> 400 (orders.api_base handler)
+    return Response(ReportSerializer(user_report(user=subject, window=window, now=now).as_dict()).data)
