@@ -697,7 +697,12 @@ def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) ->
         # Nothing due while we measure: next rows armed from half an hour ahead (the same
         # distribution, shifted; the dispatcher never reads rows that are not due).
         fill_s = fill_jobs(scheds, owner_ids, after=db_now() + timedelta(minutes=30))
+        # Settle the writes of the fill before timing (autovacuum and the checkpointer would
+        # otherwise compete with the first ticks after a million-row insert).
         sql("VACUUM ANALYZE scheduler_scheduledjob")
+        sql("VACUUM ANALYZE scheduler_job")
+        sql("CHECKPOINT")
+        time.sleep(5)
         for _ in range(10):
             jobs_dispatch(instance="jobsbench-idle")
         times = []
@@ -709,7 +714,7 @@ def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) ->
         captured: list[tuple[str, Any]] = []
         with connection.execute_wrapper(_Capture(captured)):
             jobs_dispatch(instance="jobsbench-idle")
-        plans = []
+        plans: list[dict[str, Any]] = []
         for statement, params in captured:
             text = "\n".join(
                 line for line in statement.strip().splitlines() if not line.lstrip().startswith("--")
@@ -722,6 +727,17 @@ def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) ->
                 rows = sql("EXPLAIN (ANALYZE, BUFFERS) " + text, params)
                 transaction.set_rollback(True)
             plans.append({"statement": " ".join(text.split())[:300], "plan": [r[0] for r in rows]})
+            # The statement's own time in the server, many times (what would grow with the
+            # table; the call's wall time above is mostly round trips and commits).
+            executions: list[float] = []
+            for _ in range(100):
+                with transaction.atomic():
+                    out = sql("EXPLAIN (ANALYZE, TIMING OFF) " + text, params)
+                    transaction.set_rollback(True)
+                executions.extend(
+                    float(line.split(":")[1].split()[0]) / 1000 for (line,) in out if "Execution Time" in line
+                )
+            plans[-1]["execution"] = summary(executions)
         results[str(n)] = {
             "jobs": n,
             "fill_s": fill_s,
@@ -729,6 +745,13 @@ def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) ->
             "statements": len(captured),
             "plans": plans,
         }
+        for p in plans:
+            ex = p["execution"]
+            print(
+                f"    server execution p50 / p99 {fmt_ms(ex['p50'])} / {fmt_ms(ex['p99'])}: "
+                f"{p['statement'][:70]}...",
+                flush=True,
+            )
         print(
             f"  idle tick at {n:,} jobs (filled in {fill_s:.1f} s): p50 {fmt_ms(summary(times)['p50'])}, "
             f"p99 {fmt_ms(summary(times)['p99'])}, {len(captured)} statements",
