@@ -50,6 +50,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -783,14 +784,19 @@ def burst(
     try:
         if at - time.time() < 3:
             raise RuntimeError("the processes started too late for the burst; raise its lead")
-        if profile:
-            profiler = _start_profiler(stack.procs[0], logs, seconds=60)
         runs = Run.objects.filter(job__isnull=False, scheduled_for=t_at)
+        sleep_until(at - 0.5)
+        if profile:
+            # From the burst's second until every run is written (stopped below).
+            profiler = _start_profiler(stack.procs[0], logs)
         sleep_until(at)
         written_at = _poll_until(
             lambda: runs.count() >= n, cap=3600, what="every run written", stall=120, progress=runs.count
         )
         all_written = written_at - at
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+            profiler.wait(timeout=120)
         last_written = sql(
             "SELECT extract(epoch FROM max(created_at))::float8, extract(epoch FROM min(created_at))::float8 "
             "FROM scheduler_run WHERE job_id IS NOT NULL AND scheduled_for = %s",
@@ -813,7 +819,8 @@ def burst(
             [t_at, t_at],
         )[0]
     finally:
-        if profiler is not None:
+        if profiler is not None and profiler.poll() is None:
+            profiler.send_signal(signal.SIGINT)
             profiler.wait(timeout=120)
         stack.stop()
     return {
@@ -849,8 +856,9 @@ def _poll_until(
     raise RuntimeError(f"timed out after {cap}s waiting for {what}")
 
 
-def _start_profiler(control: Any, logs: Path, seconds: int) -> Any:
-    """py-spy on the control worker's pool child (the dispatcher), raw folded stacks."""
+def _start_profiler(control: Any, logs: Path) -> Any:
+    """py-spy on the control worker's pool child (the dispatcher), raw folded stacks, waits on
+    PostgreSQL included (--idle), without pausing the process (--nonblocking)."""
     import shutil
     import subprocess
 
@@ -866,9 +874,9 @@ def _start_profiler(control: Any, logs: Path, seconds: int) -> Any:
             "--format",
             "raw",
             "--rate",
-            "200",
-            "--duration",
-            str(seconds),
+            "100",
+            "--idle",
+            "--nonblocking",
             "--pid",
             str(pid),
             "--output",
