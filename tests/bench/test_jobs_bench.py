@@ -28,17 +28,11 @@ def test_bulk_written_jobs_are_the_rows_job_create_writes(django_user_model: Any
     register_engine_workflow()
     owner = django_user_model.objects.create(username="jobsbench-test")
     scheds = bench_jobs.schedule_mix(300)
-    verdict = ""
-    # Two tries: a minute boundary between the bulk write and `job_create` moves the next
-    # occurrence of the every-minute jobs (it cannot fall between both tries).
-    for _ in range(2):
-        ScheduledJob.objects.all().delete()
-        Job.objects.all().delete()
-        now = bench_jobs.db_now()
-        bench_jobs.fill_jobs(scheds, [owner.id], after=now, workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
-        assert Job.objects.count() == ScheduledJob.objects.count() == 300
-        assert not ScheduledJob.objects.filter(next_execution_at__lte=now).exists()
-        verdict = bench_jobs.check_fill(scheds, owner.id)
-        if verdict.startswith("same"):
-            break
+    now = bench_jobs.db_now()
+    bench_jobs.fill_jobs(scheds, [owner.id], after=now, workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
+    assert Job.objects.count() == ScheduledJob.objects.count() == 300
+    assert not ScheduledJob.objects.filter(next_execution_at__lte=now).exists()
+    # (A minute boundary between the bulk write and job_create is allowed for: job_create then
+    # arms the following occurrence, and check_fill compares with that one.)
+    verdict = bench_jobs.check_fill(scheds, owner.id)
     assert verdict.startswith("same as job_create's"), verdict
