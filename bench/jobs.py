@@ -303,6 +303,58 @@ def check_fill(scheds: list[Sched], owner_id: int) -> str:
 # -- processes ---------------------------------------------------------------------------------
 
 
+class AutoAnalyze:
+    """autovacuum's ANALYZE, done by the bench: the machine's PostgreSQL runs with autovacuum
+    off (its conf.d/90-ci.conf), production's default is on, and the engine's statements are
+    planned from statistics - without them a burst's tables keep the plans of empty tables
+    (a reply then took 20-140 ms instead of ~1 ms, bench/README.md). Every `every` seconds,
+    each table whose changes since its last analyze pass autovacuum's default threshold
+    (50 rows + 10% of the table) is analyzed - what autovacuum (naptime 1 min) would do."""
+
+    def __init__(self, dsn: str, every: float = 30.0) -> None:
+        import threading
+
+        self.dsn, self.every = dsn, every
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="autoanalyze", daemon=True)
+        self.analyzed: list[tuple[float, str]] = []
+
+    def __enter__(self) -> AutoAnalyze:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=60)
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop_event.wait(self.every):
+                due = conn.execute(
+                    "SELECT relname FROM pg_stat_user_tables "
+                    "WHERE n_mod_since_analyze > 50 + 0.1 * greatest(n_live_tup, 0)"
+                ).fetchall()
+                for (name,) in due:
+                    conn.execute(f'ANALYZE "{name}"')
+                    self.analyzed.append((time.time(), name))
+
+
+def autoanalyze() -> AutoAnalyze:
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    return AutoAnalyze(psycopg_conninfo(params))
+
+
+def psycopg_conninfo(params: dict[str, Any]) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    keep = {k: v for k, v in params.items() if k in {"dbname", "user", "password", "host", "port"} and v}
+    return make_conninfo(**keep)
+
+
 class Stack:
     """Started processes, stopped in reverse order."""
 
@@ -1200,6 +1252,7 @@ def main() -> None:
     print(f"logs in {logs}", flush=True)
     owner_ids = bench_owners(OWNERS)
     out: dict[str, Any] = {}
+    analyzer = autoanalyze().__enter__()
     try:
         if "idle" in phases:
             print("\n== the dispatcher's tick with nothing due", flush=True)
@@ -1309,6 +1362,9 @@ def main() -> None:
                 + ([("dispatcher profile (py-spy raw)", r["profile"])] if r["profile"] else [])
             )
     finally:
+        analyzer.__exit__()
+        out["autoanalyze"] = [(round(t), name) for t, name in analyzer.analyzed]
+        print(f"\n(autovacuum's ANALYZE done by the bench: {len(analyzer.analyzed)} times)")
         reset(env["SAS_REDIS_PREFIX"])
         if args.json:
             args.json.write_text(json.dumps(out, indent=2, default=str))
