@@ -159,8 +159,11 @@ def reset(prefix: str) -> None:
 # -- writing jobs in bulk, as job_create would ------------------------------------------------
 
 
-def _columns(model: Any) -> list[str]:
-    return [f.column for f in model._meta.concrete_fields]
+def _copy_of(model: Any, alias: str, overrides: dict[str, str]) -> tuple[list[str], str]:
+    """The columns of `model` but its id, and a SELECT list copying them from the row `alias`
+    except where `overrides` (column -> SQL) says otherwise."""
+    cols = [f.column for f in model._meta.concrete_fields if f.column != "id"]
+    return cols, ", ".join(overrides.get(c, f"{alias}.{c}") for c in cols)
 
 
 def fill_jobs(
@@ -194,24 +197,28 @@ def fill_jobs(
         cron="0 0 * * *",
     )
     nexts = [cron_next(s.cron, s.tz, after) for s in scheds]
-    job_cols = [c for c in _columns(Job) if c != "id"]
-    overrides = {
-        "owner_id": "(%(owners)s::bigint[])[1 + (g + s.idx) %% cardinality(%(owners)s::bigint[])]",
-        "name": "'jobsbench ' || s.idx || '-' || g",
-        "cron": "s.cron",
-        "timezone": "s.tz",
-        "created_at": "statement_timestamp()",
-        "updated_at": "statement_timestamp()",
-    }
-    select_job = ", ".join(overrides.get(c, f"t.{c}") for c in job_cols)
-    sj_cols = [c for c in _columns(ScheduledJob) if c != "id"]
-    sj_overrides = {
-        "job_id": "ins.id",
-        "scheduled_for": "s.nxt",
-        "next_execution_at": "s.nxt",
-        "created_at": "statement_timestamp()",
-    }
-    select_sj = ", ".join(sj_overrides.get(c, f"ts.{c}") for c in sj_cols)
+    job_cols, select_job = _copy_of(
+        Job,
+        "t",
+        {
+            "owner_id": "(%(owners)s::bigint[])[1 + (g + s.idx) %% cardinality(%(owners)s::bigint[])]",
+            "name": "'jobsbench ' || s.idx || '-' || g",
+            "cron": "s.cron",
+            "timezone": "s.tz",
+            "created_at": "statement_timestamp()",
+            "updated_at": "statement_timestamp()",
+        },
+    )
+    sj_cols, select_sj = _copy_of(
+        ScheduledJob,
+        "ts",
+        {
+            "job_id": "ins.id",
+            "scheduled_for": "s.nxt",
+            "next_execution_at": "s.nxt",
+            "created_at": "statement_timestamp()",
+        },
+    )
     statement = f"""
         WITH s AS (
             SELECT * FROM unnest(%(idx)s::int[], %(crons)s::text[], %(tzs)s::text[], %(counts)s::int[],
