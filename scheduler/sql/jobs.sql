@@ -107,10 +107,13 @@ RETURNING r.id, r.job_id, r.state, r.scheduled_for, r.job_attempt, r.finished_at
           statement_timestamp()
 
 -- name: job_history_close
--- The open attempt row of each settled run closes with how its run ended.
+-- The open attempt row of each settled run closes with how its run ended. The history rows are
+-- found by their run ids (index on run_id), not by joining every open job row to the runs: that
+-- join read all open job history rows - one per unfinished job run - for every settle batch, and
+-- after a burst of 100,000 occurrences each batch took tens of seconds (bench/README.md, "Jobs").
 UPDATE scheduler_taskexecutionhistory AS h
 SET status = CASE r.state WHEN 'completed' THEN 'succeeded' ELSE r.state END,
     ended_at = coalesce(r.finished_at, statement_timestamp()),
     error = left(r.error, 4000)
 FROM scheduler_run AS r
-WHERE r.id = ANY(%(run_ids)s::uuid[]) AND h.run_id = r.id AND h.kind = 'job' AND h.ended_at IS NULL
+WHERE h.run_id = ANY(%(run_ids)s::uuid[]) AND r.id = h.run_id AND h.kind = 'job' AND h.ended_at IS NULL
