@@ -7,10 +7,11 @@ are `run_compensate`, `step_cancel_unstarted`, `step_stop`, `step_mark_compensat
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import datetime
 
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from scheduler import transitions
@@ -131,9 +132,29 @@ def run_finish_compensation(*, run: Run) -> None:
         )
 
 
+DEADLOCK_DETECTED = "40P01"
+
+
 def run_cancel(*, run_id: uuid.UUID | str, actor: str) -> Run:
     """Cancel a run that has not finished: work not started is dropped, work done is compensated;
-    the run ends Cancelled. Raises RunNotCancellable for a finished or already-undoing run."""
+    the run ends Cancelled. Raises RunNotCancellable for a finished or already-undoing run.
+
+    A cancel locks the run's steps while agents' replies may be moving the same rows: when
+    PostgreSQL breaks a deadlock by aborting the cancel's transaction (seen in CI), the cancel is
+    tried again - up to three times, and only as the outermost transaction (inside a caller's,
+    the caller's whole transaction is what must be retried)."""
+    for attempt in range(3):
+        try:
+            return _run_cancel_once(run_id=run_id, actor=actor)
+        except OperationalError as exc:
+            deadlock = getattr(exc.__cause__, "sqlstate", None) == DEADLOCK_DETECTED
+            if not deadlock or connection.in_atomic_block or attempt == 2:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _run_cancel_once(*, run_id: uuid.UUID | str, actor: str) -> Run:
     with transaction.atomic():
         if not run_compensate(run_id=run_id, reason=f"cancelled by {actor}", cancel=True):
             run = Run.objects.get(pk=run_id)
