@@ -63,6 +63,12 @@ def scheduled_claim_due(*, limit: int) -> list[ClaimedRow]:
     return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", {"limit": limit})]
 
 
+def scheduled_next_due() -> tuple[datetime | None, datetime]:
+    """(when the next row comes due after now, or None; now), on the database clock. A read."""
+    ((due, now),) = _rows("scheduled_next_due", {})
+    return due, now
+
+
 def scheduled_next_advance(*, moves: Sequence[tuple[int, datetime, datetime, datetime]]) -> int:
     """(id, old occurrence, new occurrence, due) per next row; returns the rows moved."""
     if not moves:

@@ -59,9 +59,11 @@ def scheduler_tick() -> int:
 @shared_task(name="scheduler.jobs_dispatch", ignore_result=True)
 def jobs_dispatch() -> int:
     """The jobs dispatcher's tick (django-celery-beat, every SAS["JOBS_DISPATCH_INTERVAL"] s):
-    settle ended job runs, fire due occurrences. Safe to run in several workers at once."""
+    settle ended job runs, fire due occurrences; then, when the next row is due before beat's next
+    tick, wake for it (`jobs_dispatch_wake`). Safe to run in several workers at once."""
     try:
         done = services.jobs_dispatch(instance=services.scheduler_instance_id())
+        services.jobs_dispatch_wake()
     except DatabaseError:
         logger.exception("jobs dispatch failed; the next tick retries")
         return 0

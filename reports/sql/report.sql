@@ -16,7 +16,9 @@
 --                 submit to final answer. p50 / p95 are nearest-rank percentiles
 --                 (percentile_disc: the smallest duration with at least p of them <= it).
 --   retries       attempts that were not their step's first (attempt number > 1), whatever
---                 ended the attempt before (a failure, a timeout, a deferral, a requeue).
+--                 ended the attempt before (a failure, a timeout, a deferral, a requeue) -
+--                 except the next page of a paginated step: an attempt that ended 'continued'
+--                 (its page committed) is followed by one that is no retry.
 --   missed deadlines, one per deadline that passed:
 --                 attempt_start    an attempt no agent started before its start_by (requeued)
 --                 attempt_complete an attempt with no reply before its complete_by (timed_out:
@@ -56,8 +58,9 @@ FROM (
     WHERE run.owner_id = %(owner)s AND run.created_at >= %(start)s AND run.created_at < %(end)s
 ) AS r
 CROSS JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE h.kind = 'attempt'
-                            AND coalesce((h.detail ->> 'attempt')::int, 1) > 1) AS retries,
+    SELECT greatest(count(*) FILTER (WHERE h.kind = 'attempt'
+                                     AND coalesce((h.detail ->> 'attempt')::int, 1) > 1)
+                    - count(*) FILTER (WHERE h.kind = 'attempt' AND h.status = 'continued'), 0) AS retries,
            count(*) FILTER (WHERE h.kind = 'attempt' AND h.status = 'requeued') AS missed_start,
            count(*) FILTER (WHERE h.kind = 'attempt' AND h.status = 'timed_out') AS missed_complete,
            count(*) FILTER (WHERE h.kind IN ('supervisor', 'scheduler') AND h.status = 'errored'

@@ -50,7 +50,13 @@ from .jobs import (
     job_run_submit,
     job_update,
 )
-from .jobs_dispatch import DispatchResult, job_runs_settle, jobs_dispatch, jobs_dispatch_batch
+from .jobs_dispatch import (
+    DispatchResult,
+    job_runs_settle,
+    jobs_dispatch,
+    jobs_dispatch_batch,
+    jobs_dispatch_wake,
+)
 from .jobs_firing import Firing, JobStateError
 from .longsteps import LeaseLost, heartbeat_finish, page_begin, page_commit, step_heartbeat
 from .reply import Outcome, ReplyResult, step_reply
@@ -96,6 +102,7 @@ __all__ = [
     "job_update",
     "jobs_dispatch",
     "jobs_dispatch_batch",
+    "jobs_dispatch_wake",
     "kick_pending_key",
     "operations_in_flight",
     "page_begin",

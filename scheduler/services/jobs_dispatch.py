@@ -17,9 +17,11 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from sasproject.redis_client import get_redis
 from scheduler import job_transitions
 from scheduler.cron import cron_between, cron_latest, cron_next
 from scheduler.job_transitions import ClaimedRow
@@ -242,3 +244,37 @@ def jobs_dispatch(
         if done.claimed < batch and not done.queued:
             break
     return total
+
+
+WAKE_KEY = "sas:jobs:wake:"
+
+
+def jobs_dispatch_wake() -> datetime | None:
+    """Beat ticks every SAS["JOBS_DISPATCH_INTERVAL"] seconds, so an occurrence due between two
+    ticks would wait up to one interval. When the next due row comes before the next tick, send
+    one dispatcher tick for that moment (a Celery countdown task): occurrences then start within
+    a few milliseconds of their time, not up to a second late. One wake-up per due instant across
+    every dispatcher (a Redis SET NX on it). Best effort: a lost wake-up only means beat's next
+    tick fires the row. Returns the instant woken for, or None."""
+    interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
+    due, now = job_transitions.scheduled_next_due()
+    if due is None:
+        return None
+    delay = (due - now).total_seconds()
+    if delay >= interval:
+        return None  # beat's next tick comes first
+    key = f"{settings.REDIS_PREFIX}{WAKE_KEY}{int(due.timestamp() * 1000)}"
+    try:
+        if not get_redis().set(key, "1", nx=True, px=int((delay + 10) * 1000)):
+            return None  # another dispatcher has woken for it
+        # A few ms past the due time: the worker's clock and the database's may differ a little.
+        current_app.send_task(
+            "scheduler.jobs_dispatch",
+            countdown=delay + 0.005,
+            expires=delay + 10 * interval,
+            ignore_result=True,
+        )
+    except Exception:
+        logger.warning("jobs dispatcher wake-up not sent; beat's next tick fires the row", exc_info=True)
+        return None
+    return due

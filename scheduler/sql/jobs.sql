@@ -17,6 +17,14 @@ ORDER BY sj.next_execution_at, sj.id
 LIMIT %(limit)s
 FOR UPDATE OF sj, j SKIP LOCKED
 
+-- name: scheduled_next_due
+-- The first row that comes due after now, and now (the database clock): the first entry of the
+-- partial index scheduledjob_due_idx past now, whatever the number of jobs.
+SELECT (SELECT next_execution_at FROM scheduler_scheduledjob
+        WHERE next_execution_at > statement_timestamp()
+        ORDER BY next_execution_at LIMIT 1),
+       statement_timestamp()
+
 -- name: scheduled_next_advance
 -- A next row moves to its following occurrence. Guard: still the next row of the occurrence
 -- that was claimed (kind = 'next', scheduled_for unchanged).

@@ -119,3 +119,23 @@ def test_commands__seed_then_reprice__a_run_of_the_user(user):
     assert f"/catalogue/reprices/{run.pk}/" in out.getvalue()
     with pytest.raises(CommandError, match="percent"):
         call_command("catalogue_reprice", percent="0", user=user.username, stdout=out)
+
+
+def test_job__dispatcher_fires_a_reprice_in_bulk__checkpoint_written_and_first_page_applied(user):
+    # The demo's hourly reprice job, fired by the jobs dispatcher: its runs are written in bulk
+    # (runs_insert_many), which must write the paginated step's Checkpoint as run_submit does.
+    from scheduler.services import job_create, jobs_dispatch
+
+    catalogue_seed(rows=1500)
+    job = job_create(
+        owner_id=user.id, name="reprice now", workflow="catalogue.reprice", input={"percent": "2"}
+    )
+
+    assert jobs_dispatch(instance="test").started == 1
+    run = Run.objects.get(job=job)
+    checkpoint = Checkpoint.objects.get(run=run)
+    assert (checkpoint.page_size, checkpoint.page_start, checkpoint.completed) == (1000, 0, False)
+    claim = _claim(run)
+    assert reprice.perform_page(**claim.message()) == "accepted"
+    assert Product.objects.filter(repriced_count=1, last_repriced_run=run.id).count() == 1000
+    assert Checkpoint.objects.get(run=run).pages_done == 1

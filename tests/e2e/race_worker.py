@@ -20,6 +20,10 @@ def main() -> None:
     parser.add_argument("mode", choices=["claim", "sweep"])
     parser.add_argument("--name", required=True)
     parser.add_argument("--start-at", type=float, required=True)
+    # A folder both racers write a file into once they are ready (Django set up, connected);
+    # each starts when both files are there - a late start of one (a loaded machine) then
+    # cannot leave all the rows to the other.
+    parser.add_argument("--barrier", default="")
     parser.add_argument("--batch", type=int, default=5)
     args = parser.parse_args()
 
@@ -31,6 +35,17 @@ def main() -> None:
     from supervisor.services import step_expire_batch
 
     # Start together so the two processes really overlap.
+    if args.barrier:
+        from pathlib import Path
+
+        from django.db import connection
+
+        connection.ensure_connection()
+        folder = Path(args.barrier)
+        (folder / args.name).touch()
+        deadline = time.time() + 60
+        while len(list(folder.iterdir())) < 2 and time.time() < deadline:
+            time.sleep(0.005)
     time.sleep(max(0.0, args.start_at - time.time()))
     ids: list[int] = []
     empty_rounds = 0

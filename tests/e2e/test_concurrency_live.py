@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ def paused(*procs):
 
 def race(mode: str, env: dict[str, str]) -> list[dict]:
     start_at = time.time() + 2.0
+    barrier = tempfile.mkdtemp(prefix=f"race-{mode}-")
     procs = [
         subprocess.Popen(
             [
@@ -50,6 +52,8 @@ def race(mode: str, env: dict[str, str]) -> list[dict]:
                 name,
                 "--start-at",
                 str(start_at),
+                "--barrier",
+                barrier,
             ],
             cwd=REPO,
             env=env,

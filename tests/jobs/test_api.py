@@ -61,7 +61,7 @@ def test_list_show_edit_delete(api: APIClient) -> None:
 
     listed = api.get(JOBS).json()
     shown = api.get(first["url"]).json()
-    patched = api.patch(first["url"], {"cron": "*/15 * * * *", "max_retry": 2}, format="json")
+    patched = api.patch(first["url"], {"cron": "*/20 * * * *", "max_retry": 2}, format="json")
     put = api.put(
         second["url"],
         {"name": "b2", "workflow": WORKFLOW, "input": ORDER_INPUT, "cron": "0 6 * * 1-5"},
@@ -73,8 +73,9 @@ def test_list_show_edit_delete(api: APIClient) -> None:
     assert listed["count"] == 2 and [j["name"] for j in listed["results"]] == ["b", "a"]  # newest first
     assert shown["id"] == first["id"] and shown["name"] == "a"
     assert patched.status_code == 200, patched.json()
-    assert patched.json()["cron"] == "*/15 * * * *" and patched.json()["max_retry"] == 2
-    assert patched.json()["next_run_at"] != first["next_run_at"]  # recomputed from the new schedule
+    assert patched.json()["cron"] == "*/20 * * * *" and patched.json()["max_retry"] == 2
+    # Recomputed from the new schedule (minutes 0, 20, 40: never the first one's minute 30).
+    assert patched.json()["next_run_at"] != first["next_run_at"]
     assert put.status_code == 200 and put.json()["name"] == "b2" and put.json()["cron"] == "0 6 * * 1-5"
     assert deleted.status_code == 204 and after_delete.status_code == 404
     assert list(Job.objects.values_list("name", flat=True)) == ["a"]

@@ -168,3 +168,20 @@ def test_report__as_dict__the_api_shape(alice: Any) -> None:
     assert nightly["job"]["schedule"] == "30 9 * * *"
     assert nightly["job"]["last_run"]["state"] == "running"
     assert nightly["duration_p95_seconds"] == 20.0 and nightly["success_rate"] == 0.5
+
+
+def test_report__paginated_step__next_pages_are_not_retries_a_failed_page_is() -> None:
+    # Four pages of a reprice: pages 1-3 each ended 'continued' (their next page is attempt
+    # n+1, no retry); page 4 failed once (transient) and its second try succeeded: 1 retry.
+    from .history import attempt, make_step
+
+    carol = make_user("carol")
+    run = make_run(
+        carol, created=at("01-05 10:00:00"), state="completed", seconds=9, workflow="catalogue.reprice"
+    )
+    step = make_step(run, "reprice_products")
+    statuses = ["continued", "continued", "continued", "failed_transient", "succeeded"]
+    for number, status in enumerate(statuses, start=1):
+        attempt(step, number, status, at(f"01-05 10:00:0{number}"))
+
+    assert _report(carol).total.retries == 1

@@ -16,6 +16,7 @@ from scheduler.services import (
     job_pause,
     job_resume,
     job_run_now,
+    jobs_dispatch_wake,
 )
 from scheduler.services.jobs_firing import jitter_offset
 
@@ -379,3 +380,17 @@ def test_claim_due__served_by_the_due_index(user):
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
     assert "scheduledjob_due_idx" in plan, plan
+
+
+def test_wake__next_row_due_before_beats_next_tick__one_wake_up_for_that_instant(user, settings):
+    settings.SAS = {**settings.SAS, "JOBS_DISPATCH_INTERVAL": 1.0}
+    now = job_transitions.db_now()
+    later = new_job(user, "in-five-seconds", cron="", run_at=now + timedelta(seconds=5))
+    assert jobs_dispatch_wake() is None  # beat's next tick comes first
+
+    soon = new_job(user, "in-half-a-second", cron="", run_at=now + timedelta(milliseconds=500))
+    row = next_row(soon)
+    assert row is not None and next_row(later) is not None
+
+    assert jobs_dispatch_wake() == row.next_execution_at  # a countdown tick sent for it
+    assert jobs_dispatch_wake() is None  # once per instant, whichever dispatcher asks again

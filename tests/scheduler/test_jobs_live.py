@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from celery import current_app
 from django.db import connection
-from django_celery_beat.models import PeriodicTask
+from django_celery_beat.models import PeriodicTask, PeriodicTasks
 
 from scheduler import job_transitions
 from scheduler.cron import cron_next
@@ -37,12 +37,16 @@ DISPATCHER_ROW = "sas: jobs dispatcher"
 
 
 @pytest.fixture
-def beat_dispatcher_off(live_db: None) -> Iterator[None]:
-    """Beat's own dispatcher (if a test session started the engine) must not fire these jobs."""
+def beat_dispatcher_off(live_db: None, engine_paused: None) -> Iterator[None]:
+    """Beat's own dispatcher must not fire these jobs: the session engine, if a test of this
+    process started it, is stopped for the test (`engine_paused`), and its beat row disabled
+    for any other beat. `update_changed()`: django-celery-beat's DatabaseScheduler notices a
+    change by that stamp, which a queryset update does not set."""
     PeriodicTask.objects.filter(name=DISPATCHER_ROW).update(enabled=False)
-    time.sleep(2)  # beat re-reads its schedule every second; a tick already sent has run
+    PeriodicTasks.update_changed()
     yield
     PeriodicTask.objects.filter(name=DISPATCHER_ROW).update(enabled=True)
+    PeriodicTasks.update_changed()
 
 
 @pytest.fixture
