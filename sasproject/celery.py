@@ -9,7 +9,11 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
+from sasproject import kombu_compat
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sasproject.settings")
+
+kombu_compat.install()
 
 app = Celery("sasproject")
 app.config_from_object("django.conf:settings", namespace="CELERY")
