@@ -1152,6 +1152,47 @@ def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, An
     }
 
 
+def fire(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any]:
+    """n occurrences due, fired by the dispatcher's own code (`jobs_dispatch`) in this process,
+    with no worker running: what the dispatcher alone writes per second on this machine, beside
+    the `floor` (one set-based statement per batch). The burst phase measures the same with the
+    whole stack running."""
+    from scheduler.services import jobs_dispatch
+
+    reset(prefix)
+    now = db_now()
+    at = now.replace(second=0, microsecond=0)
+    fill_jobs(
+        [Sched("daily", f"{at.minute} {at.hour} * * *", "UTC", n)], owner_ids, after=at - timedelta(seconds=1)
+    )
+    sql("ANALYZE")
+    started = time.perf_counter()
+    ticks = 0
+    fired = 0
+    while True:
+        done = jobs_dispatch(instance="bench-fire", batch=batch)
+        ticks += 1
+        fired += done.started
+        if done.claimed == 0:
+            break
+    elapsed = time.perf_counter() - started
+    check = sql(
+        "SELECT count(*), count(DISTINCT r.id) FROM scheduler_run r JOIN scheduler_step s ON s.run_id = r.id "
+        "AND s.seq = 0 AND s.process_state = 'pending' WHERE r.scheduled_for = %s",
+        [at],
+    )[0]
+    reset(prefix)
+    return {
+        "occurrences": n,
+        "batch": batch,
+        "started": fired,
+        "pending_first_steps": check[0],
+        "ticks": ticks,
+        "s": elapsed,
+        "runs_per_s": fired / elapsed if elapsed else 0.0,
+    }
+
+
 # -- report ----------------------------------------------------------------------------------------
 
 
@@ -1235,13 +1276,14 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["idle", "side", "lag", "burst", "beat", "floor"],
+        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire"],
         help="beat: the baseline alone",
     )
     parser.add_argument(
         "--drain-cap", type=float, default=900, help="seconds to wait for the burst's runs to complete"
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the dispatcher during the burst")
+    parser.add_argument("--fire-batch", type=int, default=1000, help="rows per transaction in the fire phase")
     parser.add_argument("--quick", action="store_true", help="small sizes: check that the script runs")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
@@ -1338,6 +1380,20 @@ def main() -> None:
                         )
                     ]
                 )
+        if "fire" in phases:
+            print(f"\n== fire: {args.burst:,} occurrences by the dispatcher's code, no workers", flush=True)
+            print("  " + load(), flush=True)
+            f = fire(owner_ids, args.burst, int(args.fire_batch), env["SAS_REDIS_PREFIX"])
+            out["fire"] = f
+            print_table(
+                [
+                    (
+                        f"batches of {f['batch']:,}: started / first steps Pending",
+                        f"{f['started']:,} / {f['pending_first_steps']:,} in {f['s']:.1f} s "
+                        f"({f['runs_per_s']:,.0f} runs/s, {f['ticks']} ticks)",
+                    )
+                ]
+            )
         if "lag" in phases:
             print(f"\n== dispatch lag at {args.jobs:,} jobs over {args.minutes} min", flush=True)
             print("  " + load(), flush=True)

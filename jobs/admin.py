@@ -47,7 +47,7 @@ STATE_FIELDS = (
     "owner",
     "state_full",
     "schedule",
-    "firing_count",
+    "firings",
     "paused_note",
     "paused_at",
     "finished_at",
@@ -243,6 +243,13 @@ class JobAdmin(admin.ModelAdmin):
                 '<span title="{} ({})">{}</span>', obj.cron, obj.timezone, job_schedule_text(obj)
             )
         return format_html("{}", job_schedule_text(obj))
+
+    @admin.display(description="scheduled runs so far")
+    def firings(self, obj: Job) -> str:
+        # Counted toward max firings only (the dispatcher keeps no count for a job without one).
+        if obj.max_firings is None:
+            return "no limit (not counted)"
+        return f"{obj.firing_count} of {obj.max_firings}"
 
     @admin.display(description="state", ordering="enabled")
     def state(self, obj: Job) -> SafeString:

@@ -59,7 +59,8 @@ def job_data(job: Job) -> dict[str, Any]:
         "start_at": job.start_at,
         "end_at": job.end_at,
         "max_firings": job.max_firings,
-        "firing_count": job.firing_count,
+        # Counted toward max firings only: none for a job without a limit.
+        "firing_count": job.firing_count if job.max_firings is not None else None,
         "overlap_policy": job.overlap_policy,
         "overlap_policy_label": job.get_overlap_policy_display(),
         "catchup_window": _seconds(job.catchup_window),

@@ -145,7 +145,11 @@ class JobSerializer(serializers.Serializer[dict[str, Any]]):
     start_at = serializers.DateTimeField(allow_null=True)
     end_at = serializers.DateTimeField(allow_null=True)
     max_firings = serializers.IntegerField(allow_null=True)
-    firing_count = serializers.IntegerField()
+    firing_count = serializers.IntegerField(
+        allow_null=True,
+        help_text="Scheduled occurrences started or buffered so far, toward max_firings; "
+        "null for a job without max_firings (not counted).",
+    )
     overlap_policy = serializers.ChoiceField(choices=OverlapPolicy.choices)
     catchup_window = serializers.FloatField(allow_null=True, help_text="Seconds.")
     jitter = serializers.IntegerField()

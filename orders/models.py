@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+from scheduler.ids import uuid7
 
 CURRENCIES = ("EUR", "USD", "GBP", "JPY", "KRW")
 # ISO 4217 minor units: the decimals an amount may have in each currency (no half yen or won).
@@ -17,7 +18,7 @@ assert set(CURRENCY_MINOR_UNITS) == set(CURRENCIES), "every accepted currency ne
 
 
 class Order(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders")
     run = models.OneToOneField("scheduler.Run", on_delete=models.PROTECT, related_name="order")
     items = models.JSONField()

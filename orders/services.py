@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from scheduler.ids import uuid7
 from scheduler.models import Run
 from scheduler.services import run_cancel, run_submit, run_validate_input
 from scheduler.workflows import WorkflowInputError
@@ -51,7 +51,7 @@ def order_submit(
     `idempotency_key`, a second order with the same (owner, key) raises IntegrityError (and its
     rows roll back): `order_submit_idempotent` turns that into "return the first one".
     """
-    order_id = uuid.uuid4()
+    order_id = uuid7()
     _, cleaned = run_validate_input(workflow=ORDER_WORKFLOW, input={**data, "order_id": str(order_id)})
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
         raise WorkflowInputError({"idempotency_key": "must be 1 to 255 characters"})

@@ -283,11 +283,13 @@ SAS: dict[str, Any] = {
     "SCHEDULER_TICK_INTERVAL": env_float("SAS_SCHEDULER_TICK_INTERVAL", 2.0),
     "SWEEP_BATCH": int(os.environ.get("SAS_SWEEP_BATCH", "500")),
     # The jobs dispatcher (seed 004's Scheduler Service, scheduler/jobs.md): its beat period
-    # (seconds; the django-celery-beat row, editable in the admin), rows per transaction and
-    # batches per tick.
+    # (seconds; the django-celery-beat row, editable in the admin), rows per transaction, and
+    # how long one tick may keep firing full batches (and at most how many): a burst is written
+    # by one tick, not a few batches per beat period (bench/README.md, "Jobs").
     "JOBS_DISPATCH_INTERVAL": env_float("SAS_JOBS_DISPATCH_INTERVAL", 1.0),
-    "JOBS_DISPATCH_BATCH": int(os.environ.get("SAS_JOBS_DISPATCH_BATCH", "500")),
-    "JOBS_DISPATCH_MAX_BATCHES": int(os.environ.get("SAS_JOBS_DISPATCH_MAX_BATCHES", "20")),
+    "JOBS_DISPATCH_BATCH": int(os.environ.get("SAS_JOBS_DISPATCH_BATCH", "1000")),
+    "JOBS_DISPATCH_MAX_BATCHES": int(os.environ.get("SAS_JOBS_DISPATCH_MAX_BATCHES", "1000")),
+    "JOBS_DISPATCH_TICK_SECONDS": env_float("SAS_JOBS_DISPATCH_TICK_SECONDS", 20.0),
     # More modules that register workflows at import (comma-separated dotted names), beside
     # the apps' own; see scheduler/apps.py.
     "WORKFLOW_MODULES": [m for m in os.environ.get("SAS_WORKFLOW_MODULES", "").split(",") if m.strip()],

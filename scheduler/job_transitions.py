@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connection
 
-from scheduler.transitions import named_statements, sql_count, sql_rows
+from scheduler.transitions import bulk_rows, named_statements, sql_count, sql_rows
 
 JOBS_SQL = Path(__file__).resolve().parent / "sql" / "jobs.sql"
 
@@ -36,6 +36,11 @@ def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 def _count(name: str, params: dict[str, Any]) -> int:
     return sql_count(queries()[name], params)
+
+
+def _bulk_count(name: str, params: dict[str, Any]) -> int:
+    """For statements that take arrays of a batch's rows: bound on the server (see bulk_rows)."""
+    return bulk_rows(queries()[name], params)[1]
 
 
 def db_now() -> datetime:
@@ -73,7 +78,7 @@ def scheduled_next_advance(*, moves: Sequence[tuple[int, datetime, datetime, dat
     """(id, old occurrence, new occurrence, due) per next row; returns the rows moved."""
     if not moves:
         return 0
-    return _count(
+    return _bulk_count(
         "scheduled_next_advance",
         {
             "ids": [m[0] for m in moves],
@@ -108,7 +113,7 @@ def scheduled_park_all(*, job_id: int) -> int:
 def job_firings_add(*, counts: dict[int, int]) -> int:
     if not counts:
         return 0
-    return _count("job_firings_add", {"ids": list(counts), "counts": list(counts.values())})
+    return _bulk_count("job_firings_add", {"ids": list(counts), "counts": list(counts.values())})
 
 
 def job_finish(*, ids: Sequence[int]) -> int:

@@ -11,7 +11,6 @@ supervisor's sweep). Both stay small however large the table grows.
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +18,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce, Now
+
+from scheduler.ids import uuid7
 
 
 class RunState(models.TextChoices):
@@ -60,7 +61,10 @@ class Job(models.Model):
 
     Overlap = OverlapPolicy
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    # No index of its own: job_owner_created_idx and job_owner_name_unique lead with owner_id.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", db_index=False
+    )
     name = models.CharField(max_length=200)
     workflow = models.CharField(max_length=100)
     # Already validated by the workflow when the job was created.
@@ -116,7 +120,10 @@ class Job(models.Model):
         null=True, blank=True, help_text="Stop after this many scheduled occurrences (empty: no limit)."
     )
     firing_count = models.PositiveIntegerField(
-        default=0, db_default=0, help_text="Scheduled occurrences started or buffered so far."
+        default=0,
+        db_default=0,
+        help_text="Scheduled occurrences started or buffered so far, toward max firings (kept for "
+        "a job with max firings only: the dispatcher does not write a job row per firing otherwise).",
     )
     # Paused = not enabled; the note says why (shown to the owner and operators).
     enabled = models.BooleanField(default=True)
@@ -174,7 +181,9 @@ class ScheduledJob(models.Model):
 
     Kind = ScheduledJobKind
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="scheduled")
+    # No index of its own: scheduledjob_occurrence_unique (job_id, scheduled_for, attempt)
+    # serves every lookup by job (one index less to write per fired occurrence).
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="scheduled", db_index=False)
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.NEXT)
     # Why the row exists: schedule, buffered, catch_up, backfill, run_now, cancel_other, retry.
     reason = models.CharField(max_length=20, default="schedule")
@@ -228,11 +237,17 @@ class Run(models.Model):
     TERMINAL_STATES = RUN_TERMINAL_STATES
     UNFINISHED_STATES = RUN_UNFINISHED_STATES
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     workflow = models.CharField(max_length=100)
     input = models.JSONField(default=dict)
+    # No index of its own: run_owner_created_idx (owner_id, created_at) serves lookups by owner.
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="runs",
+        db_index=False,
     )
     # Higher runs first. Copied onto each step so the claim index can order by it.
     priority = models.SmallIntegerField(default=0)
@@ -249,7 +264,10 @@ class Run(models.Model):
         ),
     )
     # The job this run was produced by (seed 004), if any. A deleted job's runs stay (unlinked).
-    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
+    # No index of its own: run_job_created_idx (job_id, created_at) WHERE job_id IS NOT NULL.
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs", db_index=False
+    )
     # The job occurrence this run is an attempt of: its scheduled time and the attempt number
     # (0 first, n the n-th retry). Unique per job: an occurrence can never fire twice.
     scheduled_for = models.DateTimeField(null=True, blank=True)
@@ -338,7 +356,8 @@ class Step(models.Model):
 
     Kind = StepKind
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: step_run_seq_unique (run_id, seq) serves lookups by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FORWARD)
     # Order inside the run: forward steps 0..n-1, compensations from 1000 upwards.
@@ -521,8 +540,14 @@ class TaskExecutionHistory(models.Model):
     Status = HistoryStatus
 
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
-    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
-    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
+    # No indexes of their own: history_run_started_idx (run_id, started_at) and
+    # history_job_started_idx (job_id, started_at) WHERE job_id IS NOT NULL serve them.
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_index=False
+    )
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_index=False
+    )
     # The job occurrence's scheduled time (job rows only).
     scheduled_for = models.DateTimeField(null=True, blank=True)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ATTEMPT)
@@ -578,8 +603,9 @@ class RunEvent(models.Model):
         CANCELLED = "cancelled", "Cancelled"
         FAILED = "failed", "Failed"
 
-    event_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    event_id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    # No index of its own: event_run_id_idx (run_id, id) serves lookups by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     type = models.CharField(max_length=30, choices=Type.choices)
     data = models.JSONField(default=dict, blank=True)

@@ -223,9 +223,12 @@ def jobs_dispatch(
     *, instance: str, batch: int | None = None, max_batches: int | None = None
 ) -> DispatchResult:
     """One dispatcher tick: settle ended job runs, then fire due occurrences in batches until a
-    batch comes back short (bounded by `max_batches`). Safe to run in several processes at once."""
-    batch = batch or int(settings.SAS.get("JOBS_DISPATCH_BATCH", 500))
-    max_batches = max_batches or int(settings.SAS.get("JOBS_DISPATCH_MAX_BATCHES", 20))
+    batch comes back short - bounded by `max_batches` and by SAS["JOBS_DISPATCH_TICK_SECONDS"]
+    of firing, so a burst is written in one tick rather than a batch count per beat interval,
+    and a tick still ends. Safe to run in several processes at once."""
+    batch = batch or int(settings.SAS.get("JOBS_DISPATCH_BATCH", 1000))
+    max_batches = max_batches or int(settings.SAS.get("JOBS_DISPATCH_MAX_BATCHES", 1000))
+    budget = float(settings.SAS.get("JOBS_DISPATCH_TICK_SECONDS", 20.0))
     total = DispatchResult()
     for _ in range(max_batches):
         done = job_runs_settle(limit=batch)
@@ -233,6 +236,7 @@ def jobs_dispatch(
         total.retries += done.retries
         if done.settled < batch:
             break
+    firing_ends = time.monotonic() + budget
     for _ in range(max_batches):
         done = jobs_dispatch_batch(instance=instance, limit=batch)
         total.claimed += done.claimed
@@ -241,7 +245,7 @@ def jobs_dispatch(
         total.buffered += done.buffered
         total.queued += done.queued
         # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
-        if done.claimed < batch and not done.queued:
+        if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
             break
     return total
 

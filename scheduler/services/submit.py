@@ -13,6 +13,7 @@ from django.db import transaction
 from psycopg.types.json import Jsonb
 
 from scheduler import transitions
+from scheduler.ids import uuid7
 from scheduler.models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow
 
@@ -206,21 +207,28 @@ class RunSpec:
     job_id: int | None = None
     scheduled_for: datetime | None = None
     job_attempt: int = 0
+    # Why the job's occurrence started it: given, the job's "started" history row is written
+    # with the run (by `worker`, runs_submit_many's).
+    job_reason: str | None = None
 
 
-def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[uuid.UUID]:
-    """Write many runs at once - runs, forward steps and "received" events in one statement
-    (`transitions.runs_insert_many`) - with their first steps Pending; the scheduler is kicked
-    after commit (one coalesced kick) and claims them as capacity allows. For the jobs
-    dispatcher, which starts many runs in one transaction. Returns the runs' ids, in the
-    order of `specs`. Invariant: as `run_submit` (inputs are validated by the caller, before
-    anything is written); payloads are built here, as `steps_new` builds them. Transaction:
-    the caller's (one statement)."""
+def runs_submit_many(
+    specs: Sequence[RunSpec], *, kick: bool = True, worker: str = ""
+) -> list[uuid.UUID | None]:
+    """Write many runs at once - runs, forward steps, "received" events and the job history
+    rows of `job_reason`s in one statement (`transitions.runs_insert_many`) - with their first
+    steps Pending; the scheduler is kicked after commit (one coalesced kick) and claims them as
+    capacity allows. For the jobs dispatcher, which starts many runs in one transaction.
+    Returns the runs' ids, in the order of `specs` - None for a job occurrence (and attempt)
+    that already had a run, which is left as it was (the unique constraint, ON CONFLICT).
+    Invariant: as `run_submit` (inputs are validated by the caller, before anything is
+    written); payloads are built here, as `steps_new` builds them. Transaction: the caller's
+    (one statement)."""
     if not specs:
         return []
-    new = transitions.NewRuns()
+    new = transitions.NewRuns(worker=worker)
     for spec in specs:
-        run_id = uuid.uuid4()
+        run_id = uuid7()
         new.run_ids.append(run_id)
         new.workflows.append(spec.definition.name)
         new.inputs.append(Jsonb(spec.input))
@@ -230,6 +238,7 @@ def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[uui
         new.correlation_ids.append(spec.correlation_id)
         new.scheduled_for.append(spec.scheduled_for)
         new.job_attempts.append(spec.job_attempt)
+        new.job_reasons.append(spec.job_reason)
         steps = spec.definition.steps
         ctx = StepContext(
             run_id=str(run_id),
@@ -253,17 +262,17 @@ def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[uui
             new.step_priorities.append(spec.priority)
             built = index == 0 or not step_def.payload_needs_results
             new.step_payloads.append(Jsonb(step_def.payload(ctx)) if built else None)
-    transitions.runs_insert_many(new=new)
+    written = transitions.runs_insert_many(new=new)
     _long_steps_of_runs_create(
         {
             run_id: spec.definition
             for run_id, spec in zip(new.run_ids, specs, strict=True)
-            if _has_long_steps(spec.definition)
+            if run_id in written and _has_long_steps(spec.definition)
         }
     )
-    if kick:
+    if kick and written:
         transaction.on_commit(scheduler_kick_enqueue)
-    return new.run_ids
+    return [run_id if run_id in written else None for run_id in new.run_ids]
 
 
 def _has_long_steps(definition: Workflow) -> bool:

@@ -196,7 +196,11 @@ RETURNING h.step_id
 
 -- name: runs_insert_many
 -- Many new runs at once (the jobs dispatcher's batch), in one statement: the runs Pending, their
--- forward steps (the first Pending, due now; the rest Waiting) and a "received" event each.
+-- forward steps (the first Pending, due now; the rest Waiting), a "received" event each and,
+-- for a run that a job's occurrence started (a reason in job_reasons), the job's "started"
+-- history row (the seed's TaskExecutionHistory; started_at is the run's created_at).
+-- A run whose job occurrence already has a run (unique run_job_occurrence_unique) is not
+-- written, nor its steps, event or history row: the statement returns the ids it wrote.
 -- Arrays in, one row per element (unnest): the cost is the rows', not statements' or
 -- parameters'. The steps' idempotency keys are `<run id>:<step name>`, as run_submit makes them.
 WITH runs AS (
@@ -210,7 +214,17 @@ WITH runs AS (
                 %(priorities)s::smallint[], %(job_ids)s::bigint[], %(correlation_ids)s::text[],
                 %(scheduled_for)s::timestamptz[], %(job_attempts)s::smallint[])
          AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt)
-    RETURNING id, workflow, correlation_id
+    ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
+    RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at
+), history AS (
+    INSERT INTO scheduler_taskexecutionhistory
+        (kind, status, lease, retry_count, worker, error, detail, started_at, ended_at, run_id, step_id,
+         job_id, scheduled_for)
+    SELECT 'job', 'started', NULL, runs.job_attempt, %(worker)s, '', jsonb_build_object('reason', h.reason),
+           runs.created_at, NULL, runs.id, NULL, runs.job_id, runs.scheduled_for
+    FROM unnest(%(run_ids)s::uuid[], %(job_reasons)s::text[]) AS h(run_id, reason)
+    JOIN runs ON runs.id = h.run_id
+    WHERE h.reason IS NOT NULL AND runs.job_id IS NOT NULL
 ), steps AS (
     INSERT INTO scheduler_step
         (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,
@@ -230,8 +244,10 @@ WITH runs AS (
                 %(step_payloads)s::jsonb[])
          AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
               heartbeat_window, backoff_base, backoff_max, priority, payload)
+    WHERE s.run_id IN (SELECT id FROM runs)
 )
 INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
-SELECT gen_random_uuid(), id, NULL, 'received',
+SELECT sas_uuid7(), id, NULL, 'received',
        jsonb_build_object('workflow', workflow, 'correlation_id', correlation_id), statement_timestamp()
 FROM runs
+RETURNING run_id

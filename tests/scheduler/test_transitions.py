@@ -77,6 +77,8 @@ NOT_STATES = {
     "continue", "heartbeat", "extended", "close_by",
     # PostgreSQL settings a page's transaction sets (set_config in checkpoint_page_begin)
     "statement_timeout", "idle_in_transaction_session_timeout",
+    # encode()'s format in sas_uuid7()
+    "hex",
 }  # fmt: skip
 
 
