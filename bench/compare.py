@@ -47,6 +47,7 @@ from bench.common import (
     summary,
     truncate_engine,
 )
+from bench.cpu import busy_cpu_seconds
 from bench.engine import ENGINE_QUEUES, ORDER
 
 PROCRASTINATE_DB = f"{BENCH_DB}_procrastinate"
@@ -64,7 +65,9 @@ def run_baseline(python: str, module: str, args: list[str], env: dict[str, str])
     return figures
 
 
-def engine(env: dict[str, str], concurrency: int, orders: int, samples: int, logs: Path) -> dict[str, float]:
+def engine(
+    env: dict[str, str], concurrency: int, orders: int, samples: int, logs: Path, threads: int = 0
+) -> dict[str, float]:
     from django.contrib.auth import get_user_model
 
     from orders.services import order_submit
@@ -73,13 +76,19 @@ def engine(env: dict[str, str], concurrency: int, orders: int, samples: int, log
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
-    worker = celery_worker(
-        name=f"compare-engine-{concurrency}",
-        queues=ENGINE_QUEUES,
-        log_dir=logs,
-        env=env,
-        concurrency=concurrency,
-    ).start(ready_marker=" ready.")
+    # Prefork with `concurrency` processes, or (threads) `concurrency` workers of -P threads -c
+    # `threads` each - the layout of the Procfile's agent workers.
+    workers = [
+        celery_worker(
+            name=f"compare-engine-{concurrency}-{i}",
+            queues=ENGINE_QUEUES,
+            log_dir=logs,
+            env=env,
+            concurrency=threads or concurrency,
+            pool="threads" if threads else "prefork",
+        ).start(ready_marker=" ready.")
+        for i in range(concurrency if threads else 1)
+    ]
     # Beat runs as in production: the supervisor sweep and the scheduler tick.
     beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting")
 
@@ -103,6 +112,7 @@ def engine(env: dict[str, str], concurrency: int, orders: int, samples: int, log
         latencies(10)  # warm-up: pools, connections and caches hot
         truncate_engine()
         started = time.perf_counter()
+        cpu0 = busy_cpu_seconds()
         for _ in range(orders):
             order_submit(owner_id=user.id, data=ORDER)
         last, last_change = -1, time.monotonic()
@@ -113,15 +123,23 @@ def engine(env: dict[str, str], concurrency: int, orders: int, samples: int, log
                 raise RuntimeError(f"engine burst stalled at {done}/{orders}")
             time.sleep(BURST_POLL_INTERVAL)
         elapsed = time.perf_counter() - started
+        cpu_ms = (busy_cpu_seconds() - cpu0) * 1000 / orders
         bad = Run.objects.exclude(state=Run.State.COMPLETED).count()
         if bad:
             raise RuntimeError(f"{bad} bench runs did not complete")
         truncate_engine()
         lat = summary(latencies(samples))
-        return {"per_s": orders / elapsed, "p50": lat["p50"], "p99": lat["p99"], "n": orders}
+        return {
+            "per_s": orders / elapsed,
+            "p50": lat["p50"],
+            "p99": lat["p99"],
+            "n": orders,
+            "cpu_ms": cpu_ms,
+        }
     finally:
         beat.stop()
-        worker.stop()
+        for worker in workers:
+            worker.stop()
         truncate_engine()
 
 
@@ -157,6 +175,12 @@ def report(results: dict[str, dict[str, dict[str, float]]]) -> None:
     row("engine orders/s", lambda r: f"{r['engine']['per_s']:.1f}")
     row("engine steps/s", lambda r: f"{3 * r['engine']['per_s']:.0f}")
     row("engine p50 / p99", lambda r: f"{fmt_ms(r['engine']['p50'])} / {fmt_ms(r['engine']['p99'])}")
+    row(
+        "machine CPU per order in the burst: chain / Procrastinate / engine",
+        lambda r: " / ".join(
+            f"{r[k].get('cpu_ms', float('nan')):.1f} ms" for k in ("chain", "procrastinate", "engine")
+        ),
+    )
     row("engine orders/s : chain's", lambda r: ratio(r, "engine", "chain", "per_s", 0.75, True), ">= 0.75")
     row(
         "engine orders/s : Procrastinate's",
@@ -187,6 +211,13 @@ def main() -> None:
         default="concurrency",
         help="N as one Procrastinate worker with --concurrency N (default) or N workers of concurrency 1",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="0: prefork workers; K: N workers of -P threads -c K, for the chain and the engine alike "
+        "(the Procfile's agent layout); Procrastinate is async either way",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -212,7 +243,7 @@ def main() -> None:
             r: dict[str, dict[str, float]] = {}
             print(f"\nworker processes: {c}  (logs in {logs})", flush=True)
             module = "bench.baselines.bare_celery"
-            conc = ["--concurrency", str(c)]
+            conc = ["--concurrency", str(c), "--threads", str(args.threads)]
             r["noop"] = run_baseline(
                 sys.executable, module, ["noop", *conc, "--tasks", str(args.noop_tasks), *samples], base_env
             )
@@ -237,7 +268,7 @@ def main() -> None:
             )
             p = r["procrastinate"]
             print(f"  (c) Procrastinate: {p['per_s']:.1f} orders/s, p50 {fmt_ms(p['p50'])}", flush=True)
-            r["engine"] = engine(env, c, args.orders, args.latency_samples, logs)
+            r["engine"] = engine(env, c, args.orders, args.latency_samples, logs, threads=args.threads)
             print(
                 f"  engine: {r['engine']['per_s']:.1f} orders/s, p50 {fmt_ms(r['engine']['p50'])}", flush=True
             )

@@ -40,6 +40,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.common import BURST_POLL_INTERVAL, POLL_INTERVAL, summary  # noqa: E402
+from bench.cpu import busy_cpu_seconds  # noqa: E402
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 PREFIX = os.environ.get("BARE_PREFIX", "benchbare:")
@@ -192,6 +193,12 @@ def main() -> None:
     )
     parser.add_argument("mode", choices=["noop", "chain"])
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="0: prefork with --concurrency processes; K: --concurrency workers of -P threads -c K",
+    )
     parser.add_argument("--tasks", type=int, default=3000, help="noop: tasks in the burst")
     parser.add_argument("--orders", type=int, default=300, help="chain: orders in the burst")
     parser.add_argument("--samples", type=int, default=100, help="latency samples, one at a time")
@@ -203,42 +210,48 @@ def main() -> None:
     app.set_current()  # this process is the baseline's client and nothing else
     log_dir = Path(os.environ.get("BENCH_LOG_DIR", "/tmp"))
     name = f"bare-{args.mode}-{args.concurrency}"
-    worker = Proc(
-        name=name,
-        args=[
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "bench.baselines.bare_celery",
-            "worker",
-            "-Q",
-            QUEUE,
-            "-c",
-            str(args.concurrency),
-            "-P",
-            "prefork",
-            "-n",
-            f"{name}@%h",
-            "--without-mingle",
-            "--without-gossip",
-            "-l",
-            args.loglevel,
-        ],
-        log_path=log_dir / f"{name}.log",
-        env=dict(os.environ),
-    ).start(ready_marker=None)
+    pool = ["-c", str(args.concurrency), "-P", "prefork"]
+    if args.threads:
+        pool = ["-c", str(args.threads), "-P", "threads"]
+    workers = [
+        Proc(
+            name=f"{name}-{i}",
+            args=[
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "bench.baselines.bare_celery",
+                "worker",
+                "-Q",
+                QUEUE,
+                *pool,
+                "-n",
+                f"{name}-{i}@%h",
+                "--without-mingle",
+                "--without-gossip",
+                "-l",
+                args.loglevel,
+            ],
+            log_path=log_dir / f"{name}-{i}.log",
+            env=dict(os.environ),
+        ).start(ready_marker=None)
+        for i in range(args.concurrency if args.threads else 1)
+    ]
     r = redis.Redis.from_url(REDIS_URL)
     submit = submit_noop if args.mode == "noop" else submit_order
     try:
         # Warm-up (and readiness): every pool process has run something and holds its clients.
         _latencies(submit, 20, r)
         n = args.tasks if args.mode == "noop" else args.orders
+        cpu0 = busy_cpu_seconds()
         elapsed = _burst(submit, n, r)
+        cpu_ms = (busy_cpu_seconds() - cpu0) * 1000 / n
         lat = summary(_latencies(submit, args.samples, r))
     finally:
-        worker.stop()
-    print(json.dumps({"per_s": n / elapsed, "p50": lat["p50"], "p99": lat["p99"], "n": n}))
+        for worker in workers:
+            worker.stop()
+    print(json.dumps({"per_s": n / elapsed, "p50": lat["p50"], "p99": lat["p99"], "n": n, "cpu_ms": cpu_ms}))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ if str(REPO) not in sys.path:
 
 from bench.baselines.procrastinate_app import DSN, QUEUE, app, reserve  # noqa: E402
 from bench.common import BURST_POLL_INTERVAL, POLL_INTERVAL, summary  # noqa: E402
+from bench.cpu import busy_cpu_seconds  # noqa: E402
 
 ITEMS = [{"sku": "B-1", "quantity": 1}]
 
@@ -111,6 +112,7 @@ async def measure(orders: int, samples: int) -> dict[str, float]:
         await _latencies(conn, 10)
         await _truncate(conn)
         started = time.perf_counter()
+        cpu0 = busy_cpu_seconds()
         for _ in range(orders):
             await submit_order()
         last, last_change = -1, time.monotonic()
@@ -123,9 +125,10 @@ async def measure(orders: int, samples: int) -> dict[str, float]:
                 raise RuntimeError("procrastinate jobs failed; see the worker logs")
             await asyncio.sleep(BURST_POLL_INTERVAL)
         elapsed = time.perf_counter() - started
+        cpu_ms = (busy_cpu_seconds() - cpu0) * 1000 / orders
         await _truncate(conn)
         lat = summary(await _latencies(conn, samples))
-    return {"per_s": orders / elapsed, "p50": lat["p50"], "p99": lat["p99"], "n": orders}
+    return {"per_s": orders / elapsed, "p50": lat["p50"], "p99": lat["p99"], "n": orders, "cpu_ms": cpu_ms}
 
 
 def main() -> None:
