@@ -1152,6 +1152,77 @@ def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, An
     }
 
 
+SQL_FLOOR = """
+WITH c AS (
+    SELECT sj.id, sj.job_id, sj.scheduled_for, j.owner_id, j.workflow, j.input, j.priority
+    FROM scheduler_scheduledjob sj JOIN scheduler_job j ON j.id = sj.job_id
+    WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled
+    ORDER BY sj.next_execution_at, sj.id LIMIT %(batch)s FOR UPDATE OF sj, j SKIP LOCKED
+), runs AS (
+    INSERT INTO scheduler_run (id, workflow, input, owner_id, priority, state, cancel_requested, observed,
+                               job_id, correlation_id, error, created_at, updated_at, scheduled_for,
+                               job_attempt, job_settled)
+    SELECT sas_uuid7(), workflow, input, owner_id, priority, 'pending', false, false, job_id,
+           'job:' || job_id, '', statement_timestamp(), statement_timestamp(), scheduled_for, 0, false
+    FROM c
+    RETURNING id, job_id, scheduled_for
+), st AS (
+    INSERT INTO scheduler_step (run_id, name, kind, seq, operation, process_state, failure_count, not_before,
+                                idempotency_key, reached, timeout, queue_timeout, max_failures, backoff_base,
+                                backoff_max, priority, attempts, payload, last_error, error_permanent,
+                                created_at, updated_at)
+    SELECT id, 'noop', 'forward', 0, 'bench.noop', 'pending', 0, statement_timestamp(), id::text || ':noop',
+           false, '30s', '10s', 3, 1, 60, 0, 0, '{}'::jsonb, '', false, statement_timestamp(),
+           statement_timestamp() FROM runs
+){extra}, mv AS (
+    UPDATE scheduler_scheduledjob sj
+    SET scheduled_for = c.scheduled_for + interval '1 day',
+        next_execution_at = c.scheduled_for + interval '1 day'
+    FROM c WHERE sj.id = c.id
+)
+SELECT count(*) FROM runs
+"""
+SQL_FLOOR_BOOKKEEPING = """, h AS (
+    INSERT INTO scheduler_taskexecutionhistory (kind, status, retry_count, worker, error, detail, started_at,
+                                                run_id, job_id, scheduled_for)
+    SELECT 'job', 'started', 0, 'floor', '', '{}', statement_timestamp(), id, job_id, scheduled_for FROM runs
+), e AS (
+    INSERT INTO scheduler_runevent (event_id, run_id, type, data, created_at)
+    SELECT sas_uuid7(), id, 'received', '{}', statement_timestamp() FROM runs
+)"""
+
+
+def sql_floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, float]:
+    """n occurrences due, written by one SQL statement per batch with no Python between (claim,
+    run, first step, next row moved; and again with the job history row and the received
+    event): what PostgreSQL alone needs on this machine for the rows a firing writes."""
+    from django.db import connection
+
+    out: dict[str, float] = {}
+    for label, extra in (("lean", ""), ("full", SQL_FLOOR_BOOKKEEPING)):
+        reset(prefix)
+        at = db_now().replace(second=0, microsecond=0)
+        fill_jobs(
+            [Sched("daily", f"{at.minute} {at.hour} * * *", "UTC", n)],
+            owner_ids,
+            after=at - timedelta(seconds=1),
+        )
+        sql("ANALYZE")
+        statement = SQL_FLOOR.replace("{extra}", extra)
+        started, total = time.perf_counter(), 0
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(statement, {"batch": batch})
+                k = int(cursor.fetchone()[0])
+            total += k
+            if k == 0:
+                break
+        out[label] = time.perf_counter() - started
+        out[f"{label}_written"] = total
+    reset(prefix)
+    return out
+
+
 def fire(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any]:
     """n occurrences due, fired by the dispatcher's own code (`jobs_dispatch`) in this process,
     with no worker running: what the dispatcher alone writes per second on this machine, beside
@@ -1276,7 +1347,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire"],
+        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor"],
         help="beat: the baseline alone",
     )
     parser.add_argument(
@@ -1392,6 +1463,22 @@ def main() -> None:
                         f"{f['started']:,} / {f['pending_first_steps']:,} in {f['s']:.1f} s "
                         f"({f['runs_per_s']:,.0f} runs/s, {f['ticks']} ticks)",
                     )
+                ]
+            )
+        if "sqlfloor" in phases:
+            print(
+                f"\n== SQL floor: {args.burst:,} occurrences, one statement per 1,000, no Python", flush=True
+            )
+            print("  " + load(), flush=True)
+            f = sql_floor(owner_ids, args.burst, 1000, env["SAS_REDIS_PREFIX"])
+            out["sqlfloor"] = f
+            print_table(
+                [
+                    ("run + first step + next row moved", f"{f['lean_written']:,.0f} in {f['lean']:.1f} s"),
+                    (
+                        "... + job history row + received event",
+                        f"{f['full_written']:,.0f} in {f['full']:.1f} s",
+                    ),
                 ]
             )
         if "lag" in phases:
