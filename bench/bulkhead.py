@@ -113,7 +113,7 @@ def run_layout(name: str, env: dict[str, str], sim: Any, args: argparse.Namespac
     user, _ = get_user_model().objects.get_or_create(username="bench-bulkhead")
     logs = log_dir()
     control = celery_worker(
-        name="control", queues="scheduler,supervisor,default", log_dir=logs, env=env, concurrency=1
+        name="control", queues="scheduler,supervisor,jobs,default", log_dir=logs, env=env, concurrency=1
     )
     beat = celery_beat(log_dir=logs, env=env)
     agents = [

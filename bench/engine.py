@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_environment, fmt_ms, log_dir, print_table, summary, truncate_engine
 
-ENGINE_QUEUES = "scheduler,supervisor,agent.inventory,agent.payment,agent.shipping,default"
+ENGINE_QUEUES = "scheduler,supervisor,jobs,agent.inventory,agent.payment,agent.shipping,default"
 ORDER = {"items": [{"sku": "B-1", "quantity": 1}], "amount": "9.99", "currency": "EUR"}
 
 

@@ -5,8 +5,9 @@
 
 Real processes throughout, as `make run` lays them out (Procfile): celery beat with the project's
 scheduler (django-celery-beat's DatabaseScheduler; it runs the `scheduler.jobs_dispatch` task
-every SAS["JOBS_DISPATCH_INTERVAL"] s), one control worker (-Q scheduler,supervisor,default -c 1:
-the dispatcher, the scheduler's kicks and ticks, the supervisor's sweep) and one agent worker for
+every SAS["JOBS_DISPATCH_INTERVAL"] s), the dispatcher's worker (-Q jobs -c 2), one control worker
+(-Q scheduler,supervisor,default -c 1: the scheduler's kicks and ticks, the supervisor's sweep) and
+one agent worker for
 the bench's one-step no-op workflow (bench/jobs_tasks.py; threads, -c 8, as the Procfile's agent
 workers). Every process loads the bench's workflow and tasks by SAS_WORKFLOW_MODULES=bench.jobs_tasks.
 
@@ -71,6 +72,7 @@ TARGET_BURST_WRITTEN = 10.0
 # A probe that starts this long before its cron time still counts as that occurrence's.
 EARLY_TOLERANCE = 0.5
 CONTROL_QUEUES = "scheduler,supervisor,default"
+DISPATCHER_QUEUES = "jobs"
 
 
 @dataclass(frozen=True)
@@ -387,12 +389,21 @@ def bench_worker(
 
 
 def start_ours(env: dict[str, str], logs: Path, tag: str) -> Stack:
-    """Beat (project scheduler: dispatcher, sweep, tick), the control worker, the no-op agents."""
+    """Beat (project scheduler: dispatcher, sweep, tick), the dispatcher's worker (queue jobs,
+    2 processes) and the control worker as the Procfile lays them out, the no-op agents. The
+    dispatcher's worker comes first (the one `--profile` samples)."""
     from bench.jobs_tasks import NOOP_QUEUE
     from tests.harness import celery_beat
 
     stack = Stack()
     control_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-control"}
+    dispatcher_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-dispatcher"}
+    stack.add(
+        bench_worker(
+            f"dispatcher-{tag}", DISPATCHER_QUEUES, logs, dispatcher_env, concurrency=2, pool="prefork"
+        ),
+        " ready.",
+    )
     agent_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-agent", "DATABASE_POOL_MAX_SIZE": "2"}
     stack.add(
         bench_worker(f"control-{tag}", CONTROL_QUEUES, logs, control_env, concurrency=1, pool="prefork"),

@@ -238,6 +238,9 @@ CELERY_TASK_ROUTES = (
     # Agent operations `agents.<service>.<op>` go to queue `agent.<service>` (agents/routing.py).
     "agents.routing.route_agent_task",
     {
+        # The jobs dispatcher has a worker of its own (Procfile `dispatcher`): a burst's tick
+        # may write for seconds, and must not hold up the scheduler's kicks or the sweep.
+        "scheduler.jobs_dispatch": {"queue": "jobs"},
         "scheduler.*": {"queue": "scheduler"},
         "supervisor.*": {"queue": "supervisor"},
         "bench.*": {"queue": "bench"},

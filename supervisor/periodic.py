@@ -16,7 +16,8 @@ PERIODIC_TASKS = (
     ("sas: supervisor sweep", "supervisor.sweep", "supervisor", "SUPERVISOR_INTERVAL"),
     ("sas: scheduler safety tick", "scheduler.tick", "scheduler", "SCHEDULER_TICK_INTERVAL"),
     # Seed 004's Scheduler Service: fires due job occurrences (scheduler/jobs.md).
-    ("sas: jobs dispatcher", "scheduler.jobs_dispatch", "scheduler", "JOBS_DISPATCH_INTERVAL"),
+    # Its own queue and worker (Procfile `dispatcher`), so a long tick never delays a sweep.
+    ("sas: jobs dispatcher", "scheduler.jobs_dispatch", "jobs", "JOBS_DISPATCH_INTERVAL"),
 )
 
 

@@ -17,7 +17,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
-CONTROL_QUEUES = "scheduler,supervisor,default"
+# The session's control worker also runs the jobs dispatcher (its own `dispatcher` worker in
+# the Procfile).
+CONTROL_QUEUES = "scheduler,supervisor,jobs,default"
 AGENT_QUEUES = "agent.inventory,agent.payment,agent.shipping,agent.webhook,agent.http,agent.tasks"
 
 
