@@ -224,6 +224,7 @@ def test_beat__fires_a_job_and_settles_its_run_end(engine, owner):
     # the full xdist suite lost and a lone run won.)
     row = PeriodicTask.objects.get(name=DISPATCHER_ROW)
     assert row.enabled and row.task == "scheduler.jobs_dispatch" and row.interval.every == 1
+    assert row.queue == "jobs"  # the dispatcher's own worker (Procfile `dispatcher`)
     job = job_create(
         owner_id=owner.id,
         name="beat-once",
