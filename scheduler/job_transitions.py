@@ -74,6 +74,18 @@ def scheduled_next_due() -> tuple[datetime | None, datetime]:
     return due, now
 
 
+def firing_context(*, job_ids: Sequence[int], buffer_reasons: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Not a transition: the read a batch's decisions need, under the claim's locks - rows
+    (True, job id, run id, state) for each unfinished run and (False, job id, None, None) for
+    each job whose buffer slot is taken. One statement, bound on the server."""
+    if not job_ids:
+        return []
+    rows, _ = bulk_rows(
+        queries()["firing_context"], {"job_ids": list(job_ids), "reasons": list(buffer_reasons)}
+    )
+    return rows
+
+
 def scheduled_next_advance(*, moves: Sequence[tuple[int, datetime, datetime, datetime]]) -> int:
     """(id, old occurrence, new occurrence, due) per next row; returns the rows moved."""
     if not moves:

@@ -100,18 +100,15 @@ class FiringPlan:
         """A plan for `jobs` (locked by the caller): their unfinished runs and buffer slots."""
         plan = cls(now=now, instance=instance, jobs=jobs)
         busy: dict[int, list[tuple[uuid.UUID | None, str]]] = defaultdict(list)
-        rows = Run.objects.filter(job_id__in=list(jobs), state__in=Run.UNFINISHED_STATES).values_list(
-            "job_id", "id", "state"
-        )
-        for job_id, run_id, state in rows:
-            busy[job_id].append((run_id, state))
+        # Slots: parked or already due again (its turn came) - either way the slot is taken.
+        for is_run, job_id, run_id, state in job_transitions.firing_context(
+            job_ids=list(jobs), buffer_reasons=BUFFER_REASONS
+        ):
+            if is_run:
+                busy[job_id].append((run_id, state))
+            else:
+                plan.waiting.add(job_id)
         plan.busy = busy
-        # Parked or already due again (its turn came): either way the slot is taken.
-        plan.waiting = set(
-            ScheduledJob.objects.filter(
-                job_id__in=list(jobs), kind=ScheduledJob.Kind.QUEUED, reason__in=BUFFER_REASONS
-            ).values_list("job_id", flat=True)
-        )
         return plan
 
     # -- decisions -------------------------------------------------------------------------

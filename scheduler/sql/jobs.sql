@@ -17,6 +17,16 @@ ORDER BY sj.next_execution_at, sj.id
 LIMIT %(limit)s
 FOR UPDATE OF sj, j SKIP LOCKED
 
+-- name: firing_context
+-- Not a transition: what a batch's decisions read under the claim's locks, in one statement -
+-- each job's unfinished runs (is_run; partial index run_job_unfinished_idx) and each job whose
+-- buffer slot is taken (a queued row of one of the buffer reasons).
+SELECT true AS is_run, r.job_id, r.id, r.state FROM scheduler_run AS r
+WHERE r.job_id = ANY(%(job_ids)s::bigint[]) AND r.state IN ('pending', 'running', 'compensating')
+UNION ALL
+SELECT DISTINCT false, sj.job_id, NULL::uuid, NULL FROM scheduler_scheduledjob AS sj
+WHERE sj.job_id = ANY(%(job_ids)s::bigint[]) AND sj.kind = 'queued' AND sj.reason = ANY(%(reasons)s::text[])
+
 -- name: scheduled_next_due
 -- The first row that comes due after now, and now (the database clock): the first entry of the
 -- partial index scheduledjob_due_idx past now, whatever the number of jobs.
