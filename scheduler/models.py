@@ -364,8 +364,12 @@ class Step(models.Model):
     seq = models.PositiveIntegerField()
     # Celery task name of the agent operation, e.g. "agents.payment.charge".
     operation = models.CharField(max_length=100)
-    compensates = models.OneToOneField(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="compensation"
+    # One compensation per forward step (step_compensates_unique). Not a OneToOneField: its
+    # unique index would hold an entry for every forward step's NULL too, and every step
+    # transition (never a HOT update: process_state is in the partial indexes' predicates)
+    # writes one into each index of the table. The partial unique index holds compensations only.
+    compensates = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
     )
 
     process_state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
@@ -459,6 +463,11 @@ class Step(models.Model):
                 name="step_pending_is_unlocked",
             ),
             models.UniqueConstraint(fields=["run", "seq"], name="step_run_seq_unique"),
+            models.UniqueConstraint(
+                fields=["compensates"],
+                condition=Q(compensates__isnull=False),
+                name="step_compensates_unique",
+            ),
         ]
         indexes = [
             # The scheduler's claim: only Pending rows, in claim order.
