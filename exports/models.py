@@ -36,7 +36,7 @@ class Export(models.Model):
 
     @property
     def filename(self) -> str:
-        return f"history-{self.created_at:%Y%m%d-%H%M%S}-{str(self.id)[:8]}.csv"
+        return f"history-{self.created_at:%Y%m%d-%H%M%S}-{str(self.id)[-8:]}.csv"
 
 
 class ExportFile(models.Model):

@@ -48,7 +48,7 @@ class OrderAdmin(ReadOnlyAdmin):
 
     @admin.display(description="order", ordering="id")
     def short_id(self, obj: Order) -> str:
-        return str(obj.id)[:8]
+        return str(obj.id)[-8:]
 
     @admin.display(description="created", ordering="created_at")
     def created(self, obj: Order) -> SafeString:

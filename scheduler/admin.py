@@ -53,11 +53,13 @@ OPERATE_PERMISSION = "scheduler.change_run"
 
 
 def run_link(run_id: uuid.UUID | str | None, *, full: bool = False) -> str:
-    """A link to a run's admin page, built from the id alone (no query)."""
+    """A link to a run's admin page, built from the id alone (no query). Short ids everywhere
+    are the last 8 hex digits: ids are time-ordered UUIDs (scheduler/ids.py), whose first digits
+    are the time and the same for every run of the same minute."""
     if run_id is None:
         return "-"
     url = reverse("admin:scheduler_run_change", args=[run_id])
-    text = str(run_id) if full else str(run_id)[:8]
+    text = str(run_id) if full else str(run_id)[-8:]
     return format_html('<a href="{}" title="{}"><code>{}</code></a>', url, run_id, text)
 
 
@@ -331,7 +333,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="run", ordering="id")
     def short_id(self, obj: Run) -> SafeString:
-        return format_html('<code title="{}">{}</code>', obj.id, str(obj.id)[:8])
+        return format_html('<code title="{}">{}</code>', obj.id, str(obj.id)[-8:])
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj: Run) -> SafeString:
@@ -365,7 +367,7 @@ class RunAdmin(ReadOnlyAdmin):
         value = obj.correlation_id
         if not value:
             return mark_safe("-")
-        short = value if len(value) <= 13 else value[:8] + "\u2026"
+        short = value if len(value) <= 13 else "\u2026" + value[-8:]
         return format_html('<code title="{}">{}</code>', value, short)
 
     @admin.display(description="correlation id")
@@ -425,9 +427,9 @@ class RunAdmin(ReadOnlyAdmin):
             try:
                 call(run_id=run_id, actor=actor_name(request))
             except (RunNotCancellable, Run.DoesNotExist) as exc:
-                self.message_user(request, f"Run {str(run_id)[:8]}: {exc}", messages.ERROR)
+                self.message_user(request, f"Run {str(run_id)[-8:]}: {exc}", messages.ERROR)
             else:
-                done.append(str(run_id)[:8])
+                done.append(str(run_id)[-8:])
                 self._audit(request, run_id, f"{verb} run (admin action).")
         if done:
             self.message_user(request, f"{verb} {len(done)} run(s): {', '.join(done)}", messages.SUCCESS)
@@ -500,7 +502,7 @@ class RunAdmin(ReadOnlyAdmin):
         except RunNotCancellable as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
-            self.message_user(request, f"{verb} run {str(run.pk)[:8]}.", messages.SUCCESS)
+            self.message_user(request, f"{verb} run {str(run.pk)[-8:]}.", messages.SUCCESS)
             self._audit(request, run.pk, f"{verb} run (detail page).")
         return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[run.pk]))
 
@@ -521,7 +523,7 @@ class RunAdmin(ReadOnlyAdmin):
         except (StepNotMarkable, RunNotCancellable, ValueError) as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
-            self.message_user(request, f"{verb} run {str(run.pk)[:8]}: {reason}", messages.SUCCESS)
+            self.message_user(request, f"{verb} run {str(run.pk)[-8:]}: {reason}", messages.SUCCESS)
             self._audit(request, run.pk, f"{verb} run: {reason}")
         return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[run.pk]))
 

@@ -49,7 +49,7 @@ def test_cancel_action__running_and_pending__compensating_and_cancelled(
     assert Run.objects.get(pk=completed.run_id).state == Run.State.COMPLETED
     texts = _messages(response)
     assert any(t.startswith("Cancelled 2 run(s)") for t in texts), texts
-    assert any(str(completed.run_id)[:8] in t and "only pending or running" in t for t in texts), texts
+    assert any(str(completed.run_id)[-8:] in t and "only pending or running" in t for t in texts), texts
 
 
 def test_resume_compensation_action__failed_run__compensating_again(
@@ -147,7 +147,7 @@ def test_alert_changelist__open_first(staff_client: Client, operator: Any, custo
     )
     html = staff_client.get(reverse("admin:supervisor_alert_changelist")).content.decode()
     # The older run's alerts are open, so they come before the newer, acknowledged ones.
-    assert html.index(str(old.run_id)[:8]) < html.index(str(new.run_id)[:8])
+    assert html.index(str(old.run_id)[-8:]) < html.index(str(new.run_id)[-8:])
 
 
 def test_run_detail__mark_compensation_done__needs_a_reason_then_finishes_the_undo(

@@ -50,7 +50,7 @@ def test_changelist__staff__renders_rows(staff_client: Client, orders: dict[str,
     html = _text(staff_client.get(reverse(url_name)))
     assert 'id="result_list"' in html
     # Every engine list shows (or links) the failed run.
-    assert str(orders["failed"].run_id)[:8] in html
+    assert str(orders["failed"].run_id)[-8:] in html
 
 
 def test_run_changelist__columns__state_progress_and_alerts(
@@ -89,7 +89,7 @@ def test_detail_pages__staff__render_read_only(staff_client: Client, orders: dic
     ):
         html = _text(staff_client.get(url))
         assert 'name="_save"' not in html, url
-        assert str(run_id)[:8] in html, url
+        assert str(run_id)[-8:] in html, url
 
 
 def test_add_and_delete__engine_models__forbidden(staff_client: Client, orders: dict[str, Any]) -> None:
@@ -175,11 +175,11 @@ def test_step_and_history_search(staff_client: Client, orders: dict[str, Any]) -
     html = _text(
         staff_client.get(reverse("admin:scheduler_taskexecutionhistory_changelist"), {"q": "admin-tests:1"})
     )
-    assert str(run_id)[:8] in html
+    assert str(run_id)[-8:] in html
     html = _text(
         staff_client.get(reverse("admin:scheduler_taskexecutionhistory_changelist"), {"q": "nobody:0"})
     )
-    assert str(run_id)[:8] not in html
+    assert str(run_id)[-8:] not in html
 
 
 def test_non_staff__redirected_to_login(customer: Any, orders: dict[str, Any]) -> None:
@@ -239,4 +239,4 @@ def test_job_pages__list_detail_and_runs_link__find_the_jobs_runs(
     detail = _text(staff_client.get(reverse("admin:scheduler_job_change", args=[job.id])))
     assert f"?job__id__exact={job.id}" in detail  # the job admin is jobs/admin.py
     runs = _text(staff_client.get(reverse("admin:scheduler_run_changelist"), {"job__id__exact": job.id}))
-    assert str(run.id)[:8] in runs
+    assert str(run.id)[-8:] in runs

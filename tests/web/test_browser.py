@@ -133,7 +133,7 @@ def test_browser__sign_in_place_order__watch_it_complete(
     assert seen[-1] == "processed,processed,processed"
     assert len(seen) >= 2, seen  # it was seen moving, not only finished
     assert badge == "Completed" and events == 6
-    assert order_id[:8] in listed
+    assert order_id[-8:] in listed
     assert Run.objects.get(correlation_id=order_id).state == Run.State.COMPLETED
     assert Run.objects.filter(owner=user).count() == 1
 
