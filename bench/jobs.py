@@ -5,7 +5,7 @@
 
 Real processes throughout, as `make run` lays them out (Procfile): celery beat with the project's
 scheduler (django-celery-beat's DatabaseScheduler; it runs the `scheduler.jobs_dispatch` task
-every SAS["JOBS_DISPATCH_INTERVAL"] s), the dispatcher's worker (-Q jobs -c 2), one control worker
+every SAS["JOBS_DISPATCH_INTERVAL"] s), the dispatcher's worker (-Q jobs -c 1), one control worker
 (-Q scheduler,supervisor,default -c 1: the scheduler's kicks and ticks, the supervisor's sweep) and
 one agent worker for
 the bench's one-step no-op workflow (bench/jobs_tasks.py; threads, -c 8, as the Procfile's agent
@@ -390,7 +390,7 @@ def bench_worker(
 
 def start_ours(env: dict[str, str], logs: Path, tag: str) -> Stack:
     """Beat (project scheduler: dispatcher, sweep, tick), the dispatcher's worker (queue jobs,
-    2 processes) and the control worker as the Procfile lays them out, the no-op agents. The
+    1 process) and the control worker as the Procfile lays them out, the no-op agents. The
     dispatcher's worker comes first (the one `--profile` samples)."""
     from bench.jobs_tasks import NOOP_QUEUE
     from tests.harness import celery_beat
@@ -400,7 +400,7 @@ def start_ours(env: dict[str, str], logs: Path, tag: str) -> Stack:
     dispatcher_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-dispatcher"}
     stack.add(
         bench_worker(
-            f"dispatcher-{tag}", DISPATCHER_QUEUES, logs, dispatcher_env, concurrency=2, pool="prefork"
+            f"dispatcher-{tag}", DISPATCHER_QUEUES, logs, dispatcher_env, concurrency=1, pool="prefork"
         ),
         " ready.",
     )
