@@ -1095,6 +1095,28 @@ def floor_statement() -> tuple[str, dict[str, Any]]:
     return statement, params
 
 
+def due_now(owner_ids: list[int], n: int, prefix: str) -> datetime:
+    """A clean store with n jobs on one daily UTC schedule whose occurrence at this minute's
+    start is due now (their next rows in the past). Returns that occurrence's time."""
+    reset(prefix)
+    at = db_now().replace(second=0, microsecond=0)
+    fill_jobs(
+        [Sched("daily", f"{at.minute} {at.hour} * * *", "UTC", n)], owner_ids, after=at - timedelta(seconds=1)
+    )
+    return at
+
+
+def pending_first_steps(at: datetime) -> int:
+    """Runs of the occurrence at `at` whose first step is Pending."""
+    return int(
+        sql(
+            "SELECT count(*) FROM scheduler_run r JOIN scheduler_step s ON s.run_id = r.id "
+            "AND s.seq = 0 AND s.process_state = 'pending' WHERE r.scheduled_for = %s",
+            [at],
+        )[0][0]
+    )
+
+
 def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any]:
     """n occurrences due, written set-based in batches: the claim (the dispatcher's own
     statement), the overlap check, the next times (the project's cron code, once per distinct
@@ -1107,12 +1129,7 @@ def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, An
     from scheduler.cron import cron_next
     from scheduler.models import Job
 
-    reset(prefix)
-    now = db_now()
-    at = now.replace(second=0, microsecond=0)
-    fill_jobs(
-        [Sched("daily", f"{at.minute} {at.hour} * * *", "UTC", n)], owner_ids, after=at - timedelta(seconds=1)
-    )
+    at = due_now(owner_ids, n, prefix)
     statement, base = floor_statement()
     schedules = dict(Job.objects.values_list("id", "cron"))
     zones = dict(Job.objects.values_list("id", "timezone"))
@@ -1145,17 +1162,13 @@ def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, An
             write_s += time.perf_counter() - t2
         # (commit included in the total, not in the parts)
     elapsed = time.perf_counter() - started
-    check = sql(
-        "SELECT count(*), count(DISTINCT r.id) FROM scheduler_run r JOIN scheduler_step s ON s.run_id = r.id "
-        "AND s.seq = 0 AND s.process_state = 'pending' WHERE r.scheduled_for = %s",
-        [at],
-    )[0]
+    pending = pending_first_steps(at)
     reset(prefix)
     return {
         "occurrences": n,
         "batch": batch,
         "written": written,
-        "pending_first_steps": check[0],
+        "pending_first_steps": pending,
         "s": elapsed,
         "claim_s": claim_s,
         "python_s": python_s,
@@ -1211,13 +1224,7 @@ def sql_floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str
 
     out: dict[str, float] = {}
     for label, extra in (("lean", ""), ("full", SQL_FLOOR_BOOKKEEPING)):
-        reset(prefix)
-        at = db_now().replace(second=0, microsecond=0)
-        fill_jobs(
-            [Sched("daily", f"{at.minute} {at.hour} * * *", "UTC", n)],
-            owner_ids,
-            after=at - timedelta(seconds=1),
-        )
+        due_now(owner_ids, n, prefix)
         sql("ANALYZE")
         statement = SQL_FLOOR.replace("{extra}", extra)
         started, total = time.perf_counter(), 0
@@ -1241,12 +1248,7 @@ def fire(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any
     whole stack running."""
     from scheduler.services import jobs_dispatch
 
-    reset(prefix)
-    now = db_now()
-    at = now.replace(second=0, microsecond=0)
-    fill_jobs(
-        [Sched("daily", f"{at.minute} {at.hour} * * *", "UTC", n)], owner_ids, after=at - timedelta(seconds=1)
-    )
+    at = due_now(owner_ids, n, prefix)
     sql("ANALYZE")
     started = time.perf_counter()
     ticks = 0
@@ -1258,17 +1260,13 @@ def fire(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any
         if done.claimed == 0:
             break
     elapsed = time.perf_counter() - started
-    check = sql(
-        "SELECT count(*), count(DISTINCT r.id) FROM scheduler_run r JOIN scheduler_step s ON s.run_id = r.id "
-        "AND s.seq = 0 AND s.process_state = 'pending' WHERE r.scheduled_for = %s",
-        [at],
-    )[0]
+    pending = pending_first_steps(at)
     reset(prefix)
     return {
         "occurrences": n,
         "batch": batch,
         "started": fired,
-        "pending_first_steps": check[0],
+        "pending_first_steps": pending,
         "ticks": ticks,
         "s": elapsed,
         "runs_per_s": fired / elapsed if elapsed else 0.0,
