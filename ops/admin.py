@@ -161,6 +161,7 @@ class OperatorRunAdmin(RunAdmin):
             "runs_stuck_url": f"{changelist}?attention=stuck",
             "steps_overdue_url": reverse("admin:scheduler_step_changelist") + "?overdue=yes",
             "alerts_open_url": reverse("admin:supervisor_alert_changelist") + "?status=open",
+            "jobs_url": reverse("admin:scheduler_job_changelist"),
             "periodic_tasks_url": reverse("admin:django_celery_beat_periodictask_changelist"),
         }
         return TemplateResponse(request, "admin/ops/health.html", context)

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
 
 from agents.breaker import CircuitBreaker, _redis
-from scheduler.models import Run
+from scheduler.models import Run, ScheduledJob
 from scheduler.selectors import count_per_run, run_list_annotated, run_state_counts, steps_overdue_count
 from supervisor.models import Alert
 from supervisor.periodic import PERIODIC_TASKS
@@ -160,6 +161,27 @@ def engine_periodic_tasks() -> list[PeriodicTaskInfo]:
     return infos
 
 
+# An occurrence due longer than this without being fired means no dispatcher is working (a
+# burst's tick writes for up to SAS_JOBS_DISPATCH_TICK_SECONDS, 20 s by default).
+JOBS_OVERDUE_AFTER = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class JobsOverdue:
+    count: int
+    oldest_due: datetime | None
+
+
+def jobs_overdue() -> JobsOverdue:
+    """Job occurrences due for more than JOBS_OVERDUE_AFTER and not fired: normally none. Some
+    mean the `dispatcher` worker (queue `jobs`) is down, stuck or missing. A range of the partial
+    index scheduledjob_due_idx (one count, one first entry)."""
+    edge = timezone.now() - JOBS_OVERDUE_AFTER
+    late = ScheduledJob.objects.filter(next_execution_at__lt=edge)
+    oldest = late.order_by("next_execution_at").values_list("next_execution_at", flat=True).first()
+    return JobsOverdue(count=late.count(), oldest_due=oldest)
+
+
 @dataclass(frozen=True)
 class EngineHealth:
     run_states: dict[str, int]
@@ -168,6 +190,7 @@ class EngineHealth:
     alerts_open: int
     breakers: list[BreakerStatus]
     periodic_tasks: list[PeriodicTaskInfo]
+    jobs_overdue: JobsOverdue
 
 
 def engine_health() -> EngineHealth:
@@ -179,4 +202,5 @@ def engine_health() -> EngineHealth:
         alerts_open=alerts_open_count(),
         breakers=breaker_statuses(),
         periodic_tasks=engine_periodic_tasks(),
+        jobs_overdue=jobs_overdue(),
     )

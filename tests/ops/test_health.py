@@ -62,3 +62,22 @@ def test_admin_index__links_engine_health(staff_client: Client) -> None:
     html = staff_client.get(reverse("admin:index")).content.decode()
     assert reverse("admin:scheduler_run_health") in html
     assert "?attention=needs" in html
+
+
+def test_health_page__job_occurrences_overdue__counted_with_a_hint(
+    staff_client: Client, customer: Any
+) -> None:
+    from tests.engine_workflow import register_engine_workflow
+    from tests.scheduler.jobs_support import make_due, new_job
+
+    register_engine_workflow()
+    url = reverse("admin:scheduler_run_health")
+    fresh = staff_client.get(url).content.decode()
+    make_due(new_job(customer, "late"), back=1)  # due an hour or more ago: no dispatcher fired it
+
+    html = staff_client.get(url).content.decode()
+
+    assert '<div class="sas-num">0</div>\n        <div class="sas-label">job occurrences' in fresh
+    assert "is the <code>dispatcher</code> worker" not in fresh
+    assert '<div class="sas-num">1</div>\n        <div class="sas-label">job occurrences' in html
+    assert "is the <code>dispatcher</code> worker (queue <code>jobs</code>) running?" in html
