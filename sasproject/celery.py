@@ -9,11 +9,12 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
-from sasproject import kombu_compat
+from sasproject import kombu_client_reuse, kombu_compat
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sasproject.settings")
 
 kombu_compat.install()
+kombu_client_reuse.install()
 
 app = Celery("sasproject")
 app.config_from_object("django.conf:settings", namespace="CELERY")

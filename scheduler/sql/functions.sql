@@ -35,12 +35,20 @@ $$;
 -- Events of observed runs, as jsonb, for the `run_event` signal (webhooks listen to those runs
 -- only, so runs nobody watches cost no extra query).
 CREATE OR REPLACE FUNCTION sas_observed_events(p_event_ids bigint[]) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'id', e.id, 'event_id', e.event_id, 'run_id', e.run_id, 'step_id', e.step_id,
-               'type', e.type, 'data', e.data, 'created_at', e.created_at) ORDER BY e.id), '[]'::jsonb)
-    FROM scheduler_runevent AS e JOIN scheduler_run AS r ON r.id = e.run_id
-    WHERE e.id = ANY(p_event_ids) AND r.observed
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- Most calls have no event (a claim that started no run): no query. plpgsql, not sql: a
+    -- LANGUAGE sql function called from plpgsql is planned again on every call.
+    IF p_event_ids IS NULL OR cardinality(p_event_ids) = 0 THEN
+        RETURN '[]'::jsonb;
+    END IF;
+    RETURN (
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'id', e.id, 'event_id', e.event_id, 'run_id', e.run_id, 'step_id', e.step_id,
+                   'type', e.type, 'data', e.data, 'created_at', e.created_at) ORDER BY e.id), '[]'::jsonb)
+        FROM scheduler_runevent AS e JOIN scheduler_run AS r ON r.id = e.run_id
+        WHERE e.id = ANY(p_event_ids) AND r.observed);
+END;
 $$;
 
 
@@ -58,6 +66,10 @@ DECLARE
     v_claims jsonb;
     v_events bigint[];
 BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        -- Nothing to claim (a reply's "one more" found no due step): no statement.
+        RETURN '{"claims": [], "events": []}'::jsonb;
+    END IF;
     WITH claimed AS (
         UPDATE scheduler_step AS s
         SET process_state = 'processing',
@@ -287,8 +299,12 @@ BEGIN
         'outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id, 'name', s.name,
         'operation', s.operation, 'needs_payload', v_after -> 'needs_payload',
         'claims', v_after -> 'claims',
-        'events', sas_observed_events(v_event || ARRAY(
-                      SELECT jsonb_array_elements_text(v_after -> 'event_ids')::bigint))
+        -- The step's and the run's own events go to receivers only when the run is observed
+        -- (no lookup otherwise); claim_events are other runs' and were looked up by the claim.
+        'events', CASE WHEN v_observed
+                       THEN sas_observed_events(v_event || ARRAY(
+                                SELECT jsonb_array_elements_text(v_after -> 'event_ids')::bigint))
+                       ELSE '[]'::jsonb END
                   || (v_after -> 'claim_events'));
 END;
 $$;
