@@ -36,6 +36,7 @@ from scheduler.attempts import attempt_mark_started
 from scheduler.services import scheduler_instance_id, step_reply
 
 from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
+from .eager import run_with_next_steps
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +156,11 @@ class AgentTask(Task):
     # Replies are our own protocol, not Celery retries: never let Celery retry an agent.
     max_retries = 0
     ignore_result = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Steps that its replies claim and that this worker serves run right after it, in
+        # place (agents/eager.py).
+        return run_with_next_steps(self, super().__call__, args, kwargs)
 
     def perform(
         self,

@@ -20,7 +20,8 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-_original = kombu_redis.Channel._create_client
+_Channel: Any = kombu_redis.Channel
+_original = _Channel._create_client
 _CACHE = "_sas_sync_client"
 
 
@@ -38,5 +39,5 @@ def _create_client(self: Any, asynchronous: bool = False) -> Any:
 
 def install() -> None:
     """Idempotent: patch `kombu.transport.redis.Channel._create_client` once."""
-    if kombu_redis.Channel._create_client is not _create_client:
-        kombu_redis.Channel._create_client = _create_client  # type: ignore[method-assign]
+    if _Channel._create_client is not _create_client:
+        _Channel._create_client = _create_client

@@ -303,6 +303,9 @@ SAS: dict[str, Any] = {
     # Backpressure: at most this many steps of one agent operation Processing at once (a soft
     # cap: one claim batch may pass it). Size it to the agents' capacity within a step window.
     "MAX_IN_FLIGHT_PER_OPERATION": int(os.environ.get("SAS_MAX_IN_FLIGHT", "50")),
+    # A step that a reply claims runs in place, with no broker hop, when the replying worker
+    # serves its queue: at most this many per task (0: off). agents/eager.py.
+    "EAGER_STEPS": int(os.environ.get("SAS_EAGER_STEPS", "8")),
     # Claim a new run's first step in the submit transaction when there is room (no kick hop).
     "CLAIM_ON_SUBMIT": env_bool("SAS_CLAIM_ON_SUBMIT", True),
     # Circuit breaker (per remote service, shared by all workers through Redis).

@@ -27,6 +27,7 @@ from .compensation import (
 )
 from .dispatch import (
     claims_dispatch,
+    claims_kept,
     kick_pending_key,
     operations_in_flight,
     scheduler_instance_id,
@@ -86,6 +87,7 @@ __all__ = [
     "RunSpec",
     "StepNotMarkable",
     "claims_dispatch",
+    "claims_kept",
     "event_record",
     "events_announce",
     "failures_settle",

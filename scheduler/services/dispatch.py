@@ -11,7 +11,10 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import current_app
@@ -61,17 +64,51 @@ def scheduler_kick_enqueue(countdown: float = 0.0) -> None:
         logger.warning("scheduler kick not sent; the periodic tick will pick the work up", exc_info=True)
 
 
+@dataclass
+class _Keeper:
+    accepts: Callable[[Claim], bool]
+    kept: list[Claim] = field(default_factory=list)
+
+
+_keeper: ContextVar[_Keeper | None] = ContextVar("sas_claims_keeper", default=None)
+
+
+@contextmanager
+def claims_kept(accepts: Callable[[Claim], bool]) -> Iterator[list[Claim]]:
+    """While active (in this thread), `claims_dispatch` keeps the first claim of each call that
+    `accepts` approves: it is appended to the yielded list instead of being published. An agent
+    worker that serves that claim's queue runs it in place, with no broker hop (`agents.eager`).
+
+    Invariant: a kept claim is already committed (Processing, with its lease and deadlines), as
+    any dispatched one; the caller must run or `claims_dispatch` every claim it kept. One that
+    is neither (the process died) has no message: its start_by passes unmarked, and the
+    supervisor sends it again with no failure counted, as for a lost publish.
+    """
+    keeper = _Keeper(accepts)
+    token = _keeper.set(keeper)
+    try:
+        yield keeper.kept
+    finally:
+        _keeper.reset(token)
+
+
 def claims_dispatch(claims: Sequence[Claim]) -> int:
     """Send each claim to its agent queue; the message expires at the step's complete-by.
+    Inside `claims_kept`, the first claim its caller accepts is kept instead.
 
     A failed publish is logged and left alone: the step is Processing with a deadline, so the
     supervisor returns it to Pending once the deadline passes. Returns how many were sent.
     """
     sent = 0
+    keeper = _keeper.get()
     for claim in claims:
         now = timezone.now()
         remaining = (claim.complete_by - now).total_seconds()
         if remaining <= 0:
+            continue
+        if keeper is not None and keeper.accepts(claim):
+            keeper.kept.append(claim)
+            keeper = None  # one per call: the rest of a batch goes to the queues
             continue
         # Celery's time limits for the attempt: up to complete-by - or, for a heartbeat step
         # (whose heartbeats move complete-by on), up to its whole deadline; none set (the
