@@ -43,7 +43,7 @@ from scheduler.services import Claim, claims_dispatch, claims_kept
 logger = logging.getLogger(__name__)
 
 # A step run in place must end (its timeout) this long before the task's soft time limit.
-TIME_LIMIT_MARGIN = 2.0
+TIME_LIMIT_MARGIN = 0.5
 
 _queue_of: dict[str, str | None] = {}
 # Set while a task runs its next steps: the steps it calls keep theirs for its loop.

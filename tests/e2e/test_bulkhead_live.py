@@ -120,3 +120,7 @@ def test_bulkhead__shipping_hangs_60s__inventory_and_payment_keep_their_deadline
     assert len(engine.sim.ledger(service="inventory", operation="reserve")) == len(runs)
     assert len(engine.sim.ledger(service="payment", operation="charge")) == len(runs)
     assert len(engine.sim.ledger(service="shipping", operation="create")) == len(runs)
+    # A bulkhead worker serves one service's queue, never the next step's: every step went
+    # through the broker, none ran in place (agents/eager.py).
+    for proc in procfile_agents:
+        assert "ran in place" not in proc.log(), proc.name
