@@ -262,9 +262,16 @@ class RunObserved(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def step_claim(*, step_ids: Sequence[int], instance: str) -> Transitioned:
-    """Pending -> Processing for these steps (those still Pending and due)."""
-    return _transitioned(_scalar_json("step_claim", {"ids": list(step_ids), "instance": instance}))
+def step_claim(*, step_ids: Sequence[int], instance: str, max_in_flight: int | None = None) -> Transitioned:
+    """Pending -> Processing for these steps (those still Pending and due) - with
+    `max_in_flight`, only those whose operation has fewer steps Processing than that."""
+    if max_in_flight is None:
+        return _transitioned(_scalar_json("step_claim", {"ids": list(step_ids), "instance": instance}))
+    return _transitioned(
+        _scalar_json(
+            "step_claim_if_room", {"ids": list(step_ids), "instance": instance, "cap": max_in_flight}
+        )
+    )
 
 
 def step_claim_due(

@@ -117,13 +117,14 @@ def run_submit(
     signal receivers (a webhook subscriber) - see `events.run_observe`.
 
     Invariant: bad input raises WorkflowInputError before any row is written. Transaction: its
-    own atomic block, which nests as a savepoint inside a caller's (an order and its run commit
-    together). If the kick is lost, the periodic tick claims the Pending first step anyway.
+    own atomic block, or the caller's, joined without a savepoint (an order and its run commit
+    together; every caller wants all or nothing, and a savepoint costs two round trips). If the
+    kick is lost, the periodic tick claims the Pending first step anyway.
     """
     definition, cleaned = run_validate_input(workflow=workflow, input=input)
     if not -32768 <= priority <= 32767:
         raise WorkflowInputError({"priority": "must be between -32768 and 32767"})
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         run = Run.objects.create(
             workflow=definition.name,
             input=cleaned,
@@ -175,11 +176,14 @@ def _run_start(run: Run, *, first: Step) -> None:
     (the pattern's actors are logical, as with inline replies), when the first step's operation
     has room under the in-flight cap: that saves the kick's broker hop and task. Otherwise - a
     burst - the scheduler is kicked after commit and claims as capacity frees up."""
-    cap = settings.SAS["MAX_IN_FLIGHT_PER_OPERATION"]
-    if settings.SAS["CLAIM_ON_SUBMIT"] and (
-        Step.objects.filter(process_state=Step.State.PROCESSING, operation=first.operation).count() < cap
-    ):
-        claims = claimed_settle(transitions.step_claim(step_ids=[first.pk], instance=scheduler_instance_id()))
+    if settings.SAS["CLAIM_ON_SUBMIT"]:
+        claims = claimed_settle(
+            transitions.step_claim(
+                step_ids=[first.pk],
+                instance=scheduler_instance_id(),
+                max_in_flight=settings.SAS["MAX_IN_FLIGHT_PER_OPERATION"],
+            )
+        )
         if claims:
             return
     transaction.on_commit(scheduler_kick_enqueue)

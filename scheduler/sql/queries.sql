@@ -6,6 +6,17 @@
 -- name: step_claim
 SELECT sas_step_claim(%(ids)s::bigint[], %(instance)s)
 
+-- name: step_claim_if_room
+-- claim, for those of the steps whose operation has fewer than %(cap)s steps Processing (the
+-- submit's claim of a new run's first step: backpressure and claim in one round trip; the count
+-- reads the partial index of Processing rows).
+SELECT sas_step_claim(ARRAY(
+    SELECT s.id FROM scheduler_step AS s
+    WHERE s.id = ANY(%(ids)s::bigint[])
+      AND (SELECT count(*) FROM scheduler_step AS p
+           WHERE p.process_state = 'processing' AND p.operation = s.operation) < %(cap)s
+), %(instance)s)
+
 -- name: step_claim_due
 SELECT sas_step_claim_due(%(instance)s, %(limit)s, %(operation)s, %(exclude)s::text[], %(run_id)s::uuid)
 
