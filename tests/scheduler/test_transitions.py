@@ -122,7 +122,8 @@ def test_queries__every_named_statement_is_loaded_once():
 
     assert transitions.queries() is names
     expected = {
-        "step_claim", "step_claim_if_room", "step_claim_due", "step_succeed", "step_fail", "step_due_for_supervision",
+        "step_claim", "step_claim_if_room", "step_claim_due", "step_succeed", "step_fail",
+        "step_due_for_supervision",
         "reply_ignored", "step_mark_started", "step_mark_done",
         "step_fail_permanent", "step_advance", "run_compensate", "step_cancel_unstarted", "step_stop",
         "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
