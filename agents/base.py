@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from scheduler.attempts import attempt_mark_started
+from scheduler.attempts import StartMark, attempt_start_mark
 from scheduler.services import scheduler_instance_id, step_reply
 
 from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
@@ -136,7 +136,9 @@ class NoBreaker:
     """For an agent whose work is no remote service (a schedulable task run in-process): every
     call is let through and nothing is counted."""
 
-    def allow(self) -> Decision:
+    def allow(self, *, mark: StartMark | None = None) -> Decision:
+        if mark is not None:
+            mark.set()
         return Decision(True, CLOSED, clean=True)
 
     def record_failure(self) -> str:
@@ -184,7 +186,11 @@ class AgentTask(Task):
         # Time at work starts now (the queue's wait is not counted): the attempt's own deadline
         # is its start + timeout, within the claim's outer complete_by.
         deadline = min(outer, started + timedelta(seconds=timeout)) if timeout else outer
-        attempt_mark_started(lease=lease, ttl_seconds=(outer - started).total_seconds() + 60)
+        # Marked started in the round trip of the first breaker check (or on its own, if the
+        # attempt ends before it).
+        mark: StartMark | None = attempt_start_mark(
+            lease=lease, ttl_seconds=(outer - started).total_seconds() + 60
+        )
         breaker = self.breaker(payload)
         policy = self.retry_policy
         tries = 0
@@ -194,9 +200,12 @@ class AgentTask(Task):
             while True:
                 remaining = (deadline - timezone.now()).total_seconds()
                 if remaining <= policy.min_call_window:
+                    if mark is not None:
+                        mark.set()
                     logger.info("step %s: deadline reached after %d tries; no reply", step_id, tries)
                     return "deadline"
-                decision = breaker.allow()
+                decision = breaker.allow(mark=mark)
+                mark = None
                 if not decision.allowed:
                     # Fail fast, and come back at the breaker's next probe. Unless an earlier
                     # try of this attempt reached the service, it costs no failure budget.

@@ -12,6 +12,7 @@ the breaker must not stop work that the remote service could still do.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ import redis
 from django.conf import settings
 
 from sasproject.redis_client import get_redis
+from scheduler.attempts import StartMark
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +28,11 @@ CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
 # KEYS[1] = breaker hash. ARGV[1] = probe timeout. Returns {allowed (0/1), state, retry_after
 # [, failures]} where retry_after (a string, seconds) says when a call may be let through again,
-# and failures (closed only) the consecutive failures counted so far.
+# and failures (closed only) the consecutive failures counted so far. With KEYS[2] (a marker key,
+# an attempt's start mark) and ARGV[3] (its TTL in ms), the marker is set first, in the same
+# round trip.
 _ALLOW = """
+if KEYS[2] then redis.call('SET', KEYS[2], '1', 'PX', ARGV[3]) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
@@ -110,15 +115,24 @@ class CircuitBreaker:
         self.reset_timeout = reset_timeout or settings.SAS["BREAKER_RESET_TIMEOUT"]
         self.probe_timeout = probe_timeout
 
-    def _eval(self, script: str, *args: Any) -> Any:
+    def _eval(self, script: str, *args: Any, extra_keys: Sequence[str] = ()) -> Any:
         # register_script runs EVALSHA (the script body is sent only if Redis lacks it).
-        return _redis().register_script(script)(keys=[self.key], args=list(args))
+        return _redis().register_script(script)(keys=[self.key, *extra_keys], args=list(args))
 
-    def allow(self) -> Decision:
+    def allow(self, *, mark: StartMark | None = None) -> Decision:
+        """May a call go through now? With `mark`, the attempt's start mark is set in the same
+        round trip (an agent's first check: one Redis round trip per step, not two)."""
         try:
-            reply = self._eval(_ALLOW, self.probe_timeout, self.reset_timeout)
+            if mark is None:
+                reply = self._eval(_ALLOW, self.probe_timeout, self.reset_timeout)
+            else:
+                reply = self._eval(
+                    _ALLOW, self.probe_timeout, self.reset_timeout, mark.ttl_ms, extra_keys=[mark.key]
+                )
         except redis.RedisError:
             logger.warning("breaker %s: Redis unreachable, failing open", self.service, exc_info=True)
+            if mark is not None:
+                logger.warning("could not mark attempt %s started (Redis)", mark.key)
             return Decision(True, CLOSED)
         allowed, state, retry_after = reply[:3]
         state = state.decode() if isinstance(state, bytes) else str(state)

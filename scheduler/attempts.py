@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -23,12 +24,30 @@ def _key(lease: str) -> str:
     return f"{settings.REDIS_PREFIX}sas:started:{lease}"
 
 
+@dataclass(frozen=True)
+class StartMark:
+    """An attempt's start mark: its Redis key and time to live. An agent sets it in the round
+    trip of its first breaker check (`CircuitBreaker.allow(mark=...)`), or on its own (`set`)."""
+
+    key: str
+    ttl_ms: int
+
+    def set(self) -> None:
+        """Best effort: a lost mark only makes the supervisor send the step again (idempotent)."""
+        try:
+            get_redis().set(self.key, "1", px=self.ttl_ms)
+        except Exception:
+            logger.warning("could not mark attempt %s started (Redis)", self.key, exc_info=True)
+
+
+def attempt_start_mark(*, lease: str, ttl_seconds: float) -> StartMark:
+    """The mark of the attempt holding `lease`, kept `ttl_seconds` (at least 1 s)."""
+    return StartMark(key=_key(lease), ttl_ms=max(1000, int(ttl_seconds * 1000)))
+
+
 def attempt_mark_started(*, lease: str, ttl_seconds: float) -> None:
-    """Best effort: a lost mark only makes the supervisor send the step again (idempotent)."""
-    try:
-        get_redis().set(_key(lease), "1", px=max(1000, int(ttl_seconds * 1000)))
-    except Exception:
-        logger.warning("could not mark attempt %s started (Redis)", lease, exc_info=True)
+    """Set the attempt's start mark now (best effort, see `StartMark.set`)."""
+    attempt_start_mark(lease=lease, ttl_seconds=ttl_seconds).set()
 
 
 def attempts_started(*, leases: Sequence[str]) -> set[str] | None:

@@ -66,3 +66,22 @@ def test_breaker__failed_probe__opens_again(breaker):
     assert breaker.record_failure() == "open"
     assert not breaker.allow().allowed
     assert breaker.snapshot()["opened"] == "2"
+
+
+@pytest.mark.parametrize("open_first", [False, True])
+def test_breaker__allow_with_a_start_mark__sets_it_in_the_same_call(breaker, redis_client, open_first):
+    from scheduler.attempts import attempt_start_mark, attempts_started
+
+    if open_first:
+        for _ in range(3):
+            breaker.record_failure()
+    lease = f"lease-{open_first}"
+    mark = attempt_start_mark(lease=lease, ttl_seconds=5)
+
+    decision = breaker.allow(mark=mark)
+
+    assert decision.allowed is not open_first
+    # Set whatever the breaker says: the attempt left the queue (the supervisor reads the mark).
+    assert attempts_started(leases=[lease, "never-started"]) == {lease}
+    assert 4000 < redis_client.pttl(mark.key) <= 5000
+    redis_client.delete(mark.key)
