@@ -224,6 +224,34 @@ def test_run_transitions__wrong_state__refused(user):
     assert Run.objects.get(pk=run.id).error == "r"
 
 
+@pytest.mark.parametrize("claim_next", [True, False])
+def test_succeed__next_step_waiting__claimed_with_claim_next_else_pending(user, claim_next):
+    run = submit(user)
+    claim = claim_first(run)
+
+    done = transitions.step_succeed(
+        step_id=claim.step_id,
+        lease=claim.lease,
+        result={},
+        instance="t",
+        claim_next=claim_next,
+        observed_ok=True,
+    )
+
+    step = run.steps.get(seq=1)
+    assert step.not_before <= step.updated_at  # due from the moment it advanced
+    started = TaskExecutionHistory.objects.filter(step=step, kind="attempt", status="started")
+    if claim_next:
+        (next_claim,) = [c for c in done.claims if c.step_id == step.pk]
+        assert step.process_state == "processing" and step.attempts == 1
+        assert str(step.lease) == next_claim.lease and step.locked_by == "t"
+        assert list(started.values_list("lease", flat=True)) == [step.lease]
+    else:
+        assert done.claims == []
+        assert step.process_state == "pending" and step.attempts == 0 and step.lease is None
+        assert not started.exists()
+
+
 def test_step_transitions__wrong_state_or_lease__refused(user):
     run = submit(user)
     waiting = run.steps.get(seq=1)
