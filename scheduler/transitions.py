@@ -612,6 +612,8 @@ class NewRuns:
     correlation_ids: list[str] = field(default_factory=list)
     scheduled_for: list[datetime | None] = field(default_factory=list)
     job_attempts: list[int] = field(default_factory=list)
+    deadlines: list[datetime | None] = field(default_factory=list)
+    observed: list[bool] = field(default_factory=list)
     step_run_ids: list[uuid.UUID] = field(default_factory=list)
     step_names: list[str] = field(default_factory=list)
     step_seqs: list[int] = field(default_factory=list)
@@ -631,13 +633,38 @@ class NewRuns:
     worker: str = ""
 
 
-def runs_insert_many(*, new: NewRuns) -> set[uuid.UUID]:
+@dataclass(frozen=True)
+class WrittenRun:
+    """A run `runs_insert_many` wrote: its first step's id and its "received" event (as the
+    rows `events_announce` takes); `created_at` is the run's too."""
+
+    first_step_id: int
+    created_at: datetime
+    event: dict[str, Any]
+
+
+def runs_insert_many(*, new: NewRuns) -> dict[uuid.UUID, WrittenRun]:
     """-> Pending runs, their forward steps (first Pending, the rest Waiting), "received"
     events and, for runs a job's occurrence started, the job's "started" history rows, in one
     statement. A run whose job occurrence already has one (the unique (job, scheduled_for,
-    job_attempt)) is not written, nor anything of it. Returns the ids of the runs written."""
+    job_attempt)) is not written, nor anything of it. Returns the runs written, by id."""
     rows, _ = bulk_rows(queries()["runs_insert_many"], vars(new))
-    return {row[0] for row in rows}
+    return {
+        run_id: WrittenRun(
+            first_step_id=int(step_id),
+            created_at=created_at,
+            event={
+                "id": event_pk,
+                "event_id": event_id,
+                "run_id": run_id,
+                "step_id": None,
+                "type": "received",
+                "data": _json(data),
+                "created_at": created_at,
+            },
+        )
+        for run_id, step_id, event_pk, event_id, data, created_at in rows
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Submit: a run and all its step rows, written in one transaction; then get it going."""
+"""Submit: a run, all its step rows and its "received" event, written in one statement; then
+get it going."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, router, transaction
 from psycopg.types.json import Jsonb
 
 from scheduler import transitions
 from scheduler.ids import uuid7
-from scheduler.models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step
+from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow
 
 from .dispatch import claimed_settle, scheduler_instance_id, scheduler_kick_enqueue
-from .events import event_record
+from .events import events_announce
 
 COMPENSATION_SEQ_BASE = 1000
 
@@ -67,28 +68,6 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
     )
 
 
-def steps_new(run: Run, definition: Workflow) -> list[Step]:
-    """The unsaved forward steps of a new run: the first Pending, the rest Waiting. Payloads
-    are built now, unless a step's definition says its payload needs earlier steps' results
-    (then `step_advance` builds it when the step comes due): a success reply can then move the
-    next step to Pending inside its one statement."""
-    steps = [
-        step_new(
-            run,
-            step_def,
-            seq=index,
-            kind=Step.Kind.FORWARD,
-            state=Step.State.PENDING if index == 0 else Step.State.WAITING,
-        )
-        for index, step_def in enumerate(definition.steps)
-    ]
-    ctx = step_context(run, steps)
-    for index, (step, step_def) in enumerate(zip(steps, definition.steps, strict=True)):
-        if index == 0 or not step_def.payload_needs_results:
-            step.payload = step_def.payload(ctx)
-    return steps
-
-
 def run_validate_input(*, workflow: str, input: Mapping[str, Any]) -> tuple[Workflow, dict[str, Any]]:
     """Clean `input` for `workflow` or raise WorkflowInputError. Writes nothing."""
     definition = get_workflow(workflow)
@@ -111,10 +90,11 @@ def run_submit(
     scheduled_for: datetime | None = None,
     job_attempt: int = 0,
 ) -> Run:
-    """Validate, then write the run and all its step rows in one transaction; get it going
-    after commit. `job_id`: the Job this run is a firing of (`scheduled_for`, `job_attempt`:
-    which occurrence and attempt; unique per job). `observed`: its events go to
-    signal receivers (a webhook subscriber) - see `events.run_observe`.
+    """Validate, then write the run, all its step rows and its "received" event in one
+    statement (`runs_insert_many`); claim its first step or kick the scheduler. `job_id`: the
+    Job this run is a firing of (`scheduled_for`, `job_attempt`: which occurrence and attempt;
+    unique per job). `observed`: its events go to signal receivers (a webhook subscriber) - see
+    `events.run_observe`.
 
     Invariant: bad input raises WorkflowInputError before any row is written. Transaction: its
     own atomic block, or the caller's, joined without a savepoint (an order and its run commit
@@ -124,31 +104,59 @@ def run_submit(
     definition, cleaned = run_validate_input(workflow=workflow, input=input)
     if not -32768 <= priority <= 32767:
         raise WorkflowInputError({"priority": "must be between -32768 and 32767"})
+    spec = RunSpec(
+        definition=definition,
+        input=cleaned,
+        owner_id=owner_id,
+        priority=priority,
+        correlation_id=correlation_id,
+        job_id=job_id,
+        scheduled_for=scheduled_for,
+        job_attempt=job_attempt,
+        deadline=deadline,
+        observed=observed,
+    )
     with transaction.atomic(savepoint=False):
-        run = Run.objects.create(
-            workflow=definition.name,
-            input=cleaned,
-            owner_id=owner_id,
-            priority=priority,
-            deadline=deadline,
-            correlation_id=correlation_id,
-            job_id=job_id,
-            observed=observed,
-            scheduled_for=scheduled_for,
-            job_attempt=job_attempt,
-        )
-        steps = steps_new(run, definition)
-        Step.objects.bulk_create(steps)
-        long_steps_create(steps, definition.steps)
-        event_record(
-            run_id=run.id,
-            type=RunEvent.Type.RECEIVED,
-            observed=observed,
-            workflow=definition.name,
-            correlation_id=correlation_id,
-        )
+        # The run, its steps and its "received" event: one statement (runs_insert_many).
+        new = _new_runs([spec])
+        run_id = new.run_ids[0]
+        written = _runs_write(new, [spec]).get(run_id)
+        if written is None:
+            # Only a job's occurrence can conflict (its unique job, scheduled_for, attempt).
+            raise IntegrityError(
+                f"job {job_id} already has a run for {scheduled_for} (attempt {job_attempt})"
+            )
+        run = _run_instance(spec, run_id=run_id, created_at=written.created_at)
         if kick:
-            _run_start(run, first=steps[0])
+            _run_start(run, first_step_id=written.first_step_id)
+    return run
+
+
+def _run_instance(spec: RunSpec, *, run_id: uuid.UUID, created_at: datetime) -> Run:
+    """The Run row just written, as the model instance a caller gets (every column is known: no
+    query)."""
+    run = Run(
+        id=run_id,
+        workflow=spec.definition.name,
+        input=spec.input,
+        owner_id=spec.owner_id,
+        priority=spec.priority,
+        deadline=spec.deadline,
+        state=Run.State.PENDING,
+        cancel_requested=False,
+        observed=spec.observed,
+        job_id=spec.job_id,
+        scheduled_for=spec.scheduled_for,
+        job_attempt=spec.job_attempt,
+        job_settled=False,
+        correlation_id=spec.correlation_id,
+        error="",
+        created_at=created_at,
+        updated_at=created_at,
+        finished_at=None,
+    )
+    run._state.adding = False
+    run._state.db = router.db_for_write(Run)
     return run
 
 
@@ -171,7 +179,7 @@ def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> 
         HeartbeatStatus.objects.bulk_create(statuses)
 
 
-def _run_start(run: Run, *, first: Step) -> None:
+def _run_start(run: Run, *, first_step_id: int) -> None:
     """Get a new run going. The scheduler's claim runs right here, in the submitter's transaction
     (the pattern's actors are logical, as with inline replies), when the first step's operation
     has room under the in-flight cap: that saves the kick's broker hop and task. Otherwise - a
@@ -179,7 +187,7 @@ def _run_start(run: Run, *, first: Step) -> None:
     if settings.SAS["CLAIM_ON_SUBMIT"]:
         claims = claimed_settle(
             transitions.step_claim(
-                step_ids=[first.pk],
+                step_ids=[first_step_id],
                 instance=scheduler_instance_id(),
                 max_in_flight=settings.SAS["MAX_IN_FLIGHT_PER_OPERATION"],
             )
@@ -214,6 +222,8 @@ class RunSpec:
     # Why the job's occurrence started it: given, the job's "started" history row is written
     # with the run (by `worker`, runs_submit_many's).
     job_reason: str | None = None
+    deadline: datetime | None = None
+    observed: bool = False
 
 
 def runs_submit_many(
@@ -226,10 +236,22 @@ def runs_submit_many(
     Returns the runs' ids, in the order of `specs` - None for a job occurrence (and attempt)
     that already had a run, which is left as it was (the unique constraint, ON CONFLICT).
     Invariant: as `run_submit` (inputs are validated by the caller, before anything is
-    written); payloads are built here, as `steps_new` builds them. Transaction: the caller's
+    written); payloads are built here, as for `run_submit`. Transaction: the caller's
     (one statement)."""
     if not specs:
         return []
+    new = _new_runs(specs, worker=worker)
+    written = _runs_write(new, specs)
+    if kick and written:
+        transaction.on_commit(scheduler_kick_enqueue)
+    return [run_id if run_id in written else None for run_id in new.run_ids]
+
+
+def _new_runs(specs: Sequence[RunSpec], *, worker: str = "") -> transitions.NewRuns:
+    """The column arrays of `specs`' runs and forward steps (new ids). Payloads are built now,
+    unless a step's definition says its payload needs earlier steps' results (then
+    `step_advance` builds it when the step comes due): a success reply can then move the next
+    step to Pending inside its one statement."""
     new = transitions.NewRuns(worker=worker)
     for spec in specs:
         run_id = uuid7()
@@ -243,6 +265,8 @@ def runs_submit_many(
         new.scheduled_for.append(spec.scheduled_for)
         new.job_attempts.append(spec.job_attempt)
         new.job_reasons.append(spec.job_reason)
+        new.deadlines.append(spec.deadline)
+        new.observed.append(spec.observed)
         steps = spec.definition.steps
         ctx = StepContext(
             run_id=str(run_id),
@@ -266,6 +290,14 @@ def runs_submit_many(
             new.step_priorities.append(spec.priority)
             built = index == 0 or not step_def.payload_needs_results
             new.step_payloads.append(Jsonb(step_def.payload(ctx)) if built else None)
+    return new
+
+
+def _runs_write(
+    new: transitions.NewRuns, specs: Sequence[RunSpec]
+) -> dict[uuid.UUID, transitions.WrittenRun]:
+    """Write `new` (one statement), then the long steps' rows of the runs that have them, and
+    announce the "received" events of observed runs. The runs written, by id."""
     written = transitions.runs_insert_many(new=new)
     _long_steps_of_runs_create(
         {
@@ -274,9 +306,14 @@ def runs_submit_many(
             if run_id in written and _has_long_steps(spec.definition)
         }
     )
-    if kick and written:
-        transaction.on_commit(scheduler_kick_enqueue)
-    return [run_id if run_id in written else None for run_id in new.run_ids]
+    events_announce(
+        [
+            written[run_id].event
+            for run_id, spec in zip(new.run_ids, specs, strict=True)
+            if spec.observed and run_id in written
+        ]
+    )
+    return written
 
 
 def _has_long_steps(definition: Workflow) -> bool:

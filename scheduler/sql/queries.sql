@@ -206,27 +206,31 @@ FROM s WHERE h.step_id = s.id AND h.status IN ('waiting', 'in_progress')
 RETURNING h.step_id
 
 -- name: runs_insert_many
--- Many new runs at once (the jobs dispatcher's batch), in one statement: the runs Pending, their
+-- New runs in one statement (the jobs dispatcher's batch; run_submit's one run): the runs Pending, their
 -- forward steps (the first Pending, due now; the rest Waiting), a "received" event each and,
 -- for a run that a job's occurrence started (a reason in job_reasons), the job's "started"
 -- history row (the seed's TaskExecutionHistory; started_at is the run's created_at).
 -- A run whose job occurrence already has a run (unique run_job_occurrence_unique) is not
 -- written, nor its steps, event or history row: the statement returns the ids it wrote.
 -- Arrays in, one row per element (unnest): the cost is the rows', not statements' or
--- parameters'. The steps' idempotency keys are `<run id>:<step name>`, as run_submit makes them.
+-- parameters'. The steps' idempotency keys are `<run id>:<step name>`. One row per run written:
+-- its id, its first step's id and its "received" event (id, event_id, data, created_at - also
+-- the run's created_at: one statement, one statement_timestamp()).
 WITH runs AS (
     INSERT INTO scheduler_run
         (id, workflow, input, owner_id, priority, deadline, state, cancel_requested, observed, job_id,
          correlation_id, error, created_at, updated_at, finished_at, scheduled_for, job_attempt, job_settled)
-    SELECT r.id, r.workflow, r.input, r.owner_id, r.priority, NULL, 'pending', false, false, r.job_id,
+    SELECT r.id, r.workflow, r.input, r.owner_id, r.priority, r.deadline, 'pending', false, r.observed, r.job_id,
            r.correlation_id, '', statement_timestamp(), statement_timestamp(), NULL, r.scheduled_for,
            r.job_attempt, false
     FROM unnest(%(run_ids)s::uuid[], %(workflows)s::text[], %(inputs)s::jsonb[], %(owner_ids)s::bigint[],
                 %(priorities)s::smallint[], %(job_ids)s::bigint[], %(correlation_ids)s::text[],
-                %(scheduled_for)s::timestamptz[], %(job_attempts)s::smallint[])
-         AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt)
+                %(scheduled_for)s::timestamptz[], %(job_attempts)s::smallint[], %(deadlines)s::timestamptz[],
+                %(observed)s::boolean[])
+         AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt,
+              deadline, observed)
     ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
-    RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at
+    RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline
 ), history AS (
     INSERT INTO scheduler_taskexecutionhistory
         (kind, status, lease, retry_count, worker, error, detail, started_at, ended_at, run_id, step_id,
@@ -246,7 +250,7 @@ WITH runs AS (
            CASE WHEN s.seq = 0 THEN 'pending' ELSE 'waiting' END, NULL, NULL,
            0, statement_timestamp(), NULL, s.run_id::text || ':' || s.name, NULL, NULL, false, s.timeout,
            s.queue_timeout, s.schedule_to_close, s.max_failures, s.heartbeat_window, s.backoff_base,
-           s.backoff_max, s.priority, NULL, 0, s.payload, NULL, '', false, statement_timestamp(),
+           s.backoff_max, s.priority, runs.deadline, 0, s.payload, NULL, '', false, statement_timestamp(),
            statement_timestamp(), NULL
     FROM unnest(%(step_run_ids)s::uuid[], %(step_names)s::text[], %(step_seqs)s::integer[],
                 %(step_operations)s::text[], %(step_timeouts)s::interval[], %(step_queue_timeouts)s::interval[],
@@ -255,10 +259,14 @@ WITH runs AS (
                 %(step_payloads)s::jsonb[])
          AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
               heartbeat_window, backoff_base, backoff_max, priority, payload)
-    WHERE s.run_id IN (SELECT id FROM runs)
+    JOIN runs ON runs.id = s.run_id
+    RETURNING id, run_id, seq
+), events AS (
+    INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+    SELECT sas_uuid7(), id, NULL, 'received',
+           jsonb_build_object('workflow', workflow, 'correlation_id', correlation_id), statement_timestamp()
+    FROM runs
+    RETURNING id, event_id, run_id, data, created_at
 )
-INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
-SELECT sas_uuid7(), id, NULL, 'received',
-       jsonb_build_object('workflow', workflow, 'correlation_id', correlation_id), statement_timestamp()
-FROM runs
-RETURNING run_id
+SELECT e.run_id, first.id, e.id, e.event_id, e.data, e.created_at
+FROM events AS e JOIN steps AS first ON first.run_id = e.run_id AND first.seq = 0
