@@ -541,3 +541,101 @@ BEGIN
     RETURN jsonb_build_object('outcome', 'extended', 'complete_by', v_complete_by);
 END;
 $$;
+
+
+-- runs_insert: new runs in one statement - the runs Pending, their forward steps (the first
+-- Pending, due now; the rest Waiting), a "received" event each and, for a run that a job's
+-- occurrence started (a reason in p_job_reasons), the job's "started" history row. A run whose
+-- job occurrence already has a run (unique run_job_occurrence_unique) is not written, nor its
+-- steps, event or history row. One row per run written: its id, its first step's id and its
+-- "received" event (the event's created_at is the run's: one statement_timestamp()). plpgsql,
+-- so that a session plans the statement once (the jobs dispatcher's batches; run_submit's one
+-- run); arrays in, one element per row (unnest).
+CREATE OR REPLACE FUNCTION sas_runs_insert(
+    p_run_ids uuid[],
+    p_workflows text[],
+    p_inputs jsonb[],
+    p_owner_ids bigint[],
+    p_priorities smallint[],
+    p_job_ids bigint[],
+    p_correlation_ids text[],
+    p_scheduled_for timestamptz[],
+    p_job_attempts smallint[],
+    p_deadlines timestamptz[],
+    p_observed boolean[],
+    p_step_run_ids uuid[],
+    p_step_names text[],
+    p_step_seqs integer[],
+    p_step_operations text[],
+    p_step_timeouts interval[],
+    p_step_queue_timeouts interval[],
+    p_step_schedule_to_close interval[],
+    p_step_max_failures integer[],
+    p_step_heartbeat_windows interval[],
+    p_step_backoff_base float8[],
+    p_step_backoff_max float8[],
+    p_step_priorities smallint[],
+    p_step_payloads jsonb[],
+    p_job_reasons text[],
+    p_worker text
+) RETURNS TABLE (run_id uuid, first_step_id bigint, event_pk bigint, event_id uuid, data jsonb, created_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+        WITH runs AS (
+            INSERT INTO scheduler_run
+                (id, workflow, input, owner_id, priority, deadline, state, cancel_requested, observed, job_id,
+                 correlation_id, error, created_at, updated_at, finished_at, scheduled_for, job_attempt, job_settled)
+            SELECT r.id, r.workflow, r.input, r.owner_id, r.priority, r.deadline, 'pending', false, r.observed, r.job_id,
+                   r.correlation_id, '', statement_timestamp(), statement_timestamp(), NULL, r.scheduled_for,
+                   r.job_attempt, false
+            FROM unnest(p_run_ids, p_workflows, p_inputs, p_owner_ids,
+                        p_priorities, p_job_ids, p_correlation_ids,
+                        p_scheduled_for, p_job_attempts, p_deadlines,
+                        p_observed)
+                 AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt,
+                      deadline, observed)
+            ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
+            RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline
+        ), history AS (
+            INSERT INTO scheduler_taskexecutionhistory
+                (kind, status, lease, retry_count, worker, error, detail, started_at, ended_at, run_id, step_id,
+                 job_id, scheduled_for)
+            SELECT 'job', 'started', NULL, runs.job_attempt, p_worker, '', jsonb_build_object('reason', h.reason),
+                   runs.created_at, NULL, runs.id, NULL, runs.job_id, runs.scheduled_for
+            FROM unnest(p_run_ids, p_job_reasons) AS h(run_id, reason)
+            JOIN runs ON runs.id = h.run_id
+            WHERE h.reason IS NOT NULL AND runs.job_id IS NOT NULL
+        ), steps AS (
+            INSERT INTO scheduler_step
+                (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,
+                 failure_count, not_before, lease, idempotency_key, start_by, close_by, reached, timeout,
+                 queue_timeout, schedule_to_close, max_failures, heartbeat_window, backoff_base, backoff_max, priority,
+                 deadline, attempts, payload, result, last_error, error_permanent, created_at, updated_at, finished_at)
+            SELECT s.run_id, s.name, 'forward', s.seq, s.operation, NULL,
+                   CASE WHEN s.seq = 0 THEN 'pending' ELSE 'waiting' END, NULL, NULL,
+                   0, statement_timestamp(), NULL, s.run_id::text || ':' || s.name, NULL, NULL, false, s.timeout,
+                   s.queue_timeout, s.schedule_to_close, s.max_failures, s.heartbeat_window, s.backoff_base,
+                   s.backoff_max, s.priority, runs.deadline, 0, s.payload, NULL, '', false, statement_timestamp(),
+                   statement_timestamp(), NULL
+            FROM unnest(p_step_run_ids, p_step_names, p_step_seqs,
+                        p_step_operations, p_step_timeouts, p_step_queue_timeouts,
+                        p_step_schedule_to_close, p_step_max_failures,
+                        p_step_heartbeat_windows, p_step_backoff_base, p_step_backoff_max, p_step_priorities,
+                        p_step_payloads)
+                 AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
+                      heartbeat_window, backoff_base, backoff_max, priority, payload)
+            JOIN runs ON runs.id = s.run_id
+            RETURNING id, run_id, seq
+        ), events AS (
+            INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+            SELECT sas_uuid7(), id, NULL, 'received',
+                   jsonb_build_object('workflow', workflow, 'correlation_id', correlation_id), statement_timestamp()
+            FROM runs
+            RETURNING id, event_id, run_id, data, created_at
+        )
+        SELECT e.run_id, first.id, e.id, e.event_id, e.data, e.created_at
+        FROM events AS e JOIN steps AS first ON first.run_id = e.run_id AND first.seq = 0;
+END;
+$$;

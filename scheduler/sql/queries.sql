@@ -206,67 +206,33 @@ FROM s WHERE h.step_id = s.id AND h.status IN ('waiting', 'in_progress')
 RETURNING h.step_id
 
 -- name: runs_insert_many
--- New runs in one statement (the jobs dispatcher's batch; run_submit's one run): the runs Pending, their
--- forward steps (the first Pending, due now; the rest Waiting), a "received" event each and,
--- for a run that a job's occurrence started (a reason in job_reasons), the job's "started"
--- history row (the seed's TaskExecutionHistory; started_at is the run's created_at).
--- A run whose job occurrence already has a run (unique run_job_occurrence_unique) is not
--- written, nor its steps, event or history row: the statement returns the ids it wrote.
--- Arrays in, one row per element (unnest): the cost is the rows', not statements' or
--- parameters'. The steps' idempotency keys are `<run id>:<step name>`. One row per run written:
--- its id, its first step's id and its "received" event (id, event_id, data, created_at - also
--- the run's created_at: one statement, one statement_timestamp()).
-WITH runs AS (
-    INSERT INTO scheduler_run
-        (id, workflow, input, owner_id, priority, deadline, state, cancel_requested, observed, job_id,
-         correlation_id, error, created_at, updated_at, finished_at, scheduled_for, job_attempt, job_settled)
-    SELECT r.id, r.workflow, r.input, r.owner_id, r.priority, r.deadline, 'pending', false, r.observed, r.job_id,
-           r.correlation_id, '', statement_timestamp(), statement_timestamp(), NULL, r.scheduled_for,
-           r.job_attempt, false
-    FROM unnest(%(run_ids)s::uuid[], %(workflows)s::text[], %(inputs)s::jsonb[], %(owner_ids)s::bigint[],
-                %(priorities)s::smallint[], %(job_ids)s::bigint[], %(correlation_ids)s::text[],
-                %(scheduled_for)s::timestamptz[], %(job_attempts)s::smallint[], %(deadlines)s::timestamptz[],
-                %(observed)s::boolean[])
-         AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt,
-              deadline, observed)
-    ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
-    RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline
-), history AS (
-    INSERT INTO scheduler_taskexecutionhistory
-        (kind, status, lease, retry_count, worker, error, detail, started_at, ended_at, run_id, step_id,
-         job_id, scheduled_for)
-    SELECT 'job', 'started', NULL, runs.job_attempt, %(worker)s, '', jsonb_build_object('reason', h.reason),
-           runs.created_at, NULL, runs.id, NULL, runs.job_id, runs.scheduled_for
-    FROM unnest(%(run_ids)s::uuid[], %(job_reasons)s::text[]) AS h(run_id, reason)
-    JOIN runs ON runs.id = h.run_id
-    WHERE h.reason IS NOT NULL AND runs.job_id IS NOT NULL
-), steps AS (
-    INSERT INTO scheduler_step
-        (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,
-         failure_count, not_before, lease, idempotency_key, start_by, close_by, reached, timeout,
-         queue_timeout, schedule_to_close, max_failures, heartbeat_window, backoff_base, backoff_max, priority,
-         deadline, attempts, payload, result, last_error, error_permanent, created_at, updated_at, finished_at)
-    SELECT s.run_id, s.name, 'forward', s.seq, s.operation, NULL,
-           CASE WHEN s.seq = 0 THEN 'pending' ELSE 'waiting' END, NULL, NULL,
-           0, statement_timestamp(), NULL, s.run_id::text || ':' || s.name, NULL, NULL, false, s.timeout,
-           s.queue_timeout, s.schedule_to_close, s.max_failures, s.heartbeat_window, s.backoff_base,
-           s.backoff_max, s.priority, runs.deadline, 0, s.payload, NULL, '', false, statement_timestamp(),
-           statement_timestamp(), NULL
-    FROM unnest(%(step_run_ids)s::uuid[], %(step_names)s::text[], %(step_seqs)s::integer[],
-                %(step_operations)s::text[], %(step_timeouts)s::interval[], %(step_queue_timeouts)s::interval[],
-                %(step_schedule_to_close)s::interval[], %(step_max_failures)s::integer[],
-                %(step_heartbeat_windows)s::interval[], %(step_backoff_base)s::float8[], %(step_backoff_max)s::float8[], %(step_priorities)s::smallint[],
-                %(step_payloads)s::jsonb[])
-         AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
-              heartbeat_window, backoff_base, backoff_max, priority, payload)
-    JOIN runs ON runs.id = s.run_id
-    RETURNING id, run_id, seq
-), events AS (
-    INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
-    SELECT sas_uuid7(), id, NULL, 'received',
-           jsonb_build_object('workflow', workflow, 'correlation_id', correlation_id), statement_timestamp()
-    FROM runs
-    RETURNING id, event_id, run_id, data, created_at
+-- New runs in one statement (the jobs dispatcher's batch; run_submit's one run): see
+-- sas_runs_insert in functions.sql.
+SELECT * FROM sas_runs_insert(
+    %(run_ids)s::uuid[],
+    %(workflows)s::text[],
+    %(inputs)s::jsonb[],
+    %(owner_ids)s::bigint[],
+    %(priorities)s::smallint[],
+    %(job_ids)s::bigint[],
+    %(correlation_ids)s::text[],
+    %(scheduled_for)s::timestamptz[],
+    %(job_attempts)s::smallint[],
+    %(deadlines)s::timestamptz[],
+    %(observed)s::boolean[],
+    %(step_run_ids)s::uuid[],
+    %(step_names)s::text[],
+    %(step_seqs)s::integer[],
+    %(step_operations)s::text[],
+    %(step_timeouts)s::interval[],
+    %(step_queue_timeouts)s::interval[],
+    %(step_schedule_to_close)s::interval[],
+    %(step_max_failures)s::integer[],
+    %(step_heartbeat_windows)s::interval[],
+    %(step_backoff_base)s::float8[],
+    %(step_backoff_max)s::float8[],
+    %(step_priorities)s::smallint[],
+    %(step_payloads)s::jsonb[],
+    %(job_reasons)s::text[],
+    %(worker)s
 )
-SELECT e.run_id, first.id, e.id, e.event_id, e.data, e.created_at
-FROM events AS e JOIN steps AS first ON first.run_id = e.run_id AND first.seq = 0
