@@ -128,7 +128,7 @@ def run_submit(
             )
         run = _run_instance(spec, run_id=run_id, created_at=written.created_at)
         if kick:
-            _run_start(run, first_step_id=written.first_step_id)
+            _run_start(first_step_id=written.first_step_id)
     return run
 
 
@@ -179,7 +179,7 @@ def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> 
         HeartbeatStatus.objects.bulk_create(statuses)
 
 
-def _run_start(run: Run, *, first_step_id: int) -> None:
+def _run_start(*, first_step_id: int) -> None:
     """Get a new run going. The scheduler's claim runs right here, in the submitter's transaction
     (the pattern's actors are logical, as with inline replies), when the first step's operation
     has room under the in-flight cap: that saves the kick's broker hop and task. Otherwise - a
