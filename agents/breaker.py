@@ -88,6 +88,21 @@ def _redis() -> redis.Redis:
     return get_redis()
 
 
+_scripts: dict[tuple[int, str], Any] = {}
+
+
+def _script(source: str) -> Any:
+    """The script bound to this process's client, made once (a call runs EVALSHA; the body is
+    sent only if Redis lacks it). Keyed by the client too: a cached script keeps its client
+    alive, so a new client (after a fork) never takes an old one's id."""
+    client = _redis()
+    key = (id(client), source)
+    script = _scripts.get(key)
+    if script is None:
+        script = _scripts[key] = client.register_script(source)
+    return script
+
+
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
@@ -116,8 +131,7 @@ class CircuitBreaker:
         self.probe_timeout = probe_timeout
 
     def _eval(self, script: str, *args: Any, extra_keys: Sequence[str] = ()) -> Any:
-        # register_script runs EVALSHA (the script body is sent only if Redis lacks it).
-        return _redis().register_script(script)(keys=[self.key, *extra_keys], args=list(args))
+        return _script(script)(keys=[self.key, *extra_keys], args=list(args))
 
     def allow(self, *, mark: StartMark | None = None) -> Decision:
         """May a call go through now? With `mark`, the attempt's start mark is set in the same

@@ -8,7 +8,8 @@ from this process, waits until every run is finished, and prints each process gr
 (user + system, `/proc/<pid>/stat` through psutil) per order: the worker's pool processes and
 its main process apart, this submitting process, PostgreSQL's backends, Redis, the simulator
 and beat. With `--py-spy`, py-spy records every worker process for 12 s after the submits
-(raw format, idle samples included) into the log directory - `py-spy` must be on PATH or in
+(raw format, idle samples included; `SAS_PYSPY_FLAGS=--gil` samples only while a process
+holds the GIL, about its CPU instead) into the log directory - `py-spy` must be on PATH or in
 the venv (`pip install py-spy`; not a project dependency).
 """
 
@@ -104,9 +105,10 @@ def main() -> None:
         if args.py_spy:
             spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
             pids = sorted(pid for pid, info in snapshot().items() if worker_name in info[1])
+            spy_flags = os.environ.get("SAS_PYSPY_FLAGS", "--idle").split()
             recorders = [
                 subprocess.Popen(
-                    [spy, "record", "--idle", "-r", "200", "-d", "12", "-f", "raw", "-o",
+                    [spy, "record", *spy_flags, "-r", "200", "-d", "12", "-f", "raw", "-o",
                      str(logs / f"py-spy-{pid}.txt"), "-p", str(pid)],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,

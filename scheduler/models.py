@@ -15,11 +15,25 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Func, Q
 from django.db.models.functions import Coalesce, Now
 
 from scheduler.ids import uuid7
+
+
+def row_check(function: str, *columns: str) -> Func:
+    """A table's CHECK constraint as one call of a row-check function (scheduler/sql/
+    functions.sql says why: one function call per row written instead of several constraint
+    expressions rebuilt on every statement)."""
+    return Func(*(F(column) for column in columns), function=function, output_field=models.BooleanField())
+
+
+# Counters and positions that cannot be negative. Not PositiveIntegerField: its own CHECK
+# constraint would be one more per table, and the row check covers it (and forms get the same
+# minimum from the validator).
+NON_NEGATIVE = [MinValueValidator(0)]
 
 
 class RunState(models.TextChoices):
@@ -271,7 +285,7 @@ class Run(models.Model):
     # The job occurrence this run is an attempt of: its scheduled time and the attempt number
     # (0 first, n the n-th retry). Unique per job: an occurrence can never fire twice.
     scheduled_for = models.DateTimeField(null=True, blank=True)
-    job_attempt = models.PositiveSmallIntegerField(default=0, db_default=0)
+    job_attempt = models.SmallIntegerField(default=0, db_default=0, validators=NON_NEGATIVE)
     # The jobs layer has seen this job run end (history closed, retry or next start decided).
     job_settled = models.BooleanField(default=False, db_default=False)
     # Free text a caller correlates with (the order id for orders).
@@ -283,9 +297,9 @@ class Run(models.Model):
 
     class Meta:
         constraints = [
+            # A known state, a non-negative attempt (sas_run_row_valid).
             models.CheckConstraint(
-                condition=Q(state__in=RunState.values),
-                name="run_state_valid",
+                condition=row_check("sas_run_row_valid", "state", "job_attempt"), name="run_row_valid"
             ),
             # Exactly once per occurrence: a second firing of (job, time, attempt) is refused.
             models.UniqueConstraint(
@@ -361,7 +375,7 @@ class Step(models.Model):
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.FORWARD)
     # Order inside the run: forward steps 0..n-1, compensations from 1000 upwards.
-    seq = models.PositiveIntegerField()
+    seq = models.IntegerField(validators=NON_NEGATIVE)
     # Celery task name of the agent operation, e.g. "agents.payment.charge".
     operation = models.CharField(max_length=100)
     # One compensation per forward step (step_compensates_unique). Not a OneToOneField: its
@@ -376,7 +390,7 @@ class Step(models.Model):
     # The seed's LockedBy: null (not "") while nobody holds the step.
     locked_by = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     complete_by = models.DateTimeField(null=True, blank=True)
-    failure_count = models.PositiveIntegerField(default=0)
+    failure_count = models.IntegerField(default=0, validators=NON_NEGATIVE)
     # From the database clock when the row is written (db_default), like every time on the
     # engine's path; later set by the transitions (backoff, deferral) on the same clock.
     not_before = models.DateTimeField(db_default=Now())
@@ -415,7 +429,7 @@ class Step(models.Model):
         blank=True,
         help_text="The whole step's time budget from its first claim (none: unbounded).",
     )
-    max_failures = models.PositiveIntegerField(default=3)
+    max_failures = models.IntegerField(default=3, validators=NON_NEGATIVE)
     # A heartbeat step: each heartbeat of its agent moves complete_by to now + this window
     # (the `step_heartbeat` transition). Null: the step does not heartbeat.
     heartbeat_window = models.DurationField(
@@ -427,7 +441,7 @@ class Step(models.Model):
     priority = models.SmallIntegerField(default=0)
     deadline = models.DateTimeField(null=True, blank=True)
 
-    attempts = models.PositiveIntegerField(default=0)
+    attempts = models.IntegerField(default=0, validators=NON_NEGATIVE)
     # Request body for the agent, built from the run input and earlier results when the step
     # becomes Pending (so a claim needs no extra reads).
     payload = models.JSONField(null=True, blank=True)
@@ -443,24 +457,23 @@ class Step(models.Model):
     class Meta:
         ordering = ["run_id", "seq"]
         constraints = [
+            # sas_step_row_valid: a known state and kind; a claimed (Processing) step always
+            # carries its fence, its deadline and its owner, and an unclaimed (Pending) one is
+            # owned by nobody; no negative position or count.
             models.CheckConstraint(
-                condition=Q(process_state__in=StepState.values),
-                name="step_state_valid",
-            ),
-            models.CheckConstraint(
-                condition=Q(kind__in=StepKind.values),
-                name="step_kind_valid",
-            ),
-            # A claimed step always carries its fence and its deadline...
-            models.CheckConstraint(
-                condition=~Q(process_state="processing")
-                | (Q(lease__isnull=False) & Q(complete_by__isnull=False) & Q(locked_by__isnull=False)),
-                name="step_processing_is_leased",
-            ),
-            # ...and an unclaimed one is owned by nobody.
-            models.CheckConstraint(
-                condition=~Q(process_state="pending") | Q(locked_by__isnull=True),
-                name="step_pending_is_unlocked",
+                condition=row_check(
+                    "sas_step_row_valid",
+                    "process_state",
+                    "kind",
+                    "lease",
+                    "complete_by",
+                    "locked_by",
+                    "seq",
+                    "failure_count",
+                    "max_failures",
+                    "attempts",
+                ),
+                name="step_row_valid",
             ),
             models.UniqueConstraint(fields=["run", "seq"], name="step_run_seq_unique"),
             models.UniqueConstraint(
@@ -562,7 +575,7 @@ class TaskExecutionHistory(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ATTEMPT)
     status = models.CharField(max_length=20, choices=Status.choices)
     lease = models.UUIDField(null=True, blank=True)
-    retry_count = models.PositiveIntegerField(default=0)
+    retry_count = models.IntegerField(default=0, validators=NON_NEGATIVE)
     worker = models.CharField(max_length=200, blank=True, default="")
     error = models.TextField(blank=True, default="")
     detail = models.JSONField(default=dict, blank=True)
@@ -573,9 +586,10 @@ class TaskExecutionHistory(models.Model):
         verbose_name_plural = "task execution history"
         ordering = ["started_at", "id"]
         constraints = [
+            # A known status, a non-negative retry count (sas_history_row_valid).
             models.CheckConstraint(
-                condition=Q(status__in=HistoryStatus.values),
-                name="history_status_valid",
+                condition=row_check("sas_history_row_valid", "status", "retry_count"),
+                name="history_row_valid",
             ),
         ]
         indexes = [

@@ -32,6 +32,51 @@ LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
         'hex')::uuid
 $$;
 
+-- The rows the engine writes on every step, checked by one function call per row: the CHECK
+-- constraints step_row_valid, run_row_valid and history_row_valid (scheduler/models.py).
+-- PostgreSQL rebuilds every CHECK constraint's expression from its stored text, and plans it,
+-- on each statement that writes the table (ExecRelCheck, per query), and a step is written
+-- three or four times per step plus two history rows: eight small constraints on the step
+-- table were a fifth of the step statement's server time. One call of a plpgsql function per
+-- row checks the same things at a fraction of that (bench/README.md, "Row checks").
+-- The literals are pinned to the models' choices by tests/scheduler/test_transitions.py, both
+-- ways (every choice passes, nothing else does).
+CREATE OR REPLACE FUNCTION sas_step_row_valid(
+    p_state text, p_kind text, p_lease uuid, p_complete_by timestamptz, p_locked_by text,
+    p_seq integer, p_failure_count integer, p_max_failures integer, p_attempts integer
+) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN p_state IN ('waiting', 'pending', 'processing', 'processed', 'error', 'compensating',
+                       'compensated', 'cancelled')
+       AND p_kind IN ('forward', 'compensation')
+       -- A claimed step always carries its fence, its deadline and its owner...
+       AND (p_state <> 'processing'
+            OR (p_lease IS NOT NULL AND p_complete_by IS NOT NULL AND p_locked_by IS NOT NULL))
+       -- ...and an unclaimed one is owned by nobody.
+       AND (p_state <> 'pending' OR p_locked_by IS NULL)
+       AND p_seq >= 0 AND p_failure_count >= 0 AND p_max_failures >= 0 AND p_attempts >= 0;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION sas_run_row_valid(p_state text, p_job_attempt integer) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN p_state IN ('pending', 'running', 'completed', 'compensating', 'compensated', 'cancelled', 'failed')
+       AND p_job_attempt >= 0;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION sas_history_row_valid(p_status text, p_retry_count integer) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    RETURN p_status IN ('started', 'succeeded', 'failed_transient', 'failed_permanent', 'timed_out',
+                        'cancelled', 'ignored', 'retry_scheduled', 'errored', 'deferred', 'requeued',
+                        'action', 'continued', 'compensated', 'failed', 'skipped', 'buffered')
+       AND p_retry_count >= 0;
+END;
+$$;
+
 -- Events of observed runs, as jsonb, for the `run_event` signal (webhooks listen to those runs
 -- only, so runs nobody watches cost no extra query).
 CREATE OR REPLACE FUNCTION sas_observed_events(p_event_ids bigint[]) RETURNS jsonb
