@@ -105,10 +105,17 @@ $$;
 -- deadline (close_by). Its attempt's history row is written; a run whose first claim this is
 -- goes Pending -> Running with its "started" event. The callers lock the ids first
 -- (FOR UPDATE SKIP LOCKED) where several schedulers may race.
+-- The run's start is a statement of its own, run only when some claimed step is a run's first
+-- (its first forward step's first attempt: a run leaves Pending at its first claim and never
+-- comes back, so no other claim can find it Pending). Most claims - a reply's claim of its
+-- run's next step - then touch neither the run nor the event table: a statement that names them
+-- opens and locks them and their twelve indexes even when it writes no row there (10% of a
+-- reply's server CPU, bench/README.md "Row checks, and the run's start").
 CREATE OR REPLACE FUNCTION sas_step_claim(p_ids bigint[], p_instance text) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_claims jsonb;
+    v_first_runs uuid[];
     v_events bigint[];
 BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
@@ -128,34 +135,39 @@ BEGIN
         WHERE s.id = ANY(p_ids) AND s.process_state = 'pending' AND s.not_before <= statement_timestamp()
         RETURNING s.id, s.run_id, s.name, s.operation, s.lease, s.complete_by, s.start_by, s.timeout,
                   s.idempotency_key, s.payload, s.attempts, s.failure_count, s.priority, s.deadline,
-                  s.not_before, s.heartbeat_window, s.close_by
+                  s.not_before, s.heartbeat_window, s.close_by, s.kind, s.seq
     ), history AS (
         INSERT INTO scheduler_taskexecutionhistory
             (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at)
         SELECT id, run_id, 'attempt', 'started', lease, failure_count, p_instance, '',
                jsonb_build_object('attempt', attempts, 'complete_by', complete_by), statement_timestamp()
         FROM claimed
-    ), started AS (
-        UPDATE scheduler_run AS r
-        SET state = 'running', updated_at = statement_timestamp()
-        WHERE r.id IN (SELECT run_id FROM claimed) AND r.state = 'pending'
-        RETURNING r.id
-    ), started_events AS (
-        INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
-        SELECT sas_uuid7(), id, NULL, 'started', '{}'::jsonb, statement_timestamp() FROM started
-        RETURNING id
     )
-    SELECT (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'step_id', id, 'run_id', run_id, 'name', name, 'operation', operation,
                 'lease', lease, 'complete_by', complete_by, 'start_by', start_by,
                 'timeout', extract(epoch FROM timeout), 'claimed_at', statement_timestamp(),
                 'idempotency_key', idempotency_key, 'payload', coalesce(payload, '{}'::jsonb),
                 'attempt', attempts, 'failure_count', failure_count,
                 'heartbeat', extract(epoch FROM heartbeat_window), 'close_by', close_by)
-                ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC), '[]'::jsonb)
-            FROM claimed),
-           (SELECT array_agg(id) FROM started_events)
-    INTO v_claims, v_events;
+                ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC), '[]'::jsonb),
+           array_agg(run_id) FILTER (WHERE kind = 'forward' AND seq = 0 AND attempts = 1)
+    INTO v_claims, v_first_runs
+    FROM claimed;
+
+    IF v_first_runs IS NOT NULL THEN
+        WITH started AS (
+            UPDATE scheduler_run AS r
+            SET state = 'running', updated_at = statement_timestamp()
+            WHERE r.id = ANY(v_first_runs) AND r.state = 'pending'
+            RETURNING r.id
+        ), started_events AS (
+            INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+            SELECT sas_uuid7(), id, NULL, 'started', '{}'::jsonb, statement_timestamp() FROM started
+            RETURNING id
+        )
+        SELECT array_agg(id) INTO v_events FROM started_events;
+    END IF;
     RETURN jsonb_build_object('claims', v_claims, 'events', sas_observed_events(v_events));
 END;
 $$;

@@ -293,6 +293,41 @@ def test_succeed__finds_next_step_and_attempt_by_index(user, plans):
     assert "step_pending_operation_idx" in _plan_of(plans, "operation = s.operation"), plans
 
 
+def test_claim__only_a_runs_first_claim__starts_it(user, plans):
+    run = submit(user)
+    claim = claim_first(run)  # the first step's first attempt: the run starts
+
+    assert Run.objects.get(pk=run.id).state == "running"
+    assert any("scheduler_run" in p and "'running'" in p for p in plans), "the run start ran no statement"
+    plans.clear()
+
+    # A running run's next step: its claim statement names neither the run nor the event table.
+    transitions.step_succeed(
+        step_id=claim.step_id, lease=claim.lease, result={}, instance="t", claim_next=True, observed_ok=True
+    )
+    claim_plans = [p for p in plans if "process_state = 'processing'" in p and "lease = sas_uuid7()" in p]
+    assert claim_plans, plans
+    assert not any("scheduler_run" in p or "scheduler_runevent" in p for p in claim_plans), claim_plans
+    assert not any("SET state = 'running'" in p for p in plans), plans
+
+    # A retried first step (attempts 2) does not start the run again.
+    second = submit(user)
+    first = claim_first(second)
+    transitions.step_fail(
+        attempts=[AttemptOutcome(step_id=first.step_id, lease=first.lease, error="x")],
+        cause=TaskExecutionHistory.Status.FAILED_TRANSIENT,
+        actor="t",
+        history_kind=TaskExecutionHistory.Kind.SCHEDULER,
+        min_backoff=0.0,
+    )
+    Step.objects.filter(pk=first.step_id).update(not_before=datetime.now(UTC) - timedelta(seconds=1))
+    again = claim_first(second)
+    assert again.step_id == first.step_id and again.attempt == 2
+    events = list(second.events.values_list("type", flat=True))
+    assert events.count("started") == 1, events
+    assert list(run.events.values_list("type", flat=True)).count("started") == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Guards: a transition from the wrong state changes nothing
 # ---------------------------------------------------------------------------------------------
