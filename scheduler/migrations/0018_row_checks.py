@@ -15,6 +15,7 @@ def install(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+    atomic = False
 
     dependencies = [
         ('scheduler', '0017_runs_insert_function'),
@@ -23,6 +24,49 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(install, migrations.RunPython.noop),
+        # The new checks first, NOT VALID (no scan: a brief lock), then validated - a scan that
+        # lets the engine read and write meanwhile (SHARE UPDATE EXCLUSIVE) - and only then the
+        # old ones dropped: an upgrade with millions of steps does not stop the engine, and no
+        # moment is without a check. Hence a non-atomic migration (each step commits).
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddConstraint(
+                    model_name='run',
+                    constraint=models.CheckConstraint(condition=models.Func(models.F('state'), models.F('job_attempt'), function='sas_run_row_valid', output_field=models.BooleanField()), name='run_row_valid'),
+                ),
+                migrations.AddConstraint(
+                    model_name='step',
+                    constraint=models.CheckConstraint(condition=models.Func(models.F('process_state'), models.F('kind'), models.F('lease'), models.F('complete_by'), models.F('locked_by'), models.F('seq'), models.F('failure_count'), models.F('max_failures'), models.F('attempts'), function='sas_step_row_valid', output_field=models.BooleanField()), name='step_row_valid'),
+                ),
+                migrations.AddConstraint(
+                    model_name='taskexecutionhistory',
+                    constraint=models.CheckConstraint(condition=models.Func(models.F('status'), models.F('retry_count'), function='sas_history_row_valid', output_field=models.BooleanField()), name='history_row_valid'),
+                ),
+            ],
+            database_operations=[
+                migrations.RunSQL(
+                    'ALTER TABLE "scheduler_run" ADD CONSTRAINT "run_row_valid" CHECK (sas_run_row_valid("state", "job_attempt")) NOT VALID',
+                    reverse_sql='ALTER TABLE "scheduler_run" DROP CONSTRAINT "run_row_valid"',
+                ),
+                migrations.RunSQL(
+                    'ALTER TABLE "scheduler_step" ADD CONSTRAINT "step_row_valid" CHECK (sas_step_row_valid("process_state", "kind", "lease", "complete_by", "locked_by", "seq", "failure_count", "max_failures", "attempts")) NOT VALID',
+                    reverse_sql='ALTER TABLE "scheduler_step" DROP CONSTRAINT "step_row_valid"',
+                ),
+                migrations.RunSQL(
+                    'ALTER TABLE "scheduler_taskexecutionhistory" ADD CONSTRAINT "history_row_valid" CHECK (sas_history_row_valid("status", "retry_count")) NOT VALID',
+                    reverse_sql='ALTER TABLE "scheduler_taskexecutionhistory" DROP CONSTRAINT "history_row_valid"',
+                ),
+            ],
+        ),
+        migrations.RunSQL(
+            'ALTER TABLE "scheduler_run" VALIDATE CONSTRAINT "run_row_valid"', reverse_sql=migrations.RunSQL.noop
+        ),
+        migrations.RunSQL(
+            'ALTER TABLE "scheduler_step" VALIDATE CONSTRAINT "step_row_valid"', reverse_sql=migrations.RunSQL.noop
+        ),
+        migrations.RunSQL(
+            'ALTER TABLE "scheduler_taskexecutionhistory" VALIDATE CONSTRAINT "history_row_valid"', reverse_sql=migrations.RunSQL.noop
+        ),
         migrations.RemoveConstraint(
             model_name='run',
             name='run_state_valid',
@@ -76,17 +120,5 @@ class Migration(migrations.Migration):
             model_name='taskexecutionhistory',
             name='retry_count',
             field=models.IntegerField(default=0, validators=[django.core.validators.MinValueValidator(0)]),
-        ),
-        migrations.AddConstraint(
-            model_name='run',
-            constraint=models.CheckConstraint(condition=models.Func(models.F('state'), models.F('job_attempt'), function='sas_run_row_valid', output_field=models.BooleanField()), name='run_row_valid'),
-        ),
-        migrations.AddConstraint(
-            model_name='step',
-            constraint=models.CheckConstraint(condition=models.Func(models.F('process_state'), models.F('kind'), models.F('lease'), models.F('complete_by'), models.F('locked_by'), models.F('seq'), models.F('failure_count'), models.F('max_failures'), models.F('attempts'), function='sas_step_row_valid', output_field=models.BooleanField()), name='step_row_valid'),
-        ),
-        migrations.AddConstraint(
-            model_name='taskexecutionhistory',
-            constraint=models.CheckConstraint(condition=models.Func(models.F('status'), models.F('retry_count'), function='sas_history_row_valid', output_field=models.BooleanField()), name='history_row_valid'),
         ),
     ]
