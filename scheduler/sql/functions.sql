@@ -109,7 +109,7 @@ $$;
 -- (its first forward step's first attempt: a run leaves Pending at its first claim and never
 -- comes back, so no other claim can find it Pending). Most claims - a reply's claim of its
 -- run's next step - then touch neither the run nor the event table: a statement that names them
--- opens and locks them and their twelve indexes even when it writes no row there (10% of a
+-- opens and locks them and their twelve indexes even when it writes no row there (7% of a
 -- reply's server CPU, bench/README.md "Row checks, and the run's start").
 CREATE OR REPLACE FUNCTION sas_step_claim(p_ids bigint[], p_instance text) RETURNS jsonb
 LANGUAGE plpgsql AS $$
