@@ -1,6 +1,7 @@
 """Issue 6's comparison: the engine against three baselines, in one run, on this machine.
 
     python bench/compare.py [--orders 300] [--latency-samples 100] [--noop-tasks 3000] [--concurrency 1 2]
+                            [--rounds 1]
 
 For each number of worker processes (1 and 2 by default), each system gets its own workers and
 the same simulator (zero latency):
@@ -19,6 +20,14 @@ clock starts when the submitting call returns and stops when a poll (every 2 ms)
 state - the engine's Run row Completed (PostgreSQL), the chain's last task's Redis key, the last
 Procrastinate job's row 'succeeded'. A burst is timed from just before its first submit until a
 poll (every 10 ms) sees its last order done. The targets of issue 6 are printed met / missed.
+
+`--rounds N` measures every system N times per number of processes, the order of the systems
+rotated each round, and takes each ratio within a round (its two systems measured minutes apart,
+not tens of minutes); the table shows each figure's median over the rounds and each ratio's
+median with its range, and the verdict is the median's. On a shared machine one burst can swing
+by a third (bench/README.md, "Runs of 2026-11-23, third machine"): a single round's ratio says
+little. Each system's line also shows the CPU the hypervisor stole from this machine while it
+ran (/proc/stat), the noise made visible.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -47,7 +57,7 @@ from bench.common import (
     summary,
     truncate_engine,
 )
-from bench.cpu import busy_cpu_seconds
+from bench.cpu import busy_cpu_seconds, steal_seconds
 from bench.engine import ENGINE_QUEUES, ORDER
 
 PROCRASTINATE_DB = f"{BENCH_DB}_procrastinate"
@@ -148,8 +158,18 @@ def verdict(value: float, target: float, *, at_least: bool) -> str:
     return "met" if met else "MISSED"
 
 
-def report(results: dict[str, dict[str, dict[str, float]]]) -> None:
+Round = dict[str, dict[str, float]]
+
+
+def _median(rounds: list[Round], system: str, key: str) -> float:
+    return statistics.median(r[system].get(key, float("nan")) for r in rounds)
+
+
+def report(results: dict[str, list[Round]]) -> None:
+    """One column per number of processes: each figure's median over the rounds; each ratio
+    taken within every round, its median (the verdict) and, over several rounds, its range."""
     cols = list(results)
+    several = any(len(rounds) > 1 for rounds in results.values())
     head = (
         "| | "
         + " | ".join(f"{c[1:]} worker process{'es' if c != 'c1' else ''}" for c in cols)
@@ -160,25 +180,45 @@ def report(results: dict[str, dict[str, dict[str, float]]]) -> None:
     def row(label: str, cell: Any, target: str = "") -> None:
         lines.append(f"| {label} | " + " | ".join(cell(results[c]) for c in cols) + f" | {target} |")
 
-    def ratio(r: dict[str, dict[str, float]], a: str, b: str, key: str, target: float, at_least: bool) -> str:
-        value = r[a][key] / r[b][key]
-        return f"**{value:.2f}** {verdict(value, target, at_least=at_least)}"
+    def ratio(rounds: list[Round], a: str, b: str, key: str, target: float | None, at_least: bool) -> str:
+        values = [r[a][key] / r[b][key] for r in rounds]
+        value = statistics.median(values)
+        text = f"**{value:.2f}**"
+        if target is not None:
+            text += f" {verdict(value, target, at_least=at_least)}"
+        if len(values) > 1:
+            text += f" ({min(values):.2f}-{max(values):.2f})"
+        return text
 
-    row("(a) bare Celery no-op tasks/s", lambda r: f"{r['noop']['per_s']:.0f}")
-    row("(b) plain Celery chain orders/s", lambda r: f"{r['chain']['per_s']:.1f}")
-    row("(b) chain p50 / p99", lambda r: f"{fmt_ms(r['chain']['p50'])} / {fmt_ms(r['chain']['p99'])}")
-    row("(c) Procrastinate orders/s", lambda r: f"{r['procrastinate']['per_s']:.1f}")
-    row(
-        "(c) Procrastinate p50 / p99",
-        lambda r: f"{fmt_ms(r['procrastinate']['p50'])} / {fmt_ms(r['procrastinate']['p99'])}",
-    )
-    row("engine orders/s", lambda r: f"{r['engine']['per_s']:.1f}")
-    row("engine steps/s", lambda r: f"{3 * r['engine']['per_s']:.0f}")
-    row("engine p50 / p99", lambda r: f"{fmt_ms(r['engine']['p50'])} / {fmt_ms(r['engine']['p99'])}")
+    def figure(system: str, key: str, fmt: str) -> Any:
+        return lambda rounds: format(_median(rounds, system, key), fmt)
+
+    def latency(system: str) -> Any:
+        def cell(rounds: list[Round]) -> str:
+            return f"{fmt_ms(_median(rounds, system, 'p50'))} / {fmt_ms(_median(rounds, system, 'p99'))}"
+
+        return cell
+
+    if several:
+        row("rounds", lambda rounds: str(len(rounds)))
+    row("(a) bare Celery no-op tasks/s", figure("noop", "per_s", ".0f"))
+    row("(b) plain Celery chain orders/s", figure("chain", "per_s", ".1f"))
+    row("(b) chain p50 / p99", latency("chain"))
+    row("(c) Procrastinate orders/s", figure("procrastinate", "per_s", ".1f"))
+    row("(c) Procrastinate p50 / p99", latency("procrastinate"))
+    row("engine orders/s", figure("engine", "per_s", ".1f"))
+    row("engine steps/s", lambda rounds: f"{3 * _median(rounds, 'engine', 'per_s'):.0f}")
+    row("engine p50 / p99", latency("engine"))
     row(
         "machine CPU per order in the burst: chain / Procrastinate / engine",
-        lambda r: " / ".join(
-            f"{r[k].get('cpu_ms', float('nan')):.1f} ms" for k in ("chain", "procrastinate", "engine")
+        lambda rounds: " / ".join(
+            f"{_median(rounds, k, 'cpu_ms'):.1f} ms" for k in ("chain", "procrastinate", "engine")
+        ),
+    )
+    row(
+        "CPU stolen by the hypervisor, ms per s: chain / Procrastinate / engine",
+        lambda rounds: " / ".join(
+            f"{_median(rounds, k, 'steal_ms_per_s'):.0f}" for k in ("chain", "procrastinate", "engine")
         ),
     )
     row("engine orders/s : chain's", lambda r: ratio(r, "engine", "chain", "per_s", 0.75, True), ">= 0.75")
@@ -191,7 +231,14 @@ def report(results: dict[str, dict[str, dict[str, float]]]) -> None:
     row("engine p99 : chain p99", lambda r: ratio(r, "engine", "chain", "p99", 3.0, False), "<= 3")
     row(
         "engine steps/s : (a) no-op tasks/s",
-        lambda r: f"**{3 * r['engine']['per_s'] / r['noop']['per_s']:.2f}**",
+        lambda rounds: ratio(
+            [{**r, "engine3": {"per_s": 3 * r["engine"]["per_s"]}} for r in rounds],
+            "engine3",
+            "noop",
+            "per_s",
+            None,
+            True,
+        ),
         "reported",
     )
     print("\n" + "\n".join(lines), flush=True)
@@ -218,8 +265,13 @@ def main() -> None:
         help="0: prefork workers; K: N workers of -P threads -c K, for the chain and the engine alike "
         "(the Procfile's agent layout); Procrastinate is async either way",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure every system this many times (medians reported)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     env = bench_environment()
     from tests.harness import simulator_process
@@ -237,42 +289,60 @@ def main() -> None:
         ready_marker="SIMULATOR_LISTENING"
     )
     samples = ["--samples", str(args.latency_samples)]
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    results: dict[str, list[Round]] = {}
+    module = "bench.baselines.bare_celery"
+
+    def noop(c: int) -> dict[str, float]:
+        conc = ["--concurrency", str(c), "--threads", str(args.threads)]
+        return run_baseline(
+            sys.executable, module, ["noop", *conc, "--tasks", str(args.noop_tasks), *samples], base_env
+        )
+
+    def chain(c: int) -> dict[str, float]:
+        conc = ["--concurrency", str(c), "--threads", str(args.threads)]
+        return run_baseline(
+            sys.executable, module, ["chain", *conc, "--orders", str(args.orders), *samples], base_env
+        )
+
+    def procrastinate(c: int) -> dict[str, float]:
+        layout = (
+            ["--processes", "1", "--concurrency", str(c)]
+            if args.procrastinate_layout == "concurrency"
+            else ["--processes", str(c), "--concurrency", "1"]
+        )
+        return run_baseline(
+            bench_python,
+            "bench.baselines.procrastinate_bench",
+            [*layout, "--orders", str(args.orders), *samples],
+            base_env,
+        )
+
+    def the_engine(c: int) -> dict[str, float]:
+        return engine(env, c, args.orders, args.latency_samples, logs, threads=args.threads)
+
+    systems = {"noop": noop, "chain": chain, "procrastinate": procrastinate, "engine": the_engine}
+    names = list(systems)
     try:
         for c in args.concurrency:
-            r: dict[str, dict[str, float]] = {}
-            print(f"\nworker processes: {c}  (logs in {logs})", flush=True)
-            module = "bench.baselines.bare_celery"
-            conc = ["--concurrency", str(c), "--threads", str(args.threads)]
-            r["noop"] = run_baseline(
-                sys.executable, module, ["noop", *conc, "--tasks", str(args.noop_tasks), *samples], base_env
-            )
-            print(f"  (a) no-op: {r['noop']['per_s']:.0f} tasks/s", flush=True)
-            r["chain"] = run_baseline(
-                sys.executable, module, ["chain", *conc, "--orders", str(args.orders), *samples], base_env
-            )
-            print(
-                f"  (b) chain: {r['chain']['per_s']:.1f} orders/s, p50 {fmt_ms(r['chain']['p50'])}",
-                flush=True,
-            )
-            layout = (
-                ["--processes", "1", "--concurrency", str(c)]
-                if args.procrastinate_layout == "concurrency"
-                else ["--processes", str(c), "--concurrency", "1"]
-            )
-            r["procrastinate"] = run_baseline(
-                bench_python,
-                "bench.baselines.procrastinate_bench",
-                [*layout, "--orders", str(args.orders), *samples],
-                base_env,
-            )
-            p = r["procrastinate"]
-            print(f"  (c) Procrastinate: {p['per_s']:.1f} orders/s, p50 {fmt_ms(p['p50'])}", flush=True)
-            r["engine"] = engine(env, c, args.orders, args.latency_samples, logs, threads=args.threads)
-            print(
-                f"  engine: {r['engine']['per_s']:.1f} orders/s, p50 {fmt_ms(r['engine']['p50'])}", flush=True
-            )
-            results[f"c{c}"] = r
+            results[f"c{c}"] = []
+            for n in range(args.rounds):
+                print(
+                    f"\nworker processes: {c}, round {n + 1} of {args.rounds}  (logs in {logs})", flush=True
+                )
+                r: Round = {}
+                # Rotated each round, so no system always runs first (or right after another).
+                for name in names[n % len(names) :] + names[: n % len(names)]:
+                    steal0, t0 = steal_seconds(), time.perf_counter()
+                    r[name] = systems[name](c)
+                    r[name]["steal_ms_per_s"] = 1000 * (steal_seconds() - steal0) / (time.perf_counter() - t0)
+                    unit = "tasks/s" if name == "noop" else "orders/s"
+                    latency = "" if name == "noop" else f", p50 {fmt_ms(r[name]['p50'])}"
+                    print(
+                        f"  {name}: {r[name]['per_s']:.1f} {unit}{latency}"
+                        f" (stolen {r[name]['steal_ms_per_s']:.0f} ms/s)",
+                        flush=True,
+                    )
+                results[f"c{c}"].append(r)
     finally:
         sim.stop()
     report(results)

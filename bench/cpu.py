@@ -15,3 +15,11 @@ def busy_cpu_seconds() -> float:
         fields = [int(v) for v in f.readline().split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
     return (user + nice + system + irq + softirq + steal) / _HZ
+
+
+def steal_seconds() -> float:
+    """CPU seconds the hypervisor gave to other guests while this machine wanted them (the
+    "steal" column of /proc/stat), since boot, all cores: a shared machine's noise, measured."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return fields[7] / _HZ
