@@ -348,6 +348,18 @@ class JobViewSet(viewsets.GenericViewSet):
             OpenApiParameter("cron", str, required=True, description="e.g. 30 2 * * 1-5 or @daily"),
             OpenApiParameter("timezone", str, description="IANA time zone (default UTC)."),
             OpenApiParameter("count", int, description="How many times (1-50, default 5)."),
+            OpenApiParameter(
+                "start_at",
+                str,
+                description="The job's 'not before' (ISO 8601; without an offset, read in `timezone`): "
+                "no time before it.",
+            ),
+            OpenApiParameter(
+                "end_at",
+                str,
+                description="The job's 'not after' (as start_at): no time after it - fewer times, "
+                "or none, when the window ends first.",
+            ),
         ],
         responses={200: PreviewSerializer, 400: FIELD_ERRORS},
     )
@@ -356,8 +368,9 @@ class JobViewSet(viewsets.GenericViewSet):
         query = PreviewQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         cron, zone, count = (query.validated_data[k] for k in ("cron", "timezone", "count"))
+        window = {k: query.validated_data[k] for k in ("start_at", "end_at")}
         try:
-            times = job_preview(cron=cron, timezone_name=zone, count=count)
+            times = job_preview(cron=cron, timezone_name=zone, count=count, **window)
         except WorkflowInputError as exc:
             raise exceptions.ValidationError(exc.errors) from None
         text = job_schedule_text(Job(is_recurring=True, cron=" ".join(cron.split()), timezone=zone))

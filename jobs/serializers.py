@@ -4,11 +4,14 @@ come back under the same field names (`errors.split_errors`)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
+from scheduler.cron import zone_error
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
 
 JOB_STATES = [("active", "Active"), ("paused", "Paused"), ("finished", "Finished")]
@@ -221,10 +224,44 @@ class JobHistorySerializer(serializers.Serializer[dict[str, Any]]):
     ended_at = serializers.DateTimeField(allow_null=True)
 
 
+class WindowTimeField(serializers.Field[datetime, str, str, Any]):
+    """An ISO 8601 date and time for the preview's window, as the job form's fields send it: with
+    an offset it is that instant; without one it is read later in the query's time zone (the
+    job's), so it stays naive here. Empty: none."""
+
+    def to_internal_value(self, data: Any) -> datetime | None:
+        if data in ("", None):
+            return None
+        try:
+            value = parse_datetime(data) if isinstance(data, str) else None
+        except ValueError:  # well formed, but no such date (month 13)
+            value = None
+        if value is None:
+            raise serializers.ValidationError("must be a date and time, e.g. 2026-12-01T09:00")
+        return value
+
+    def to_representation(self, value: datetime) -> str:
+        return value.isoformat()
+
+
 class PreviewQuerySerializer(serializers.Serializer[dict[str, Any]]):
     cron = serializers.CharField(allow_blank=True, max_length=100, help_text="The cron expression to try.")
     timezone = serializers.CharField(required=False, default="UTC", max_length=64)
     count = serializers.IntegerField(required=False, default=5, min_value=1, max_value=50)
+    start_at = WindowTimeField(required=False, default=None, help_text="The job's 'not before'.")
+    end_at = WindowTimeField(required=False, default=None, help_text="The job's 'not after'.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # Times without an offset are the job's wall clock, as the form types them.
+        name = attrs.get("timezone") or "UTC"
+        if zone_error(name):
+            return attrs  # the service names the bad zone
+        zone = ZoneInfo(name)
+        for name in ("start_at", "end_at"):
+            value = attrs.get(name)
+            if value is not None and value.tzinfo is None:
+                attrs[name] = value.replace(tzinfo=zone)
+        return attrs
 
 
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):

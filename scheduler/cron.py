@@ -119,11 +119,16 @@ def cron_latest(expression: str, zone: str, *, at_or_before: datetime) -> dateti
     return None
 
 
-def cron_preview(expression: str, zone: str, *, start: datetime, count: int) -> list[datetime]:
-    """The next `count` fire times after `start`, in the job's zone (what a person reads)."""
+def cron_preview(
+    expression: str, zone: str, *, start: datetime, count: int, until: datetime | None = None
+) -> list[datetime]:
+    """The next `count` fire times after `start` (and not after `until`), in the job's zone
+    (what a person reads)."""
     tz = _zone(zone)
     out: list[datetime] = []
     for instant in cron_iter(expression, zone, start):
+        if until is not None and instant > until:
+            break
         out.append(instant.astimezone(tz))
         if len(out) >= count:
             break

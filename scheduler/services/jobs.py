@@ -405,11 +405,20 @@ def job_backfill(*, job_id: int, start: datetime, end: datetime, actor: str = ""
 
 
 def job_preview(
-    *, cron: str, timezone_name: str = "UTC", start: datetime | None = None, count: int = 5
+    *,
+    cron: str,
+    timezone_name: str = "UTC",
+    start: datetime | None = None,
+    count: int = 5,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
 ) -> list[datetime]:
     """The next `count` fire times of `cron` in `timezone_name` after `start` (default: the
-    database's now), in that zone: what a form shows before saving. Raises WorkflowInputError
-    for a bad expression, zone or count. Writes nothing."""
+    database's now), in that zone: what a form shows before saving. With the job's window -
+    `start_at` (no occurrence before it) and `end_at` (none after it) - only the times the
+    dispatcher would fire (`next_occurrence`'s bounds); fewer than `count`, or none, when the
+    window ends first. Raises WorkflowInputError for a bad expression, zone, count or window.
+    Writes nothing."""
     errors: dict[str, str] = {}
     if why := cron_error(cron):
         errors["cron"] = why
@@ -417,11 +426,18 @@ def job_preview(
         errors["timezone"] = why
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= PREVIEW_MAX:
         errors["count"] = f"must be between 1 and {PREVIEW_MAX}"
-    if start is not None:
-        _aware(start, "start", errors)
+    start = _aware(start, "start", errors)
+    start_at = _aware(start_at, "start_at", errors)
+    end_at = _aware(end_at, "end_at", errors)
+    if start_at and end_at and end_at <= start_at:
+        errors["end_at"] = "must be after the start time"
     if errors:
         raise WorkflowInputError(errors)
-    return cron_preview(cron, timezone_name, start=start or job_transitions.db_now(), count=count)
+    after = start or job_transitions.db_now()
+    if start_at is not None:
+        # Inclusive: an occurrence at start_at itself fires (as the dispatcher's floor).
+        after = max(after, start_at - timedelta(microseconds=1))
+    return cron_preview(cron, timezone_name, start=after, count=count, until=end_at)
 
 
 def job_run_submit(*, job_id: int, kick: bool = True) -> Run:

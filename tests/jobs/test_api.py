@@ -197,9 +197,27 @@ def test_preview__next_times_in_the_zone__without_saving(api: APIClient) -> None
     assert Job.objects.count() == 0
 
 
+def test_preview__window__naive_times_in_the_zone__offsets_as_given(api: APIClient) -> None:
+    base = {"cron": "30 2 * * *", "timezone": "America/New_York", "count": 5}
+
+    naive = api.get(f"{JOBS}preview/", {**base, "start_at": "2030-01-01T00:00", "end_at": "2030-01-03T00:00"})
+    # 2030-01-01T07:00Z is 02:00 in New York: the 01-01 02:30 still fires.
+    aware = api.get(f"{JOBS}preview/", {**base, "start_at": "2030-01-01T07:00:00+00:00"})
+    empty = api.get(f"{JOBS}preview/", {**base, "start_at": "2030-01-01T03:00", "end_at": "2030-01-02T02:00"})
+
+    assert naive.status_code == 200, naive.json()
+    assert naive.json()["times"] == ["2030-01-01T02:30:00-05:00", "2030-01-02T02:30:00-05:00"]
+    assert aware.status_code == 200 and aware.json()["times"][0] == "2030-01-01T02:30:00-05:00"
+    assert empty.status_code == 200 and empty.json()["times"] == []
+    assert Job.objects.count() == 0
+
+
 @pytest.mark.parametrize(
     ("query", "field"),
     [
+        ({"cron": "@daily", "start_at": "next tuesday"}, "start_at"),
+        ({"cron": "@daily", "end_at": "2030-13-01T00:00"}, "end_at"),
+        ({"cron": "@daily", "start_at": "2030-01-02T00:00", "end_at": "2030-01-01T00:00"}, "end_at"),
         ({"cron": "61 * * * *"}, "cron"),
         ({"cron": "* * * *"}, "cron"),
         ({"cron": ""}, "cron"),

@@ -21,6 +21,7 @@ from scheduler.services import (
     job_update,
     run_cancel,
 )
+from scheduler.services.jobs_dispatch import next_occurrence
 from scheduler.workflows import WorkflowInputError
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
@@ -238,12 +239,41 @@ def test_job_preview__next_fire_times_in_the_zone(user):
     assert len(job_preview(cron="@hourly")) == 5
 
 
+def test_job_preview__within_the_window__as_the_dispatcher_fires(user):
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    start_at = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
+    end_at = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)
+    job = Job(cron="0 * * * *", timezone="UTC", start_at=start_at, end_at=end_at)
+
+    times = job_preview(cron="0 * * * *", start=start, count=10, start_at=start_at, end_at=end_at)
+    fired, after = [], start
+    while (t := next_occurrence(job, after=after)) is not None:
+        fired.append(t)
+        after = t
+
+    # Both ends inclusive: 09:00 (at start_at) to 12:00 (at end_at), fewer than asked.
+    assert [t.hour for t in times] == [9, 10, 11, 12]
+    assert times == fired
+    half_hour = start_at + timedelta(minutes=30)
+    assert job_preview(cron="0 * * * *", start=start, start_at=start_at, end_at=half_hour) == [start_at]
+    assert job_preview(cron="45 * * * *", start=start, start_at=start_at, end_at=half_hour) == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
         ({"cron": "61 * * * *"}, "cron"),
         ({"cron": "* * * * *", "timezone_name": "Nowhere"}, "timezone"),
         ({"cron": "* * * * *", "count": 0}, "count"),
+        ({"cron": "* * * * *", "start_at": datetime(2026, 2, 1, 9)}, "start_at"),
+        (
+            {
+                "cron": "* * * * *",
+                "start_at": datetime(2026, 2, 1, 9, tzinfo=UTC),
+                "end_at": datetime(2026, 2, 1, 9, tzinfo=UTC),
+            },
+            "end_at",
+        ),
     ],
 )
 def test_job_preview__bad_input__field_error(kwargs, field):

@@ -61,6 +61,25 @@ def test_browser__jobs__list_form_with_live_preview_job_page_and_admin(
         page.screenshot(path=str(artifacts_dir / "jobs-02-form-preview.png"), full_page=True)
         page.fill("#id_timezone", "America/New_York")
         new_york = _wait_preview(page, "ok", not_first=berlin[1][0])
+        # The window bounds it, read in the job's zone: "not before" moves the first time on,
+        # "not after" can leave none.
+        page.fill("#id_start_at", "2030-01-01T00:00")
+        windowed = _wait_preview(page, "ok", not_first=new_york[1][0])
+        page.fill("#id_end_at", "2030-01-02T00:00")
+        for _ in range(100):
+            if len(_preview(page)[1]) == 1:
+                break
+            page.wait_for_timeout(100)
+        one_day = _preview(page)
+        page.fill("#id_end_at", "2030-01-01T01:00")
+        for _ in range(100):
+            if "no run between" in page.locator("#preview-text").inner_text():
+                break
+            page.wait_for_timeout(100)
+        empty_window = (_preview(page), page.locator("#preview-text").inner_text())
+        page.screenshot(path=str(artifacts_dir / "jobs-02b-form-window.png"), full_page=True)
+        page.fill("#id_start_at", "")
+        page.fill("#id_end_at", "")
         page.fill("#id_cron", "61 * * * *")
         bad_cron = _wait_preview(page, "error")
         bad_cron_text = page.locator("#preview-text").inner_text()
@@ -142,6 +161,9 @@ def test_browser__jobs__list_form_with_live_preview_job_page_and_admin(
     assert all(" 02:30 " in t or " 03:00 " in t for t in berlin[1]), berlin
     assert "Europe/Berlin" in berlin_text
     assert len(new_york[1]) == 5 and all(t.endswith(("-05:00", "-04:00")) for t in new_york[1]), new_york
+    assert windowed[1][0] == "Tue 2030-01-01 02:30 -05:00" and len(windowed[1]) == 5, windowed
+    assert one_day[1] == ["Tue 2030-01-01 02:30 -05:00"], one_day
+    assert empty_window[0] == ("ok", []) and "no run between the times given" in empty_window[1], empty_window
     assert bad_cron[1] == [] and "cron" in bad_cron_text
     assert "between 0 and 100" in retry_error
     assert len(preview_after_error[1]) == 5

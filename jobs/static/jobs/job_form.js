@@ -1,13 +1,15 @@
 // The job form: show the fields of the chosen kind (a cron schedule, or once), and a live
-// preview of the next fire times while the cron expression or the time zone is typed. The
-// preview asks GET /api/jobs/preview/ (signed in by the session), 300 ms after the last key,
-// and drops answers to older questions.
+// preview of the next fire times while the cron expression, the time zone or the window ("not
+// before" / "not after", read in that zone) is typed. The preview asks GET /api/jobs/preview/
+// (signed in by the session), 300 ms after the last key, and drops answers to older questions.
 (function () {
   "use strict";
   var form = document.getElementById("job-form");
   var preview = document.getElementById("preview");
   var cron = document.getElementById("id_cron");
   var zone = document.getElementById("id_timezone");
+  var startAt = document.getElementById("id_start_at");
+  var endAt = document.getElementById("id_end_at");
   var text = document.getElementById("preview-text");
   var list = document.getElementById("preview-times");
   var DAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
@@ -57,9 +59,10 @@
     var mine = ++asked;
     if (controller) controller.abort();
     controller = window.AbortController ? new AbortController() : null;
-    var url = preview.dataset.url + "?" + new URLSearchParams({
-      cron: expression, timezone: zone.value.trim() || "UTC", count: "5",
-    }).toString();
+    var query = { cron: expression, timezone: zone.value.trim() || "UTC", count: "5" };
+    if (startAt && startAt.value) query.start_at = startAt.value;
+    if (endAt && endAt.value) query.end_at = endAt.value;
+    var url = preview.dataset.url + "?" + new URLSearchParams(query).toString();
     preview.dataset.state = "loading";
     fetch(url, {
       credentials: "same-origin",
@@ -71,11 +74,13 @@
       })
       .then(function (answer) {
         if (mine !== asked) return; // a newer question is on its way
-        if (answer.ok) {
+        if (answer.ok && !answer.body.times.length) {
+          render("ok", answer.body.schedule_text + ": no run between the times given.", []);
+        } else if (answer.ok) {
           render("ok", answer.body.schedule_text + ":", answer.body.times);
         } else {
           var errors = [];
-          ["cron", "timezone", "count", "detail"].forEach(function (key) {
+          ["cron", "timezone", "count", "start_at", "end_at", "detail"].forEach(function (key) {
             var value = answer.body[key];
             if (value) errors.push((key === "detail" ? "" : key + ": ") + [].concat(value).join(" "));
           });
@@ -110,6 +115,11 @@
   cron.addEventListener("input", later);
   zone.addEventListener("input", later);
   zone.addEventListener("change", later);
+  [startAt, endAt].forEach(function (field) {
+    if (!field) return;
+    field.addEventListener("input", later);
+    field.addEventListener("change", later);
+  });
   showKind();
   if (cron.value.trim()) ask();
 })();
