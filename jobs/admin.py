@@ -16,7 +16,7 @@ is the periodic task "sas: jobs dispatcher", edited in django-celery-beat's own 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -187,6 +187,8 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change=change, **kwargs)
+        # A class made for this request (modelform_factory): who saves, for the job's history.
+        cast(type[JobAdminForm], form).actor = actor_name(request)
         if obj is None and "owner" in form.base_fields:
             owner = form.base_fields["owner"]
             assert isinstance(owner, ModelChoiceField)

@@ -203,7 +203,7 @@ class JobViewSet(viewsets.GenericViewSet):
         serializer.is_valid(raise_exception=True)
         fields = serializer.to_service()
         try:
-            job_update(job_id=job.pk, **fields)
+            job_update(job_id=job.pk, actor=_actor(request), **fields)
         except WorkflowInputError as exc:
             raise_field_errors(exc)
         except Job.DoesNotExist:  # deleted meanwhile

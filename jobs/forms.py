@@ -160,6 +160,8 @@ class JobForm(forms.ModelForm):
     workflow_hints: dict[str, str]
     # What the last `job_save` of an existing job changed: {field: (old, new)} (for the admin's log).
     changes: dict[str, Any]
+    # Who saves it (the view sets it): an edit's operator row in the job's history names them.
+    actor: str = ""
 
     class Meta:
         model = Job
@@ -254,7 +256,7 @@ def job_write(form: JobForm, *, owner_id: int | None = None) -> Job | None:
             if owner_id is None:
                 raise WorkflowInputError({"owner": "a job needs an owner"})
             return job_create(owner_id=owner_id, **fields)
-        edit = job_update(job_id=form.instance.pk, **fields)
+        edit = job_update(job_id=form.instance.pk, actor=form.actor, **fields)
     except WorkflowInputError as exc:
         form.add_service_errors(exc)
         return None

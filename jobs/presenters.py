@@ -98,9 +98,25 @@ def reason_text(reason: str) -> str:
     return START_REASONS.get(reason, reason)
 
 
+OPERATOR_ACTIONS = {"paused": "Paused", "resumed": "Resumed", "edited": "Edited"}
+
+
+def operator_text(row: TaskExecutionHistory, detail: dict[str, Any]) -> str:
+    """An operator row in words: "Paused by user ann (web): stock count this week", "Edited by
+    user ann (api): cron, timezone"."""
+    reason = str(detail.get("reason") or "")
+    text = f"{OPERATOR_ACTIONS.get(reason, reason or 'Changed')} by {row.worker or 'an unnamed caller'}"
+    if detail.get("note"):
+        text += f": {detail['note']}"
+    if detail.get("changed"):
+        text += ": " + ", ".join(str(name) for name in detail["changed"])
+    return text
+
+
 def history_data(row: TaskExecutionHistory) -> dict[str, Any]:
     detail = row.detail if isinstance(row.detail, dict) else {}
     reason = str(detail.get("reason") or "")
+    operator = row.kind == TaskExecutionHistory.Kind.OPERATOR
     return {
         "id": row.pk,
         "status": row.status,
@@ -111,7 +127,7 @@ def history_data(row: TaskExecutionHistory) -> dict[str, Any]:
         "worker": row.worker,
         "error": row.error,
         "reason": reason,
-        "reason_text": reason_text(reason),
+        "reason_text": operator_text(row, detail) if operator else reason_text(reason),
         "detail": detail,
         "started_at": row.started_at,
         "ended_at": row.ended_at,

@@ -218,7 +218,11 @@ class JobHistorySerializer(serializers.Serializer[dict[str, Any]]):
     retry_count = serializers.IntegerField()
     worker = serializers.CharField(allow_blank=True)
     error = serializers.CharField(allow_blank=True)
-    reason = serializers.CharField(allow_blank=True, help_text="Why it was skipped or buffered.")
+    reason = serializers.CharField(
+        allow_blank=True,
+        help_text="Why it was started, skipped or buffered; on an operator row (status action): "
+        "paused, resumed or edited (who: worker; the note or the changed fields: detail).",
+    )
     detail = serializers.DictField()
     started_at = serializers.DateTimeField()
     ended_at = serializers.DateTimeField(allow_null=True)

@@ -85,6 +85,7 @@ def job_edit_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     if request.method == "POST":
         form = JobForm(request.POST, instance=job)
+        form.actor = _actor(request)
         saved = job_save(form)
         if saved is not None:
             messages.success(request, "Job saved.")

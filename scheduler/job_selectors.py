@@ -43,10 +43,11 @@ def job_runs(*, owner_id: int, job_id: int) -> QuerySet[Run]:
 
 
 def job_history(*, owner_id: int, job_id: int) -> QuerySet[TaskExecutionHistory]:
-    """The job's history rows (attempts, skipped and buffered occurrences), newest first."""
-    return TaskExecutionHistory.objects.filter(
-        job_id=job_id, job__owner_id=owner_id, kind=TaskExecutionHistory.Kind.JOB
-    ).order_by("-started_at", "-id")
+    """The job's history rows (attempts, skipped and buffered occurrences, and who paused,
+    resumed or edited it), newest first."""
+    kinds = (TaskExecutionHistory.Kind.JOB, TaskExecutionHistory.Kind.OPERATOR)
+    rows = TaskExecutionHistory.objects.filter(job_id=job_id, job__owner_id=owner_id, kind__in=kinds)
+    return rows.order_by("-started_at", "-id")
 
 
 def job_scheduled(*, owner_id: int, job_id: int) -> QuerySet[ScheduledJob]:

@@ -132,12 +132,19 @@ def job_finish(*, ids: Sequence[int]) -> int:
     return _count("job_finish", {"ids": list(ids)}) if ids else 0
 
 
-def job_pause(*, job_id: int, note: str) -> bool:
-    return _count("job_pause", {"job_id": job_id, "note": note}) == 1
+def job_pause(*, job_id: int, note: str, actor: str) -> bool:
+    """Enabled -> paused, and its operator history row (`actor`, the note)."""
+    return _count("job_pause", {"job_id": job_id, "note": note, "actor": actor}) == 1
 
 
-def job_resume(*, job_id: int) -> bool:
-    return _count("job_resume", {"job_id": job_id}) == 1
+def job_resume(*, job_id: int, actor: str) -> bool:
+    """Paused -> enabled, and its operator history row (`actor`)."""
+    return _count("job_resume", {"job_id": job_id, "actor": actor}) == 1
+
+
+def job_edit_record(*, job_id: int, actor: str, changed: Sequence[str]) -> int:
+    """The operator history row of an edit: who, and which fields."""
+    return _count("job_edit_record", {"job_id": job_id, "actor": actor, "changed": list(changed)})
 
 
 @dataclass(frozen=True)

@@ -245,11 +245,12 @@ class JobEdit:
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
-def job_update(*, job_id: int, **changes: Any) -> JobEdit:
+def job_update(*, job_id: int, actor: str = "", **changes: Any) -> JobEdit:
     """Edit a job: any of the fields `job_create` takes (`timezone_name` for the zone), checked
     the same way. When its schedule changed, its next occurrence is recomputed from now (a
     finished job whose new schedule has occurrences again is re-armed). Runs already going are
-    not touched. Transaction: one atomic block holding the job's row (FOR UPDATE)."""
+    not touched. An edit that changed something leaves an operator row in the job's history:
+    `actor` and the fields. Transaction: one atomic block holding the job's row (FOR UPDATE)."""
     unknown = set(changes) - set(EDITABLE) - {"recurring"}
     if unknown:
         raise TypeError(f"job_update() got unexpected fields: {', '.join(sorted(unknown))}")
@@ -282,6 +283,7 @@ def job_update(*, job_id: int, **changes: Any) -> JobEdit:
         for key, (_, value) in changed.items():
             setattr(job, key, value)
         job.save(update_fields=[*changed, "updated_at"])
+        job_transitions.job_edit_record(job_id=job.pk, actor=actor, changed=sorted(changed))
         if SCHEDULE_FIELDS & set(changed):
             ScheduledJob.objects.filter(job=job, kind=ScheduledJob.Kind.NEXT).delete()
             if job.enabled:
@@ -300,10 +302,11 @@ def job_update(*, job_id: int, **changes: Any) -> JobEdit:
 def job_pause(*, job_id: int, note: str = "", actor: str = "") -> Job:
     """Enabled -> paused, with a note: its next occurrence is dropped and its queued and retry
     occurrences are parked; nothing of it starts until it is resumed (runs already going go
-    on). Raises JobStateError if it is already paused. Transaction: one atomic block."""
+    on). `actor` and the note go to the job's history. Raises JobStateError if it is already
+    paused. Transaction: one atomic block."""
     with transaction.atomic():
         Job.objects.select_for_update().get(pk=job_id)
-        if not job_transitions.job_pause(job_id=job_id, note=note.strip()[:2000]):
+        if not job_transitions.job_pause(job_id=job_id, note=note.strip()[:2000], actor=actor):
             raise JobStateError("the job is already paused")
         job_transitions.scheduled_park_all(job_id=job_id)
     return Job.objects.get(pk=job_id)
@@ -311,11 +314,11 @@ def job_pause(*, job_id: int, note: str = "", actor: str = "") -> Job:
 
 def job_resume(*, job_id: int, actor: str = "") -> Job:
     """Paused -> enabled: the next occurrence is computed from now (occurrences that fell in
-    the pause are not fired), parked occurrences become due. Raises JobStateError if it is not
-    paused. Transaction: one atomic block."""
+    the pause are not fired), parked occurrences become due; `actor` goes to the job's history.
+    Raises JobStateError if it is not paused. Transaction: one atomic block."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
-        if not job_transitions.job_resume(job_id=job_id):
+        if not job_transitions.job_resume(job_id=job_id, actor=actor):
             raise JobStateError("the job is not paused")
         job.refresh_from_db()
         if job.finished_at is None:

@@ -87,17 +87,41 @@ UPDATE scheduler_job SET finished_at = statement_timestamp(), updated_at = state
 WHERE id = ANY(%(ids)s::bigint[]) AND finished_at IS NULL
 
 -- name: job_pause
--- Enabled -> paused, with the note.
-UPDATE scheduler_job
-SET enabled = false, paused_note = %(note)s, paused_at = statement_timestamp(),
-    updated_at = statement_timestamp()
-WHERE id = %(job_id)s AND enabled
+-- Enabled -> paused, with the note; who did it and why is the job's history (an operator row).
+WITH paused AS (
+    UPDATE scheduler_job
+    SET enabled = false, paused_note = %(note)s, paused_at = statement_timestamp(),
+        updated_at = statement_timestamp()
+    WHERE id = %(job_id)s AND enabled
+    RETURNING id
+)
+INSERT INTO scheduler_taskexecutionhistory
+    (job_id, kind, status, retry_count, worker, error, detail, started_at, ended_at)
+SELECT id, 'operator', 'action', 0, %(actor)s, '', jsonb_build_object('reason', 'paused', 'note', %(note)s),
+       statement_timestamp(), statement_timestamp()
+FROM paused
 
 -- name: job_resume
--- Paused -> enabled.
-UPDATE scheduler_job
-SET enabled = true, paused_note = '', paused_at = NULL, updated_at = statement_timestamp()
-WHERE id = %(job_id)s AND NOT enabled
+-- Paused -> enabled; who did it is the job's history (an operator row).
+WITH resumed AS (
+    UPDATE scheduler_job
+    SET enabled = true, paused_note = '', paused_at = NULL, updated_at = statement_timestamp()
+    WHERE id = %(job_id)s AND NOT enabled
+    RETURNING id
+)
+INSERT INTO scheduler_taskexecutionhistory
+    (job_id, kind, status, retry_count, worker, error, detail, started_at, ended_at)
+SELECT id, 'operator', 'action', 0, %(actor)s, '', jsonb_build_object('reason', 'resumed'),
+       statement_timestamp(), statement_timestamp()
+FROM resumed
+
+-- name: job_edit_record
+-- Not a transition: who edited a job, and which fields, as the job's history (an operator row).
+INSERT INTO scheduler_taskexecutionhistory
+    (job_id, kind, status, retry_count, worker, error, detail, started_at, ended_at)
+VALUES (%(job_id)s, 'operator', 'action', 0, %(actor)s, '',
+        jsonb_build_object('reason', 'edited', 'changed', %(changed)s::text[]),
+        statement_timestamp(), statement_timestamp())
 
 -- name: job_runs_settle
 -- Ended, unsettled job runs -> settled (partial index run_job_unsettled_idx), skipping any run

@@ -11,7 +11,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from scheduler.models import Job, Run, ScheduledJob
+from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services.jobs import job_create, job_pause, job_run_now
 
 from .conftest import ORDER_INPUT, WORKFLOW, make_user, row_counts
@@ -117,6 +117,10 @@ def test_change__through_job_update__logged__bad_input_changes_nothing(staff: Cl
     assert "cron" in entry.change_message
     assert refused.status_code == 200 and refused.context["adminform"].form.errors["timezone"]
     assert Job.objects.values().get(pk=job.pk) == before
+    # The job's own history names the operator and the field (the refused save wrote nothing).
+    edits = TaskExecutionHistory.objects.filter(job=job, kind="operator")
+    edited = {"reason": "edited", "changed": ["cron"]}
+    assert [(h.worker, h.detail) for h in edits] == [("admin:ops-jobs", edited)]
 
 
 def test_pause_action__confirmation_page_then_paused_with_note_and_logged(staff: Client, user: Any) -> None:
@@ -135,6 +139,10 @@ def test_pause_action__confirmation_page_then_paused_with_note_and_logged(staff:
     entries = LogEntry.objects.filter(action_flag=CHANGE).order_by("object_id")
     assert [e.change_message for e in entries] == ["Paused (admin); note: vendor outage"] * 2
     assert any("already paused" in m for m in _messages(again)), _messages(again)
+    paused = TaskExecutionHistory.objects.filter(job__in=jobs, kind="operator").order_by("job_id")
+    assert [(h.worker, h.detail) for h in paused] == [
+        ("admin:ops-jobs", {"reason": "paused", "note": "vendor outage"})
+    ] * 2  # one row per job paused; the refused second pause wrote none
 
 
 def test_resume_and_run_now_actions__service_calls_logged(staff: Client, user: Any) -> None:

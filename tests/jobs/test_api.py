@@ -106,6 +106,7 @@ def test_pause_with_note__then_resume__409_when_repeated(api: APIClient) -> None
     while_paused = ScheduledJob.objects.filter(job_id=job["id"], kind=ScheduledJob.Kind.NEXT).count()
     resumed = api.post(f"{job['url']}resume/")
     resumed_again = api.post(f"{job['url']}resume/")
+    history = api.get(f"{job['url']}history/", {"status": "action"})
 
     assert paused.status_code == 200, paused.json()
     assert paused.json()["state"] == "paused" and paused.json()["paused_note"] == "supplier on holiday"
@@ -114,6 +115,11 @@ def test_pause_with_note__then_resume__409_when_repeated(api: APIClient) -> None
     assert resumed.status_code == 200 and resumed.json()["state"] == "active"
     assert resumed.json()["next_run_at"] is not None
     assert resumed_again.status_code == 409
+    # Who paused it and why, and who resumed it: the job's history (newest first).
+    rows = [(r["reason"], r["worker"], r["detail"].get("note")) for r in history.json()["results"]]
+    who = paused.wsgi_request.user.get_username()
+    by = f"user {who} (api)"
+    assert rows == [("resumed", by, None), ("paused", by, "supplier on holiday")]
 
 
 def test_run_now__started_then_skipped_while_it_runs__runs_and_history(api: APIClient) -> None:

@@ -170,7 +170,7 @@ def test_job_run_submit__idempotent__runs_may_overlap(user):
 def test_job_update__schedule_changed__next_occurrence_recomputed_and_changes_returned(user):
     job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
 
-    edit = job_update(job_id=job.id, cron="*/5 * * * *", timezone_name="Asia/Tokyo", max_retry=2)
+    edit = job_update(job_id=job.id, actor="ann", cron="*/5 * * * *", timezone_name="Asia/Tokyo", max_retry=2)
 
     assert edit.changed["cron"] == ("@daily", "*/5 * * * *") and edit.changed["timezone"] == (
         "UTC",
@@ -179,7 +179,12 @@ def test_job_update__schedule_changed__next_occurrence_recomputed_and_changes_re
     row = ScheduledJob.objects.get(job=job, kind="next")
     assert row.scheduled_for.minute % 5 == 0
     assert row.scheduled_for - job_transitions.db_now() <= timedelta(minutes=5)
-    assert job_update(job_id=job.id, max_retry=2).changed == {}
+    assert job_update(job_id=job.id, actor="bob", max_retry=2).changed == {}
+    # Who edited which fields is in the job's history; the edit that changed nothing left no row.
+    edits = TaskExecutionHistory.objects.filter(job=job, kind="operator")
+    assert [(h.worker, h.detail) for h in edits] == [
+        ("ann", {"reason": "edited", "changed": ["cron", "max_retry", "timezone"]})
+    ]
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from scheduler import job_transitions
+from scheduler.job_selectors import job_history
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import (
     JobStateError,
@@ -294,7 +295,7 @@ def test_pause_resume__paused_job_fires_nothing_resume_rearms_from_now(user):
     with pytest.raises(JobStateError):
         job_pause(job_id=job.id, note="again")
 
-    resumed = job_resume(job_id=job.id)
+    resumed = job_resume(job_id=job.id, actor="ops")
     dispatch()
 
     assert resumed.enabled and resumed.paused_note == ""
@@ -302,6 +303,14 @@ def test_pause_resume__paused_job_fires_nothing_resume_rearms_from_now(user):
     assert next_row(job).scheduled_for > job_transitions.db_now()
     with pytest.raises(JobStateError):
         job_resume(job_id=job.id)
+    # Who paused (and why) and who resumed, in the job's history; the refused calls wrote nothing.
+    actions = TaskExecutionHistory.objects.filter(job=job, kind="operator").order_by("id")
+    assert [(h.status, h.worker, h.detail) for h in actions] == [
+        ("action", "test", {"reason": "paused", "note": "maintenance"}),
+        ("action", "ops", {"reason": "resumed"}),
+    ]
+    shown = job_history(owner_id=user.id, job_id=job.id).filter(kind="operator")
+    assert list(shown) == list(reversed(list(actions)))  # the job's history lists them, newest first
 
 
 def test_run_now__obeys_the_overlap_policy(user):

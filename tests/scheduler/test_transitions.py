@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
+from jobs.presenters import OPERATOR_ACTIONS
 from scheduler import job_transitions, transitions
 from scheduler.models import (
     HeartbeatState,
@@ -79,7 +80,11 @@ NOT_STATES = {
     "statement_timeout", "idle_in_transaction_session_timeout",
     # encode()'s format in sas_uuid7()
     "hex",
+    # keys of a job's operator history rows (jobs.sql: job_pause, job_resume, job_edit_record)
+    "note", "changed",
 }  # fmt: skip
+# ...and their reasons: each one the job pages put in words.
+NOT_STATES |= set(OPERATOR_ACTIONS)
 
 
 def _column_literals(column: str) -> list[str]:

@@ -131,6 +131,7 @@ def test_browser__jobs__list_form_with_live_preview_job_page_and_admin(
         page.click("#pause-form button")
         page.wait_for_selector("#paused-banner")
         banner = page.locator("#paused-banner").inner_text()
+        paused_row = page.locator("#history tbody tr[data-status=action]").first.inner_text()
         page.screenshot(path=str(artifacts_dir / "jobs-06-paused.png"), full_page=True)
 
         page.goto("/jobs/")
@@ -172,6 +173,7 @@ def test_browser__jobs__list_form_with_live_preview_job_page_and_admin(
     assert "started" in history_states or "succeeded" in history_states, history_states
     assert run_steps == 3
     assert "stock count this week" in banner
+    assert f"Paused by user {user.username} (web): stock count this week" in paused_row, paused_row
     assert listed["state"] == "paused" and "*/5 * * * *" in listed["schedule"]
     assert "Completed" in listed["last"] and listed["next"] == "—"  # paused: nothing next
     assert "Resumed 1 job(s)" in admin_message
