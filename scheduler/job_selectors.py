@@ -15,21 +15,21 @@ from .cron import ALIASES, cron_normalise
 from .models import Job, Run, ScheduledJob, TaskExecutionHistory
 
 
-def job_list(*, owner_id: int) -> QuerySet[Job]:
-    """The owner's jobs, newest first, each annotated with `next_run_at` (its next row's due
-    time), `last_run_state` and `last_run_at` (its latest run). One query; the subqueries run
-    per row on the page only."""
+def job_annotate(queryset: QuerySet[Job]) -> QuerySet[Job]:
+    """`queryset` with each job's `next_run_at` (its next row's due time), `last_run_state` and
+    `last_run_at` (its latest run): subqueries that run per row fetched (a page) only."""
     latest = Run.objects.filter(job_id=OuterRef("pk")).order_by("-created_at")
     nxt = ScheduledJob.objects.filter(job_id=OuterRef("pk"), kind=ScheduledJob.Kind.NEXT)
-    return (
-        Job.objects.filter(owner_id=owner_id)
-        .annotate(
-            next_run_at=Subquery(nxt.values("next_execution_at")[:1]),
-            last_run_state=Subquery(latest.values("state")[:1]),
-            last_run_at=Subquery(latest.values("created_at")[:1]),
-        )
-        .order_by("-created_at", "-id")
+    return queryset.annotate(
+        next_run_at=Subquery(nxt.values("next_execution_at")[:1]),
+        last_run_state=Subquery(latest.values("state")[:1]),
+        last_run_at=Subquery(latest.values("created_at")[:1]),
     )
+
+
+def job_list(*, owner_id: int) -> QuerySet[Job]:
+    """The owner's jobs, newest first, annotated as `job_annotate` says. One query."""
+    return job_annotate(Job.objects.filter(owner_id=owner_id)).order_by("-created_at", "-id")
 
 
 def job_get(*, owner_id: int, job_id: int) -> Job:
