@@ -79,6 +79,7 @@ def engine(
     env: dict[str, str], concurrency: int, orders: int, samples: int, logs: Path, threads: int = 0
 ) -> dict[str, float]:
     from django.contrib.auth import get_user_model
+    from django.db import connection
 
     from orders.services import order_submit
     from scheduler.models import Run
@@ -102,6 +103,18 @@ def engine(
     # Beat runs as in production: the supervisor sweep and the scheduler tick.
     beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting")
 
+    # The polls are the harness, not the engine: one plain statement each, as cheap for the
+    # client as the chain's Redis GET (0.07 ms of client CPU against 0.7 ms through the ORM,
+    # measured here; every 2 ms, the ORM's would take a third of a core from the workers).
+    def poll(sql: str, params: tuple[Any, ...] = ()) -> Any:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+        return None if row is None else row[0]
+
+    terminal = tuple(str(s) for s in Run.TERMINAL_STATES)
+    one_state = "SELECT state FROM scheduler_run WHERE id = %s"
+    finished = "SELECT count(*) FROM scheduler_run WHERE state = ANY(%s)"
+
     def latencies(n: int) -> list[float]:
         values = []
         for _ in range(n):
@@ -109,7 +122,7 @@ def engine(
             t0 = time.perf_counter()
             deadline = time.monotonic() + 30
             while True:
-                state = Run.objects.filter(pk=order.run_id).values_list("state", flat=True).first()
+                state = poll(one_state, (order.run_id,))
                 if state == Run.State.COMPLETED:
                     break
                 if state in Run.TERMINAL_STATES or time.monotonic() > deadline:
@@ -118,6 +131,7 @@ def engine(
             values.append(time.perf_counter() - t0)
         return values
 
+    cursor = connection.cursor()
     try:
         latencies(10)  # warm-up: pools, connections and caches hot
         truncate_engine()
@@ -126,7 +140,7 @@ def engine(
         for _ in range(orders):
             order_submit(owner_id=user.id, data=ORDER)
         last, last_change = -1, time.monotonic()
-        while (done := Run.objects.filter(state__in=Run.TERMINAL_STATES).count()) < orders:
+        while (done := poll(finished, (list(terminal),))) < orders:
             if done != last:
                 last, last_change = done, time.monotonic()
             elif time.monotonic() - last_change > 60:
@@ -147,6 +161,7 @@ def engine(
             "cpu_ms": cpu_ms,
         }
     finally:
+        cursor.close()
         beat.stop()
         for worker in workers:
             worker.stop()
