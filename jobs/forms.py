@@ -100,6 +100,9 @@ class JobForm(forms.ModelForm):
     input = forms.JSONField(
         label="Input (JSON object)",
         initial=dict,
+        # Not required: Django counts {} as empty, and a workflow that takes no input must save
+        # with it (empty means {}; the workflow says whether that is enough).
+        required=False,
         help_text="The workflow's input; checked by the workflow when you save.",
         widget=forms.Textarea(attrs={"rows": 6, "class": "mono", "spellcheck": "false"}),
     )

@@ -107,6 +107,24 @@ def test_create__valid_form__job_then_its_page(web: Client, user: Any) -> None:
     assert page.status_code == 200 and "Job “nightly” created." in page.content.decode()
 
 
+def test_create__workflow_without_input__empty_object_or_nothing_saves(web: Client, user: Any) -> None:
+    no_input = {**FORM, "workflow": "task:webhooks.purge_deliveries"}
+
+    typed = [
+        web.post("/jobs/new/", {**no_input, "name": f"purge {n}", "input": text})
+        for n, text in enumerate(("{}", ""))
+    ]
+    refused = web.post("/jobs/new/", {**FORM, "name": "order without input", "input": "{}"})
+
+    assert [r.status_code for r in typed] == [302, 302]
+    saved = sorted(Job.objects.filter(owner=user).values_list("name", "input"))
+    # Both saved, the input as the workflow cleans an empty one (a task's: no args, no kwargs).
+    assert saved == [("purge 0", {"args": [], "kwargs": {}}), ("purge 1", {"args": [], "kwargs": {}})]
+    # An order needs its input: the workflow says so, under the field; nothing saved.
+    assert refused.status_code == 400 and "items" in refused.content.decode()
+    assert not Job.objects.filter(name="order without input").exists()
+
+
 def test_create__one_off__runs_once_at_its_time(web: Client, user: Any) -> None:
     once = {"kind": "once", "cron": "5 4 * * *", "run_at": "2030-01-01T09:30"}
     response = web.post("/jobs/new/", {**FORM, **once})
