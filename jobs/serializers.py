@@ -257,14 +257,14 @@ class PreviewQuerySerializer(serializers.Serializer[dict[str, Any]]):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # Times without an offset are the job's wall clock, as the form types them.
-        name = attrs.get("timezone") or "UTC"
-        if zone_error(name):
+        zone_name = attrs.get("timezone") or "UTC"
+        if zone_error(zone_name):
             return attrs  # the service names the bad zone
-        zone = ZoneInfo(name)
-        for name in ("start_at", "end_at"):
-            value = attrs.get(name)
+        zone = ZoneInfo(zone_name)
+        for field in ("start_at", "end_at"):
+            value = attrs.get(field)
             if value is not None and value.tzinfo is None:
-                attrs[name] = value.replace(tzinfo=zone)
+                attrs[field] = value.replace(tzinfo=zone)
         return attrs
 
 
