@@ -360,6 +360,15 @@ def build_http_call_workflow() -> Workflow:
         description="Send one HTTP request to an allowed host; retried on 5xx and timeouts.",
         validate=validate_http_call_input,
         input_schema=HTTP_CALL_INPUT_SCHEMA,
+        input_example={
+            "method": "POST",
+            "url": os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055").rstrip("/") + "/echo",
+            "body": {"ping": True},
+            "expected_status": 200,
+        },
+        # Customers may aim it: the URL is checked against the egress allowlist when the job is
+        # saved and again at call time (agents/http_allowlist.py).
+        customer_schedulable=True,
         steps=[
             StepDef(
                 name="call",

@@ -6,7 +6,10 @@
     @shared_task(name="webhooks.purge_deliveries")
     def purge_deliveries(*, older_than_days: int = 30) -> dict[str, int]: ...
 
-registers the workflow `task:webhooks.purge_deliveries`. Its input is the task's arguments,
+registers the workflow `task:webhooks.purge_deliveries`: staff-only work, as every schedulable
+task is unless it says `customer_schedulable=True` (a task runs in our own process with our own
+credentials; say so only for one that touches nothing but the owner's data, whatever its
+arguments - docs/jobs-targets.md, "Who may schedule what"). Its input is the task's arguments,
 `{"args": [...], "kwargs": {...}}` (JSON only), checked before anything is written against the
 function's signature: unknown or missing arguments, and arguments of the wrong JSON type where
 the annotation says (int, float, str, bool, list, dict, optionally `| None`), are field errors.
@@ -125,6 +128,10 @@ class SchedulableTask:
     wants_key: bool
     transient: tuple[type[BaseException], ...]
     check: Callable[[dict[str, Any]], None] | None
+    customer_schedulable: bool = False
+    # A valid input to show people ({"args": [...], "kwargs": {...}}); None: one is made from
+    # the arguments' defaults (`input_example()`).
+    example: Mapping[str, Any] | None = None
 
     @property
     def workflow(self) -> str:
@@ -213,6 +220,27 @@ class SchedulableTask:
             "additionalProperties": False,
             "properties": {"args": args_schema, "kwargs": kwargs_schema},
         }
+
+    def input_example(self) -> dict[str, Any]:
+        """A valid input to show: the given example, else the keyword arguments with their
+        defaults (a required one as a placeholder of its type)."""
+        if self.example is not None:
+            return dict(self.example)
+        placeholders = {
+            "integer": 1,
+            "number": 1.0,
+            "string": "",
+            "boolean": False,
+            "array": [],
+            "object": {},
+        }
+        args = [placeholders.get(p.type) for p in self.parameters if p.kind == "positional" and p.required]
+        kwargs = {
+            p.name: p.default if not p.required else placeholders.get(p.type)
+            for p in self.parameters
+            if p.kind != "positional"
+        }
+        return {"args": args, "kwargs": kwargs}
 
     def call(self, *, args: Sequence[Any], kwargs: Mapping[str, Any], idempotency_key: str) -> Any:
         """Run the task's function here, in this process (`Task.__call__`: as Celery runs a task
@@ -316,12 +344,16 @@ def schedulable(
     deadline: float | None = None,
     retry_on: tuple[type[BaseException], ...] = (),
     validate: Callable[[dict[str, Any]], None] | None = None,
+    customer_schedulable: bool = False,
+    example: Mapping[str, Any] | None = None,
 ) -> Any:
     """Mark a Celery task as runnable by jobs (see the module's docstring). Put it above
     `@shared_task(name=...)`; it returns the task unchanged. `timeout`: one attempt's window
     (seconds); `max_failures`, `backoff_*`, `deadline`: the step's retry policy (StepDef);
     `validate(arguments)`: extra checks on the bound arguments (defaults filled in), raising
-    WorkflowInputError."""
+    WorkflowInputError. `customer_schedulable`: customers (not staff) may schedule it - default
+    no, staff-only (`Workflow.customer_schedulable`). `example`: an input to show people
+    (default: from the arguments' defaults)."""
 
     def mark(task: Task) -> Task:
         # shared_task returns a proxy; the task itself carries the name and the function.
@@ -339,6 +371,8 @@ def schedulable(
             wants_key=wants_key,
             transient=DEFAULT_TRANSIENT + tuple(retry_on) + tuple(getattr(real, "autoretry_for", ()) or ()),
             check=validate,
+            customer_schedulable=customer_schedulable,
+            example=example,
         )
         existing = _registry.get(spec.name)
         if existing is not None:
@@ -351,6 +385,8 @@ def schedulable(
                 description=spec.description,
                 validate=spec.validate,
                 input_schema=spec.input_schema(),
+                input_example=spec.input_example(),
+                customer_schedulable=spec.customer_schedulable,
                 steps=[
                     StepDef(
                         name="run",

@@ -9,8 +9,9 @@ from .schedulable import schedulable_all
 
 def schedulable_tasks() -> list[dict[str, Any]]:
     """Every task marked `@schedulable`, sorted by name: its workflow name (what a job stores),
-    label, description, arguments and the input's JSON Schema. Not per user: the project's
-    code decides what is schedulable, for everyone."""
+    label, description, arguments, the input's JSON Schema and an example input, and whether
+    customers may schedule it (`customer_schedulable`; if not, it is staff-only work). Every
+    task, for staff and code: a job form offers a user only `workflows_permitted(staff=...)`."""
     return [
         {
             "name": spec.name,
@@ -31,6 +32,8 @@ def schedulable_tasks() -> list[dict[str, Any]]:
             "accepts_extra_args": spec.extra_args,
             "accepts_extra_kwargs": spec.extra_kwargs,
             "input_schema": spec.input_schema(),
+            "input_example": spec.input_example(),
+            "customer_schedulable": spec.customer_schedulable,
         }
         for spec in schedulable_all()
     ]

@@ -193,6 +193,7 @@ def fill_jobs(
     started = time.perf_counter()
     template = job_create(
         owner_id=owner_ids[0],
+        by_staff=False,
         name="jobsbench template",
         workflow=workflow,
         input=input or {},
@@ -276,6 +277,7 @@ def check_fill(scheds: list[Sched], owner_id: int) -> str:
             continue
         made = job_create(
             owner_id=owner_id,
+            by_staff=False,
             name=f"jobsbench check {s.cron} {s.tz}",
             workflow=bulk.workflow,
             input=bulk.input,
@@ -548,7 +550,7 @@ def lag_ours(
         assert edited is not None
         sleep_until(end - lead)
         t_edit = time.time()
-        job_update(job_id=edited.pk, cron="* * * * *")
+        job_update(job_id=edited.pk, by_staff=False, cron="* * * * *")
         t_committed = time.time()
         window_runs = Run.objects.filter(
             job__isnull=False,

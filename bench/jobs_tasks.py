@@ -61,6 +61,8 @@ def register_noop_workflow() -> Workflow:
         return register(
             Workflow(
                 name=NOOP_WORKFLOW,
+                # The bench's jobs stand for customers' jobs (owners who are not staff).
+                customer_schedulable=True,
                 steps=[
                     StepDef(
                         name="noop",

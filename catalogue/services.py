@@ -6,6 +6,7 @@ from django.db import connection, transaction
 
 from scheduler.models import Run
 from scheduler.services import run_submit
+from scheduler.workflows import get_workflow, workflow_permit
 
 from .workflows import REPRICE_WORKFLOW
 
@@ -35,7 +36,10 @@ def catalogue_seed(*, rows: int, if_empty: bool = False) -> int:
         return int(cursor.rowcount)
 
 
-def reprice_submit(*, owner_id: int, percent: str | int) -> Run:
-    """Start a `catalogue.reprice` run for `owner_id`. Bad input raises WorkflowInputError
-    (field errors) and writes nothing. Transaction: the run's own (`run_submit`)."""
+def reprice_submit(*, owner_id: int, by_staff: bool, percent: str | int) -> Run:
+    """Start a `catalogue.reprice` run for `owner_id`. Repricing the shared catalogue is staff
+    work: `by_staff` false raises WorkflowNotPermitted (the workflow's rule, as for jobs). Bad
+    input raises WorkflowInputError (field errors). Either way nothing is written.
+    Transaction: the run's own (`run_submit`)."""
+    workflow_permit(get_workflow(REPRICE_WORKFLOW), staff=by_staff)
     return run_submit(workflow=REPRICE_WORKFLOW, input={"percent": percent}, owner_id=owner_id)

@@ -1,9 +1,16 @@
 """The catalogue pages: the reprice form and my reprices; a reprice run's page with its live
-progress bar (static/catalogue/progress.js polls /api/runs/<id>/progress/)."""
+progress bar (static/catalogue/progress.js polls /api/runs/<id>/progress/).
+
+Staff only: the catalogue is shared by every customer, and repricing it is staff work
+(`catalogue.reprice` is not customer-schedulable). Signed out: the login page; signed in but
+not staff: 403 with a page that says so."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,8 +26,23 @@ from .selectors import catalogue_summary, reprice_run_get, reprice_runs
 from .services import reprice_submit
 from .workflows import REPRICE_WORKFLOW
 
+View = Callable[..., HttpResponse]
 
-@login_required
+
+def staff_required(view: View) -> View:
+    """Signed out: to the login page. Signed in, not staff: 403, a page saying why."""
+
+    @login_required
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_staff:
+            return render(request, "catalogue/staff_only.html", status=403)
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+@staff_required
 @require_http_methods(["GET", "POST"])
 def catalogue_view(request: HttpRequest) -> HttpResponse:
     form = RepriceForm(request.POST or None)
@@ -28,7 +50,9 @@ def catalogue_view(request: HttpRequest) -> HttpResponse:
         user_id = request.user.pk
         assert isinstance(user_id, int), "login_required guarantees a signed-in user"
         try:
-            run = reprice_submit(owner_id=user_id, percent=form.cleaned_data["percent"])
+            run = reprice_submit(
+                owner_id=user_id, by_staff=request.user.is_staff, percent=form.cleaned_data["percent"]
+            )
         except WorkflowInputError as exc:
             for field, errors in exc.errors.items():
                 for error in errors:
@@ -47,7 +71,7 @@ def catalogue_view(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
+@staff_required
 @require_GET
 def reprice_detail_view(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     try:

@@ -43,6 +43,11 @@ def _payload(ctx: StepContext) -> dict[str, Any]:
 def build_reprice_workflow() -> Workflow:
     return Workflow(
         name=REPRICE_WORKFLOW,
+        label="Reprice the catalogue",
+        description="Change every product's price by a percentage, one page of products at a "
+        "time (resumable). The catalogue is shared by every customer: staff work.",
+        input_example={"percent": "5"},
+        # Staff-only (the default): it writes the catalogue every tenant reads.
         validate=validate_reprice_input,
         steps=[
             StepDef(

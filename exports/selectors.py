@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from scheduler.models import HeartbeatStatus, Run
+from scheduler.models import HeartbeatStatus, Run, Step
 
 from .models import Export, ExportFile
 
@@ -27,6 +27,16 @@ def export_list(*, user: Any) -> QuerySet[Export]:
 def export_get(*, user: Any, export_id: uuid.UUID | str) -> Export:
     """Export.DoesNotExist unless `user` owns it."""
     return export_list(user=user).get(pk=export_id)
+
+
+def export_of_step_owner(*, export_id: uuid.UUID | str, step_id: int) -> Export:
+    """The export an agent's step is to write, scoped by the owner of the step's run: another
+    user's export (or none) is Export.DoesNotExist, so a run never writes someone else's
+    history into someone else's export. Two indexed lookups."""
+    owner_id = Step.objects.filter(pk=step_id).values_list("run__owner_id", flat=True).first()
+    if owner_id is None:
+        raise Export.DoesNotExist(f"step {step_id} has no owner")
+    return Export.objects.get(pk=export_id, owner_id=owner_id)
 
 
 def export_file(*, user: Any, export_id: uuid.UUID | str) -> tuple[Export, ExportFile]:

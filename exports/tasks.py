@@ -11,10 +11,12 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
+from agents.base import PermanentFault
 from agents.long import Beat, HeartbeatAgentTask
 from scheduler.selectors import history_of_owner
 
 from .models import Export
+from .selectors import export_of_step_owner
 from .services import export_complete
 
 COLUMNS = [
@@ -34,8 +36,13 @@ COLUMNS = [
 class HistoryExportAgent(HeartbeatAgentTask):
     def work(self, *, payload: dict[str, Any], beat: Beat) -> Any:
         """Read the owner's history (streamed) into a CSV in memory, beating between rows. The
-        demo paces it to take at least settings.SAS["EXPORT_MIN_SECONDS"], like a long job."""
-        export = Export.objects.get(pk=payload["export_id"])
+        demo paces it to take at least settings.SAS["EXPORT_MIN_SECONDS"], like a long job.
+        An export that is not the run owner's is refused for good (defence in depth: the
+        workflow is staff-only work, so no customer's job names one)."""
+        try:
+            export = export_of_step_owner(export_id=payload["export_id"], step_id=beat.step_id)
+        except Export.DoesNotExist:
+            raise PermanentFault(f"export {payload['export_id']} is not the run owner's") from None
         min_seconds = float(settings.SAS["EXPORT_MIN_SECONDS"])
         began = time.monotonic()
         out = io.StringIO()

@@ -32,6 +32,12 @@ def build_export_workflow() -> Workflow:
     window = settings.SAS["EXPORT_HEARTBEAT"]
     return Workflow(
         name=EXPORT_WORKFLOW,
+        label="History export (CSV)",
+        description="Write an export's CSV file of its owner's execution history. Started by "
+        "the Exports page with a new export; a job of it would name an existing export.",
+        input_example={"export_id": "00000000-0000-0000-0000-000000000000"},
+        # Staff-only (the default): the export id is the whole input, and the agent also checks
+        # that the export belongs to the run's owner (exports/tasks.py).
         validate=validate_export_input,
         steps=[
             StepDef(

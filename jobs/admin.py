@@ -8,6 +8,9 @@ confirmation page first (pause takes a note there), calls the service once per j
 an admin LogEntry (the job's "History"), beside the engine's own history row with the actor.
 Delete goes through `job_delete` too (its runs stay, unlinked).
 
+Staff get staff-only work here (every workflow and `task:*`, marked "staff only"), for staff
+owners: the services are told the person acting is staff (`by_staff`) and check the owner.
+
 The job's next occurrences (`ScheduledJob`) and latest history rows are shown on its page, with
 links to all its runs and its whole history in the scheduler's admins. The dispatcher's interval
 is the periodic task "sas: jobs dispatcher", edited in django-celery-beat's own admin.
@@ -36,6 +39,7 @@ from scheduler.admin import WorkflowFilter, actor_name, run_link
 from scheduler.job_selectors import job_history, job_schedule_text, job_scheduled
 from scheduler.models import Job
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
+from scheduler.workflows import WorkflowInputError
 
 from .forms import JOB_FIELDS, JobForm, job_write
 from .presenters import FINISHED, PAUSED, STATE_LABELS, job_state, reason_text
@@ -95,9 +99,18 @@ class OperationConfirm:
     """What a confirmation page says for one operation."""
 
     def __init__(
-        self, *, title: str, verb: str, call: Callable[..., Any], allowed: Callable[[Job], bool], note: bool
+        self,
+        *,
+        title: str,
+        verb: str,
+        call: Callable[..., Any],
+        allowed: Callable[[Job], bool],
+        note: bool,
+        makes_runs: bool = False,
     ) -> None:
         self.title, self.verb, self.call, self.allowed, self.note = title, verb, call, allowed, note
+        # It makes runs: the service is told whether the person acting is staff (`by_staff`).
+        self.makes_runs = makes_runs
 
 
 OPERATIONS = {
@@ -122,6 +135,7 @@ OPERATIONS = {
         # An explicit request: a paused job runs too (its schedule stays paused).
         allowed=lambda job: True,
         note=False,
+        makes_runs=True,
     ),
 }
 
@@ -187,8 +201,10 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change=change, **kwargs)
-        # A class made for this request (modelform_factory): who saves, for the job's history.
+        # A class made for this request (modelform_factory): who saves, for the job's history,
+        # and whether they are staff (what the form offers and the services allow).
         cast(type[JobAdminForm], form).actor = actor_name(request)
+        cast(type[JobAdminForm], form).staff = bool(request.user.is_staff)
         if obj is None and "owner" in form.base_fields:
             owner = form.base_fields["owner"]
             assert isinstance(owner, ModelChoiceField)
@@ -379,10 +395,19 @@ class JobAdmin(admin.ModelAdmin):
             kwargs: dict[str, Any] = {"job_id": job.pk, "actor": actor_name(request)}
             if spec.note:
                 kwargs["note"] = note
+            if spec.makes_runs:
+                kwargs["by_staff"] = bool(request.user.is_staff)
             try:
                 result = spec.call(**kwargs)
             except (JobStateError, Job.DoesNotExist) as exc:
                 self.message_user(request, f"Job “{job.name}”: {exc}", messages.ERROR)
+                continue
+            except WorkflowInputError as exc:  # staff-only work for an owner who is not staff
+                self.message_user(
+                    request,
+                    f"Job “{job.name}”: {'; '.join(exc.errors.get('workflow', [str(exc)]))}",
+                    messages.ERROR,
+                )
                 continue
             outcome = ""
             if operation == "run_now":

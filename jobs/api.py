@@ -1,7 +1,9 @@
 """The jobs JSON API (Django REST framework), the orders API's conventions: token auth, 20 a page,
 errors `{field: [messages]}`, 404 for another user's job. Views are thin: they parse, call the
 scheduler's job selectors (scoped by the owner) and services, and map the services' exceptions:
-`WorkflowInputError` -> 400 with field errors (nothing written), `JobStateError` -> 409."""
+`WorkflowInputError` -> 400 with field errors (nothing written; staff-only work asked for by a
+customer is one, on `workflow`), `JobStateError` -> 409. Every service call says whether the
+caller is staff (`by_staff`): the services decide who may schedule what."""
 
 from __future__ import annotations
 
@@ -95,6 +97,10 @@ def _actor(request: Request) -> str:
     return f"user {request.user.get_username()} (api)"
 
 
+def _by_staff(request: Request) -> bool:
+    return bool(request.user.is_staff)
+
+
 def _job_url(request: Request, job_id: int) -> str:
     return str(reverse("api-job-detail", args=[job_id], request=request))
 
@@ -185,7 +191,7 @@ class JobViewSet(viewsets.GenericViewSet):
         serializer.is_valid(raise_exception=True)
         fields = serializer.to_service(create=True)
         try:
-            job = job_create(owner_id=_owner_id(request), **fields)
+            job = job_create(owner_id=_owner_id(request), by_staff=_by_staff(request), **fields)
         except WorkflowInputError as exc:
             raise_field_errors(exc)
         body = JobSerializer(self._detail(request, job.pk)).data
@@ -203,7 +209,7 @@ class JobViewSet(viewsets.GenericViewSet):
         serializer.is_valid(raise_exception=True)
         fields = serializer.to_service()
         try:
-            job_update(job_id=job.pk, actor=_actor(request), **fields)
+            job_update(job_id=job.pk, by_staff=_by_staff(request), actor=_actor(request), **fields)
         except WorkflowInputError as exc:
             raise_field_errors(exc)
         except Job.DoesNotExist:  # deleted meanwhile
@@ -254,13 +260,15 @@ class JobViewSet(viewsets.GenericViewSet):
         summary="Run the job now, as its overlap policy allows",
         request=None,
         parameters=[JOB_ID],
-        responses={200: FiringSerializer, 404: NOT_FOUND, 409: CONFLICT, 429: DETAIL},
+        responses={200: FiringSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND, 409: CONFLICT, 429: DETAIL},
     )
     @action(detail=True, methods=["post"], url_path="run-now")
     def run_now(self, request: Request, pk: str | None = None) -> Response:
         job = self._job(request, pk)
         try:
-            firing = job_run_now(job_id=job.pk, actor=_actor(request))
+            firing = job_run_now(job_id=job.pk, by_staff=_by_staff(request), actor=_actor(request))
+        except WorkflowInputError as exc:  # staff-only work: on `workflow`
+            raise_field_errors(exc)
         except JobStateError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         body = {
@@ -285,11 +293,12 @@ class JobViewSet(viewsets.GenericViewSet):
         try:
             result = job_backfill(
                 job_id=job.pk,
+                by_staff=_by_staff(request),
                 start=serializer.validated_data["start"],
                 end=serializer.validated_data["end"],
                 actor=_actor(request),
             )
-        except WorkflowInputError as exc:  # about the range: start / end
+        except WorkflowInputError as exc:  # about the range (start / end), or staff-only work (workflow)
             raise exceptions.ValidationError(exc.errors) from None
         except JobStateError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)

@@ -4,10 +4,16 @@ It parses what a person typed (JSON, numbers, date-times in the job's time zone)
 more: every rule - the cron expression, the time zone, the ranges, end after start, the
 workflow's own input checks - is the job service's (`job_create` / `job_update`), whose
 `WorkflowInputError` comes back on the fields (`job_save`). A refused form writes nothing.
+
+Who may schedule what too: the form is made for a person (`staff=`: are they staff?), offers
+only the workflows they may pick (`workflows_permitted`), each with its description and an
+example input, and passes `by_staff` to the services, which refuse anything else (a forged
+POST) with an error on `workflow`.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -19,7 +25,7 @@ from django.utils import timezone
 from scheduler.cron import zone_error
 from scheduler.models import Job, OverlapPolicy
 from scheduler.services.jobs import job_create, job_update
-from scheduler.workflows import WorkflowInputError, get_workflow, registered_workflows
+from scheduler.workflows import Workflow, WorkflowInputError, workflows_permitted
 
 from .errors import FIELD_TO_SERVICE, input_messages, split_errors
 
@@ -58,29 +64,41 @@ def time_zone_names() -> list[str]:
     return sorted(available_timezones())
 
 
-def workflow_choices() -> list[tuple[str, str]]:
-    """Every registered workflow (orders, schedulable tasks, HTTP calls...): "Label (name)"."""
-    choices = []
-    for name in registered_workflows():
-        label = str(getattr(get_workflow(name), "label", "") or "")
-        choices.append((name, f"{label} ({name})" if label and label != name else name))
-    return choices
+# The form's first choice when it offers it: a customer's workflow (not, say, a reprice).
+DEFAULT_WORKFLOW = "http.call"
+STAFF_ONLY_MARK = "staff only"
 
 
-def workflow_hints() -> dict[str, str]:
-    """What each workflow does and the input it takes, from its definition (its description and
-    input schema, where it has them): shown under the workflow select."""
-    hints = {}
-    for name in registered_workflows():
-        workflow = get_workflow(name)
-        schema = getattr(workflow, "input_schema", None) or {}
-        required = set(schema.get("required") or ())
-        fields = [key if key in required else f"{key} (optional)" for key in (schema.get("properties") or {})]
-        parts = [str(getattr(workflow, "description", "") or "")]
-        if fields:
-            parts.append(f"Input: {', '.join(fields)}.")
-        hints[name] = " ".join(p for p in parts if p)
-    return hints
+def _choice_label(workflow: Workflow) -> str:
+    label = workflow.label if workflow.label and workflow.label != workflow.name else ""
+    text = f"{label} ({workflow.name})" if label else workflow.name
+    return text if workflow.customer_schedulable else f"{text} - {STAFF_ONLY_MARK}"
+
+
+def workflow_choices(*, staff: bool) -> list[tuple[str, str]]:
+    """The workflows a person may pick - customers: the customer-schedulable ones; staff: every
+    one, staff-only work marked so: "Label (name)"."""
+    return [(w.name, _choice_label(w)) for w in workflows_permitted(staff=staff)]
+
+
+def workflow_hint(workflow: Workflow) -> dict[str, str]:
+    """What a workflow does, the input it takes (from its description and input schema, where
+    it has them) and an example input (JSON text, "" when it has none)."""
+    schema = workflow.input_schema or {}
+    required = set(schema.get("required") or ())
+    fields = [key if key in required else f"{key} (optional)" for key in (schema.get("properties") or {})]
+    parts = [workflow.description]
+    if fields:
+        parts.append(f"Input: {', '.join(fields)}.")
+    if not workflow.customer_schedulable:
+        parts.append("Staff only.")
+    example = "" if workflow.input_example is None else json.dumps(workflow.input_example, indent=2)
+    return {"text": " ".join(p for p in parts if p), "example": example}
+
+
+def workflow_hints(*, staff: bool) -> dict[str, dict[str, str]]:
+    """`workflow_hint` of each workflow the person may pick: shown under the workflow select."""
+    return {w.name: workflow_hint(w) for w in workflows_permitted(staff=staff)}
 
 
 def _local_input(attrs: dict[str, str] | None = None) -> forms.DateTimeInput:
@@ -96,7 +114,14 @@ class JobForm(forms.ModelForm):
     name = forms.CharField(
         label="Name", max_length=200, widget=forms.TextInput(attrs={"autocomplete": "off"})
     )
-    workflow = forms.ChoiceField(label="Workflow", help_text="What each run does: a registered workflow.")
+    # A text field shown as a select of what the person may pick: a name that is not offered
+    # (a forged POST) reaches the job service, whose error says why it is refused.
+    workflow = forms.CharField(
+        label="Workflow",
+        max_length=100,
+        help_text="What each run does: one of the workflows you may schedule.",
+        widget=forms.Select(),
+    )
     input = forms.JSONField(
         label="Input (JSON object)",
         initial=dict,
@@ -159,8 +184,11 @@ class JobForm(forms.ModelForm):
         help_text="Untick if two runs of this job must never overlap, whatever the policy.",
     )
 
-    # Per workflow: what it does and what input it takes (the template shows the chosen one's).
-    workflow_hints: dict[str, str]
+    # Per workflow: what it does, what input it takes, an example (the page shows the chosen one's).
+    workflow_hints: dict[str, dict[str, str]]
+    # Whether the person filling it in is staff: what it offers, and what the services allow.
+    # Set by the constructor's `staff=` (the pages) or on the class (the admin's get_form).
+    staff: bool | None = None
     # What the last `job_save` of an existing job changed: {field: (old, new)} (for the admin's log).
     changes: dict[str, Any]
     # Who saves it (the view sets it): an edit's operator row in the job's history names them.
@@ -170,11 +198,25 @@ class JobForm(forms.ModelForm):
         model = Job
         fields = JOB_FIELDS
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, staff: bool | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["workflow"].choices = workflow_choices()  # type: ignore[attr-defined]
-        self.workflow_hints = workflow_hints()
+        if staff is not None:
+            self.staff = staff
+        if self.staff is None:
+            raise TypeError("JobForm needs staff=True/False: who fills it in decides what it offers")
+        choices = workflow_choices(staff=self.staff)
+        self.workflow_hints = workflow_hints(staff=self.staff)
         job = self.instance
+        if job.pk is not None and job.workflow not in self.workflow_hints:
+            # A job of work this person may no longer pick: shown as it is, so the select does
+            # not quietly switch to another workflow; saving it is refused by the service.
+            choices.insert(0, (job.workflow, f"{job.workflow} - {STAFF_ONLY_MARK}, not available to you"))
+        widget = self.fields["workflow"].widget
+        assert isinstance(widget, forms.Select)
+        widget.choices = choices
+        if job.pk is None and not self.is_bound:
+            names = [name for name, _ in choices]
+            self.initial.setdefault("workflow", DEFAULT_WORKFLOW if DEFAULT_WORKFLOW in names else names[0])
         if job.pk is None:
             return
         # The stored job as the person typed it: kind, seconds, times in its own zone.
@@ -252,14 +294,16 @@ def job_save(form: JobForm, *, owner_id: int | None = None) -> Job | None:
 
 def job_write(form: JobForm, *, owner_id: int | None = None) -> Job | None:
     """Create (no instance yet: `owner_id` owns it) or update the job of a cleaned form through
-    the job service. Returns the job, or None with the service's errors on the form."""
+    the job service, as the form's person (`form.staff`). Returns the job, or None with the
+    service's errors on the form."""
     fields = form.service_fields()
+    by_staff = bool(form.staff)
     try:
         if form.instance.pk is None:
             if owner_id is None:
                 raise WorkflowInputError({"owner": "a job needs an owner"})
-            return job_create(owner_id=owner_id, **fields)
-        edit = job_update(job_id=form.instance.pk, actor=form.actor, **fields)
+            return job_create(owner_id=owner_id, by_staff=by_staff, **fields)
+        edit = job_update(job_id=form.instance.pk, by_staff=by_staff, actor=form.actor, **fields)
     except WorkflowInputError as exc:
         form.add_service_errors(exc)
         return None

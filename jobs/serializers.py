@@ -57,7 +57,12 @@ class JobWriteSerializer(serializers.Serializer[dict[str, Any]]):
     field is optional and only the fields sent change."""
 
     name = serializers.CharField(max_length=200, help_text="Unique among your jobs.")
-    workflow = serializers.CharField(max_length=100, help_text="A registered workflow's name.")
+    workflow = serializers.CharField(
+        max_length=100,
+        help_text="A registered workflow's name that you may schedule: customers may schedule "
+        "`order_fulfilment` and `http.call`; every other workflow and `task:*` is staff-only "
+        "work (400 on `workflow` for anyone else).",
+    )
     input = serializers.DictField(
         required=False, help_text="The workflow's input (a JSON object), checked by the workflow."
     )

@@ -1,5 +1,6 @@
 """The job pages. Thin, like the order pages: the form parses, the scheduler's job selectors read
-(scoped by the user: another user's job is a 404), the job services write."""
+(scoped by the user: another user's job is a 404), the job services write - told whether the
+user is staff (`by_staff`), as they decide who may schedule what."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from reports.timeline import run_timeline
 from scheduler.job_selectors import job_get, job_history, job_list, job_runs
 from scheduler.models import Job, Run
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
+from scheduler.workflows import WorkflowInputError
 
 from .forms import JobForm, job_save, time_zone_names
 from .presenters import history_data, job_data, run_data
@@ -40,6 +42,10 @@ def _user_id(request: HttpRequest) -> int:
 
 def _actor(request: HttpRequest) -> str:
     return f"user {request.user.get_username()} (web)"
+
+
+def _staff(request: HttpRequest) -> bool:
+    return bool(request.user.is_staff)
 
 
 def _job_or_404(request: HttpRequest, job_id: int) -> Job:
@@ -70,13 +76,13 @@ def _form_page(request: HttpRequest, form: JobForm, job: Job | None, status: int
 @require_http_methods(["GET", "POST"])
 def job_create_view(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
-        form = JobForm(request.POST)
+        form = JobForm(request.POST, staff=_staff(request))
         job = job_save(form, owner_id=_user_id(request))
         if job is not None:
             messages.success(request, f"Job “{job.name}” created.")
             return redirect("jobs:detail", job_id=job.pk)
         return _form_page(request, form, None, status=400)
-    return _form_page(request, JobForm(), None)
+    return _form_page(request, JobForm(staff=_staff(request)), None)
 
 
 @login_required
@@ -84,14 +90,14 @@ def job_create_view(request: HttpRequest) -> HttpResponse:
 def job_edit_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     if request.method == "POST":
-        form = JobForm(request.POST, instance=job)
+        form = JobForm(request.POST, instance=job, staff=_staff(request))
         form.actor = _actor(request)
         saved = job_save(form)
         if saved is not None:
             messages.success(request, "Job saved.")
             return redirect("jobs:detail", job_id=job.pk)
         return _form_page(request, form, job, status=400)
-    return _form_page(request, JobForm(instance=job), job)
+    return _form_page(request, JobForm(instance=job, staff=_staff(request)), job)
 
 
 @login_required
@@ -180,9 +186,11 @@ def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_run_now_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     try:
-        firing = job_run_now(job_id=job.pk, actor=_actor(request))
+        firing = job_run_now(job_id=job.pk, by_staff=_staff(request), actor=_actor(request))
     except JobStateError as exc:
         messages.error(request, str(exc))
+    except WorkflowInputError as exc:  # staff-only work: not started
+        messages.error(request, "Not started: " + "; ".join(exc.errors.get("workflow", [str(exc)])))
     else:
         text = RUN_NOW_OUTCOMES.get(firing.outcome, firing.outcome)
         level = messages.WARNING if firing.outcome == "skipped" else messages.SUCCESS

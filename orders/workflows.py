@@ -187,6 +187,12 @@ def build_order_workflow() -> Workflow:
     }
     return Workflow(
         name=ORDER_WORKFLOW,
+        label="Order fulfilment",
+        description="Reserve the items, charge the card and create the shipment; a step that "
+        "fails for good undoes the ones before it (release, refund, cancel).",
+        input_example={"items": [{"sku": "SKU-0000001", "quantity": 1}], "amount": "9.99", "currency": "EUR"},
+        # Customers' own orders: every step acts on what the input names, for the run's owner.
+        customer_schedulable=True,
         validate=validate_order_input,
         steps=[
             StepDef(

@@ -30,6 +30,11 @@ class WorkflowInputError(ValueError):
         super().__init__("; ".join(f"{k}: {', '.join(v)}" for k, v in self.errors.items()))
 
 
+class WorkflowNotPermitted(WorkflowInputError):
+    """Staff-only work asked for by (or for) someone who is not staff: a field error on
+    `workflow`, raised before anything is written (see `workflow_permitted`)."""
+
+
 @dataclass(frozen=True)
 class StepContext:
     """What a payload builder sees: the run input, earlier steps' results and idempotency keys."""
@@ -139,6 +144,15 @@ class Workflow:
     label: str = ""
     description: str = ""
     input_schema: Mapping[str, Any] | None = None
+    # A valid input, shown beside the description where people choose a workflow (the job
+    # form, the admin): what to type. None: the workflow shows none.
+    input_example: Mapping[str, Any] | None = None
+    # May a customer (a user who is not staff) schedule it - make a job of it, or start one?
+    # Default no: a workflow is staff-only work (internal plumbing such as webhook deliveries,
+    # work on data every tenant shares such as the catalogue) until its author says it is safe
+    # for any customer to aim at with any input, and that its runs only touch the owner's own
+    # data. The rule is `workflow_permitted`; docs/jobs-targets.md ("Who may schedule what").
+    customer_schedulable: bool = False
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps] + [s.compensation.name for s in self.steps if s.compensation]
@@ -186,3 +200,25 @@ def get_workflow(name: str) -> Workflow:
 
 def registered_workflows() -> list[str]:
     return sorted(_registry)
+
+
+def workflow_permitted(workflow: Workflow, *, staff: bool) -> bool:
+    """The one rule of who may schedule what: a customer-schedulable workflow is anyone's;
+    every other is staff-only work. `staff`: the person acting (or the job's owner, when a run
+    is made for them) is staff."""
+    return workflow.customer_schedulable or staff
+
+
+def workflow_permit(workflow: Workflow, *, staff: bool, owner: bool = False) -> None:
+    """Raise WorkflowNotPermitted (a field error on `workflow`) unless `workflow_permitted`.
+    `owner`: the check is about the job's owner, not the person acting (the message says so)."""
+    if not workflow_permitted(workflow, staff=staff):
+        who = "the job's owner is not staff" if owner else "only staff can schedule it"
+        raise WorkflowNotPermitted({"workflow": f"{workflow.name!r} is staff-only work: {who}"})
+
+
+def workflows_permitted(*, staff: bool) -> list[Workflow]:
+    """The registered workflows someone may pick (customer-schedulable ones first, then by
+    name): what a job form offers."""
+    found = [w for w in (_registry[n] for n in sorted(_registry)) if workflow_permitted(w, staff=staff)]
+    return sorted(found, key=lambda w: not w.customer_schedulable)

@@ -60,6 +60,8 @@ def register_engine_workflow() -> Workflow:
             Workflow(
                 name=ENGINE_WORKFLOW,
                 validate=_validate,
+                # Tests make its jobs for plain users (not staff).
+                customer_schedulable=True,
                 steps=[_step("a", _first), _step("b", _after("a")), _step("c", _after("b"))],
             )
         )

@@ -50,6 +50,16 @@ def _payload(ctx: StepContext) -> dict[str, Any]:
 def build_webhook_workflow() -> Workflow:
     return Workflow(
         name=WEBHOOK_WORKFLOW,
+        label="Webhook delivery (internal)",
+        description="Internal: POSTs one outbox delivery, signed, to a subscriber. The engine "
+        "starts these itself; a job of it sends any body and headers to any URL.",
+        input_example={
+            "delivery_id": 1,
+            "url": "https://subscriber.example.com/hooks",
+            "body": '{"event": "ping"}',
+            "headers": {"Content-Type": "application/json"},
+        },
+        # Staff-only (the default): plumbing, with no allowlist of its own.
         validate=validate_delivery_input,
         steps=[
             StepDef(

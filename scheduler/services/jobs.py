@@ -4,6 +4,13 @@ Create, edit, pause, resume, delete, run now, backfill, preview. Bad input raise
 WorkflowInputError (field -> messages) before anything is written; an action the job's state
 does not allow raises JobStateError. Owner checks are the caller's (`scheduler.job_selectors`
 scopes every read by owner). The rules (overlap, misfire, retries): `scheduler/jobs.md`.
+
+Who may schedule what is decided here, once, for the API, the pages and the admin: every service
+that makes a job or runs from one takes `by_staff` (keyword-only, no default: the caller says
+whether the person acting is staff). Staff-only work (a workflow not `customer_schedulable`) is
+refused with `WorkflowNotPermitted` - a field error on `workflow` - unless the person acting is
+staff AND the job's owner is staff (its runs are the owner's). The dispatcher checks the owner
+again at every firing (`FiringPlan.apply`): see scheduler/jobs.md, "Who may schedule what".
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ from django.forms.models import model_to_dict
 
 from scheduler import job_transitions
 from scheduler.cron import cron_between, cron_error, cron_normalise, cron_preview, zone_error
+from scheduler.job_selectors import owners_staff
 from scheduler.models import Job, Run, ScheduledJob
-from scheduler.workflows import WorkflowInputError
+from scheduler.workflows import Workflow, WorkflowInputError, get_workflow, workflow_permit
 
 from .dispatch import scheduler_instance_id
 from .jobs_dispatch import next_occurrence
@@ -88,12 +96,25 @@ def _int_in(value: Any, name: str, low: int, high: int, errors: dict[str, str]) 
     return value
 
 
-def _clean(*, owner_id: int, data: Mapping[str, Any], job_id: int | None = None) -> dict[str, Any]:
+def job_permit(*, workflow: Workflow, owner_id: int, by_staff: bool) -> None:
+    """Staff-only work needs a staff person acting and a staff owner; customer-schedulable work
+    is anyone's. Raises WorkflowNotPermitted (a field error on `workflow`). Reads only (the
+    owner's staff flag, and only for staff-only work asked for by staff)."""
+    workflow_permit(workflow, staff=by_staff)
+    if not workflow.customer_schedulable:
+        workflow_permit(workflow, staff=bool(owners_staff(owner_ids=[owner_id])), owner=True)
+
+
+def _clean(
+    *, owner_id: int, by_staff: bool, data: Mapping[str, Any], job_id: int | None = None
+) -> dict[str, Any]:
     """Every field checked; all errors at once, as a form does. Returns model field values.
-    Raises WorkflowInputError; reads only (the name's uniqueness per owner)."""
+    Raises WorkflowInputError; reads only (the name's uniqueness per owner). Staff-only work
+    for someone who may not schedule it is a `workflow` error, and its input is not looked at."""
     errors: dict[str, Any] = {}
     out: dict[str, Any] = {}
     try:
+        job_permit(workflow=get_workflow(str(data["workflow"])), owner_id=owner_id, by_staff=by_staff)
         definition, cleaned = run_validate_input(workflow=data["workflow"], input=data["input"])
         out["workflow"], out["input"] = definition.name, cleaned
     except WorkflowInputError as exc:
@@ -206,6 +227,7 @@ def _arm(job: Job, *, now: datetime) -> ScheduledJob | None:
 def job_create(
     *,
     owner_id: int,
+    by_staff: bool,
     name: str,
     workflow: str,
     input: Mapping[str, Any],
@@ -227,9 +249,10 @@ def job_create(
     """Create a one-off (`cron` empty) or recurring job and its first occurrence. Invariant:
     every field is checked first; bad input raises WorkflowInputError (field -> messages) and
     writes nothing; a recurring job whose schedule never fires (after now, before its end) is
-    refused. Transaction: one atomic block (the job and its next row)."""
+    refused. `by_staff`: the person acting is staff (staff-only work needs it, and a staff
+    owner: `job_permit`). Transaction: one atomic block (the job and its next row)."""
     data = dict(locals())
-    fields = _clean(owner_id=owner_id, data=data)
+    fields = _clean(owner_id=owner_id, by_staff=by_staff, data=data)
     with transaction.atomic():
         job = Job.objects.create(owner_id=owner_id, **fields)
         if _arm(job, now=job_transitions.db_now()) is None:
@@ -245,9 +268,11 @@ class JobEdit:
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
-def job_update(*, job_id: int, actor: str = "", **changes: Any) -> JobEdit:
+def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) -> JobEdit:
     """Edit a job: any of the fields `job_create` takes (`timezone_name` for the zone), checked
-    the same way. When its schedule changed, its next occurrence is recomputed from now (a
+    the same way - the workflow too, changed or not: a customer's job of work that has become
+    staff-only cannot be edited, save to a workflow they may pick (it can still be paused or
+    deleted). When its schedule changed, its next occurrence is recomputed from now (a
     finished job whose new schedule has occurrences again is re-armed). Runs already going are
     not touched. An edit that changed something leaves an operator row in the job's history:
     `actor` and the fields. Transaction: one atomic block holding the job's row (FOR UPDATE)."""
@@ -276,7 +301,7 @@ def job_update(*, job_id: int, actor: str = "", **changes: Any) -> JobEdit:
             # A recurring job stays recurring unless told otherwise: an empty cron is an error.
             "recurring": job.is_recurring,
         }
-        fields = _clean(owner_id=job.owner_id, data={**current, **changes}, job_id=job.pk)
+        fields = _clean(owner_id=job.owner_id, by_staff=by_staff, data={**current, **changes}, job_id=job.pk)
         changed = {k: (getattr(job, k), v) for k, v in fields.items() if getattr(job, k) != v}
         if not changed:
             return JobEdit(job)
@@ -339,14 +364,27 @@ def job_delete(*, job_id: int, actor: str = "") -> dict[str, Any]:
     return snapshot
 
 
-def job_run_now(*, job_id: int, actor: str = "") -> Firing:
+def _permit_job(job: Job, *, by_staff: bool) -> None:
+    """Runs from an existing job: its workflow must still be one the person acting, and its
+    owner, may schedule (`job_permit`). A workflow no longer registered passes: the firing
+    records why it cannot start."""
+    try:
+        workflow = get_workflow(job.workflow)
+    except WorkflowInputError:
+        return
+    job_permit(workflow=workflow, owner_id=job.owner_id, by_staff=by_staff)
+
+
+def job_run_now(*, job_id: int, by_staff: bool, actor: str = "") -> Firing:
     """Fire an occurrence now (the database's now), under the job's overlap policy: started,
     buffered (cancel_other: the running run is cancelled first) or skipped, with why. A
     non-idempotent job never gets a second unfinished run. Not counted in max firings; works
-    on a paused job too (an explicit request). Transaction: one atomic block holding the job's
+    on a paused job too (an explicit request). Staff-only work someone may not schedule raises
+    WorkflowNotPermitted, nothing written. Transaction: one atomic block holding the job's
     row, so concurrent "run now"s and the dispatcher decide one after another."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
+        _permit_job(job, by_staff=by_staff)
         plan = FiringPlan.load(
             jobs={job.pk: job}, now=job_transitions.db_now(), instance=actor or scheduler_instance_id()
         )
@@ -364,12 +402,13 @@ class Backfill:
     already: list[datetime] = field(default_factory=list)
 
 
-def job_backfill(*, job_id: int, start: datetime, end: datetime, actor: str = "") -> Backfill:
+def job_backfill(*, job_id: int, by_staff: bool, start: datetime, end: datetime, actor: str = "") -> Backfill:
     """Queue the job's cron occurrences in [start, end] - a past range - that have no run yet.
     The dispatcher starts them oldest first, one after another (all at once under allow_all).
     Not counted in max firings. Raises WorkflowInputError for a bad range (end before start,
-    in the future, more than 1,000 occurrences) and JobStateError for a one-off job.
-    Transaction: one atomic block holding the job's row."""
+    in the future, more than 1,000 occurrences) or staff-only work someone may not schedule
+    (WorkflowNotPermitted), and JobStateError for a one-off job. Transaction: one atomic block
+    holding the job's row."""
     errors: dict[str, str] = {}
     _aware(start, "start", errors)
     _aware(end, "end", errors)
@@ -379,6 +418,7 @@ def job_backfill(*, job_id: int, start: datetime, end: datetime, actor: str = ""
         raise WorkflowInputError({"end": "must not be before the start"})
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
+        _permit_job(job, by_staff=by_staff)
         if not job.is_recurring:
             raise JobStateError("only a recurring job can be backfilled")
         now = job_transitions.db_now()
@@ -443,13 +483,15 @@ def job_preview(
     return cron_preview(cron, timezone_name, start=after, count=count, until=end_at)
 
 
-def job_run_submit(*, job_id: int, kick: bool = True) -> Run:
+def job_run_submit(*, job_id: int, by_staff: bool, kick: bool = True) -> Run:
     """Start a run of `job_id` now, as an occurrence at the database's now: its workflow,
     input, owner and priority; correlation id `job:<id>`. Invariant: a non-idempotent job never
     has two unfinished runs (the job row is locked while we look); raises JobBusy instead.
-    Ignores the overlap policy (`job_run_now` obeys it). Transaction: one atomic block."""
+    Staff-only work someone may not schedule raises WorkflowNotPermitted. Ignores the overlap
+    policy (`job_run_now` obeys it). Transaction: one atomic block."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
+        _permit_job(job, by_staff=by_staff)
         if not job.idempotent:
             going = (
                 Run.objects.filter(job_id=job.pk, state__in=Run.UNFINISHED_STATES)

@@ -20,8 +20,9 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from scheduler import job_transitions
+from scheduler.job_selectors import owners_staff
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
-from scheduler.workflows import WorkflowInputError
+from scheduler.workflows import WorkflowInputError, workflow_permitted
 
 from .compensation import RunNotCancellable, run_cancel
 from .submit import RunSpec, run_validate_input, runs_submit_many
@@ -234,7 +235,9 @@ class FiringPlan:
 
     def apply(self) -> list[Firing]:
         """Write every decision: cancels, runs (bulk), history, queued rows, parked / deleted /
-        moved rows, firing counts, finished jobs. Transaction: the caller's."""
+        moved rows, firing counts, finished jobs. A start whose input is no longer valid, or
+        whose workflow is staff-only work while the job's owner is not staff (now), starts no
+        run: a history row says why. Transaction: the caller's."""
         for run_id, job_id in self.cancels.items():
             # One that ended (or began compensating) meanwhile has nothing left to cancel.
             with contextlib.suppress(RunNotCancellable):
@@ -243,13 +246,46 @@ class FiringPlan:
         started: list[_Start] = []
         cleaned: dict[int, Any] = {}
         for start in self.starts:
-            job, firing = start.job, start.firing
+            job = start.job
             if job.id not in cleaned:
                 try:
                     cleaned[job.id] = run_validate_input(workflow=job.workflow, input=job.input)
                 except WorkflowInputError as exc:
                     cleaned[job.id] = exc
+        # Who may run staff-only work is asked at every firing, not only when the job was saved:
+        # a workflow that became staff-only, or an owner no longer staff, stops the job's runs.
+        # One query per batch, and none when every start is customer-schedulable work.
+        staff = owners_staff(
+            owner_ids={
+                s.job.owner_id
+                for s in self.starts
+                if isinstance(cleaned[s.job.id], tuple) and not cleaned[s.job.id][0].customer_schedulable
+            }
+        )
+        for start in self.starts:
+            job, firing = start.job, start.firing
             value = cleaned[job.id]
+            if not isinstance(value, WorkflowInputError) and not workflow_permitted(
+                value[0], staff=job.owner_id in staff
+            ):
+                firing.outcome = "skipped"
+                firing.reason = (
+                    f"not permitted: {job.workflow!r} is staff-only work and the job's owner is not staff"
+                )
+                self.history.append(
+                    TaskExecutionHistory(
+                        job_id=job.id,
+                        kind=History.Kind.JOB,
+                        status=History.Status.SKIPPED,
+                        scheduled_for=firing.scheduled_for,
+                        retry_count=firing.attempt,
+                        worker=self.instance,
+                        detail={"reason": firing.reason, "workflow": job.workflow},
+                        started_at=self.now,
+                        ended_at=self.now,
+                    )
+                )
+                continue
             if isinstance(value, WorkflowInputError):
                 firing.outcome, firing.reason = "skipped", f"input no longer valid: {value}"
                 self.history.append(

@@ -226,13 +226,14 @@ def test_job_pages__list_detail_and_runs_link__find_the_jobs_runs(
     from scheduler.services import job_create, job_run_submit
 
     job = job_create(
+        by_staff=False,
         owner_id=customer.id,
         name="nightly restock",
         workflow=ORDER_WORKFLOW,
         input={"items": [{"sku": "SKU-1", "quantity": 1}], "amount": "5.00", "currency": "EUR"},
         cron="0 3 * * *",
     )
-    run = job_run_submit(job_id=job.id)
+    run = job_run_submit(by_staff=False, job_id=job.id)
 
     listing = _text(staff_client.get(reverse("admin:scheduler_job_changelist")))
     assert "nightly restock" in listing and "0 3 * * *" in listing

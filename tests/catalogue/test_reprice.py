@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")
 
 @pytest.fixture
 def user(django_user_model):
-    return django_user_model.objects.create(username="carol")
+    # Repricing the shared catalogue is staff work.
+    return django_user_model.objects.create(username="carol", is_staff=True)
 
 
 def _claim(run):
@@ -37,7 +38,7 @@ def _first_ids(n):
 @pytest.mark.parametrize("percent", ["0", "abc", "-95", "1e3", "5.123", True, None])
 def test_reprice_submit__bad_percent__field_error_and_nothing_written(user, percent):
     with pytest.raises(WorkflowInputError) as caught:
-        reprice_submit(owner_id=user.id, percent=percent)
+        reprice_submit(owner_id=user.id, by_staff=True, percent=percent)
 
     assert "percent" in caught.value.errors
     assert not Run.objects.exists()
@@ -52,7 +53,7 @@ def test_seed__generate_series__adds_the_rows_once_if_empty():
 def test_page__applies_one_page_and_moves_the_checkpoint_in_one_transaction(user):
     catalogue_seed(rows=2500)
     prices = dict(Product.objects.values_list("id", "price"))
-    run = reprice_submit(owner_id=user.id, percent="10")
+    run = reprice_submit(owner_id=user.id, by_staff=True, percent="10")
     claim = _claim(run)
 
     assert reprice.perform_page(**claim.message()) == "accepted"  # its continue reply
@@ -73,7 +74,7 @@ def test_page__applies_one_page_and_moves_the_checkpoint_in_one_transaction(user
 
 def test_page__its_transaction_fails_midway__leaves_no_partial_effect(user):
     catalogue_seed(rows=2500)
-    run = reprice_submit(owner_id=user.id, percent="10")
+    run = reprice_submit(owner_id=user.id, by_staff=True, percent="10")
     claim = _claim(run)
     # The 500th product of the first page refuses its update: rows before it were already
     # updated in the page's transaction when it fails.
@@ -128,7 +129,11 @@ def test_job__dispatcher_fires_a_reprice_in_bulk__checkpoint_written_and_first_p
 
     catalogue_seed(rows=1500)
     job = job_create(
-        owner_id=user.id, name="reprice now", workflow="catalogue.reprice", input={"percent": "2"}
+        by_staff=True,
+        owner_id=user.id,
+        name="reprice now",
+        workflow="catalogue.reprice",
+        input={"percent": "2"},
     )
 
     assert jobs_dispatch(instance="test").started == 1

@@ -93,7 +93,7 @@ def test_reprice__worker_killed_mid_page__resumes_from_checkpoint_each_page_appl
     engine: Any, demo_user: Any, long_worker: Proc, catalogue: None
 ) -> None:
     catalogue_seed(rows=6000)  # 6 pages of 1,000
-    run = reprice_submit(owner_id=demo_user.id, percent="10")
+    run = reprice_submit(owner_id=demo_user.id, by_staff=True, percent="10")
     wait_for(
         lambda: RepriceLedger.objects.filter(run_id=run.id).count() >= 2,
         timeout=30,
@@ -142,7 +142,7 @@ def test_reprice__page_misses_its_deadline__not_applied__taken_back__each_page_o
     first = Product.objects.aggregate(first=Min("id"))["first"]
     stall(product_id=first + 2500, seconds=600)  # midway through the third page
     log_offset = len(long_worker.log())
-    run = reprice_submit(owner_id=demo_user.id, percent="10")
+    run = reprice_submit(owner_id=demo_user.id, by_staff=True, percent="10")
     lease = wait_for(
         lambda: stalled_lease(django_query, str(run.id)),
         timeout=30,
@@ -173,7 +173,7 @@ def test_reprice__worker_frozen_mid_page__the_database_ends_the_page__taken_back
     the step back while the worker is still frozen; resumed, the worker finds its page gone and
     writes nothing."""
     catalogue_seed(rows=4000)
-    run = reprice_submit(owner_id=demo_user.id, percent="10")
+    run = reprice_submit(owner_id=demo_user.id, by_staff=True, percent="10")
     wait_for(
         lambda: RepriceLedger.objects.filter(run_id=run.id).exists(), timeout=30, what="a page committed"
     )

@@ -434,7 +434,7 @@ from django.contrib.auth import get_user_model
 from catalogue.services import catalogue_seed, reprice_submit
 user, _ = get_user_model().objects.get_or_create(username="outage")
 catalogue_seed(rows=%d)
-print("RUN=" + str(reprice_submit(owner_id=user.id, percent="10").id))
+print("RUN=" + str(reprice_submit(owner_id=user.id, by_staff=True, percent="10").id))
 """
 
 

@@ -89,7 +89,7 @@ def web(user: Any) -> Client:
 
 
 # A workflow this app has never heard of, registered the way any app registers one (schedulable
-# tasks and HTTP calls do the same): the form and the API must offer it and show its own input
+# tasks and HTTP calls do the same): the form and the API must offer it (to customers: it says it is customer-schedulable) and show its own input
 # errors per key, with no code of their own for it.
 PROBE_WORKFLOW = "jobsui_probe"
 
@@ -114,6 +114,8 @@ def probe_workflow() -> str:
             Workflow(
                 name=PROBE_WORKFLOW,
                 validate=_probe_validate,
+                # Offered to customers too (the tests' users are not staff).
+                customer_schedulable=True,
                 steps=[StepDef(name="call", operation="agents.jobsui_probe.call")],
             )
         )

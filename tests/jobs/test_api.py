@@ -328,7 +328,7 @@ def test_create__workflow_input_errors__under_input_by_key(api: APIClient) -> No
     assert set(response.json()) == {"input"} and "amount" in response.json()["input"], response.json()
 
 
-def test_create__any_registered_workflow__its_own_errors_under_input(api: APIClient) -> None:
+def test_create__any_customer_schedulable_workflow__its_own_errors_under_input(api: APIClient) -> None:
     workflow = probe_workflow()
     counts = row_counts()
 

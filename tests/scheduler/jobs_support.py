@@ -16,7 +16,9 @@ from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
 def new_job(user: Any, name: str = "j", **kwargs: Any) -> Job:
     kwargs.setdefault("cron", "0 * * * *")
-    return job_create(owner_id=user.id, name=name, workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, **kwargs)
+    return job_create(
+        by_staff=False, owner_id=user.id, name=name, workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, **kwargs
+    )
 
 
 def past_occurrence(job: Job, *, back: int = 0) -> datetime:

@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")
 
 def test_job_create__recurring__stored_with_cleaned_input_and_normalised_cron(user):
     job = job_create(
+        by_staff=False,
         owner_id=user.id,
         name="nightly",
         workflow=ENGINE_WORKFLOW,
@@ -79,7 +80,7 @@ def test_job_create__bad_input__field_error_and_nothing_written(user, overrides,
     kwargs = {"owner_id": user.id, "name": "j", "workflow": ENGINE_WORKFLOW, "input": ENGINE_INPUT}
 
     with pytest.raises(WorkflowInputError) as excinfo:
-        job_create(**{**kwargs, **overrides})
+        job_create(by_staff=False, **{**kwargs, **overrides})
 
     assert field in excinfo.value.errors, excinfo.value.errors
     assert Job.objects.count() == 0 and ScheduledJob.objects.count() == 0
@@ -88,6 +89,7 @@ def test_job_create__bad_input__field_error_and_nothing_written(user, overrides,
 def test_job_create__every_error_at_once(user):
     with pytest.raises(WorkflowInputError) as excinfo:
         job_create(
+            by_staff=False,
             owner_id=user.id,
             name="",
             workflow=ENGINE_WORKFLOW,
@@ -105,6 +107,7 @@ def test_job_create__schedule_already_over__refused(user):
 
     with pytest.raises(WorkflowInputError) as excinfo:
         job_create(
+            by_staff=False,
             owner_id=user.id,
             name="j",
             workflow=ENGINE_WORKFLOW,
@@ -118,10 +121,10 @@ def test_job_create__schedule_already_over__refused(user):
 
 
 def test_job_create__same_name_twice__refused(user):
-    job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
+    job_create(by_staff=False, owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
 
     with pytest.raises(WorkflowInputError) as excinfo:
-        job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
+        job_create(by_staff=False, owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
 
     assert "name" in excinfo.value.errors and Job.objects.count() == 1
 
@@ -132,9 +135,11 @@ def test_job_cron_constraint__recurring_without_cron__refused_by_database(user):
 
 
 def test_job_run_submit__run_carries_job_owner_priority_and_correlation(user):
-    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, priority=7)
+    job = job_create(
+        by_staff=False, owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, priority=7
+    )
 
-    run = job_run_submit(job_id=job.id)
+    run = job_run_submit(by_staff=False, job_id=job.id)
 
     assert run.job_id == job.id and run.owner_id == user.id and run.priority == 7
     assert run.correlation_id == f"job:{job.id}" and run.input == job.input
@@ -144,33 +149,52 @@ def test_job_run_submit__run_carries_job_owner_priority_and_correlation(user):
 
 def test_job_run_submit__non_idempotent_with_run_going__refused_until_it_ends(user):
     job = job_create(
-        owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, idempotent=False
+        by_staff=False,
+        owner_id=user.id,
+        name="j",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        idempotent=False,
     )
-    first = job_run_submit(job_id=job.id)
+    first = job_run_submit(by_staff=False, job_id=job.id)
 
     with pytest.raises(JobBusy) as excinfo:
-        job_run_submit(job_id=job.id)
+        job_run_submit(by_staff=False, job_id=job.id)
 
     assert excinfo.value.run_id == first.id
     assert Run.objects.filter(job=job).count() == 1
     run_cancel(run_id=first.id, actor="test")  # never claimed: cancelled at once
     assert Run.objects.get(pk=first.id).state == "cancelled"
-    second = job_run_submit(job_id=job.id)
+    second = job_run_submit(by_staff=False, job_id=job.id)
     assert second.id != first.id
 
 
 def test_job_run_submit__idempotent__runs_may_overlap(user):
-    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
+    job = job_create(by_staff=False, owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT)
 
-    runs = [job_run_submit(job_id=job.id) for _ in range(2)]
+    runs = [job_run_submit(by_staff=False, job_id=job.id) for _ in range(2)]
 
     assert len({r.id for r in runs}) == 2
 
 
 def test_job_update__schedule_changed__next_occurrence_recomputed_and_changes_returned(user):
-    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+    job = job_create(
+        by_staff=False,
+        owner_id=user.id,
+        name="j",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="@daily",
+    )
 
-    edit = job_update(job_id=job.id, actor="ann", cron="*/5 * * * *", timezone_name="Asia/Tokyo", max_retry=2)
+    edit = job_update(
+        by_staff=False,
+        job_id=job.id,
+        actor="ann",
+        cron="*/5 * * * *",
+        timezone_name="Asia/Tokyo",
+        max_retry=2,
+    )
 
     assert edit.changed["cron"] == ("@daily", "*/5 * * * *") and edit.changed["timezone"] == (
         "UTC",
@@ -179,7 +203,7 @@ def test_job_update__schedule_changed__next_occurrence_recomputed_and_changes_re
     row = ScheduledJob.objects.get(job=job, kind="next")
     assert row.scheduled_for.minute % 5 == 0
     assert row.scheduled_for - job_transitions.db_now() <= timedelta(minutes=5)
-    assert job_update(job_id=job.id, actor="bob", max_retry=2).changed == {}
+    assert job_update(by_staff=False, job_id=job.id, actor="bob", max_retry=2).changed == {}
     # Who edited which fields is in the job's history; the edit that changed nothing left no row.
     edits = TaskExecutionHistory.objects.filter(job=job, kind="operator")
     assert [(h.worker, h.detail) for h in edits] == [
@@ -199,27 +223,48 @@ def test_job_update__schedule_changed__next_occurrence_recomputed_and_changes_re
     ],
 )
 def test_job_update__bad_input__field_error_and_nothing_changed(user, changes, field):
-    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+    job = job_create(
+        by_staff=False,
+        owner_id=user.id,
+        name="j",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="@daily",
+    )
     before = (Job.objects.filter(pk=job.pk).values().get(), list(ScheduledJob.objects.values()))
 
     with pytest.raises(WorkflowInputError) as excinfo:
-        job_update(job_id=job.id, **changes)
+        job_update(by_staff=False, job_id=job.id, **changes)
 
     assert field in excinfo.value.errors
     assert (Job.objects.filter(pk=job.pk).values().get(), list(ScheduledJob.objects.values())) == before
 
 
 def test_job_update__recurring_to_one_off__needs_saying_so(user):
-    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
+    job = job_create(
+        by_staff=False,
+        owner_id=user.id,
+        name="j",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="@daily",
+    )
 
-    edit = job_update(job_id=job.id, cron="", recurring=False)
+    edit = job_update(by_staff=False, job_id=job.id, cron="", recurring=False)
 
     assert not edit.job.is_recurring and ScheduledJob.objects.get(job=job).kind == "next"
 
 
 def test_job_delete__runs_stay_unlinked_schedule_and_history_go(user):
-    job = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
-    fired = job_run_now(job_id=job.id)
+    job = job_create(
+        by_staff=False,
+        owner_id=user.id,
+        name="j",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="@daily",
+    )
+    fired = job_run_now(by_staff=False, job_id=job.id)
 
     snapshot = job_delete(job_id=job.id, actor="test")
 
@@ -290,11 +335,23 @@ def test_job_preview__bad_input__field_error(kwargs, field):
 
 def test_selectors__a_user_sees_and_reads_only_their_own_jobs(user, django_user_model):
     other = django_user_model.objects.create(username="eve")
-    mine = job_create(owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily")
-    theirs = job_create(
-        owner_id=other.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="@daily"
+    mine = job_create(
+        by_staff=False,
+        owner_id=user.id,
+        name="j",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="@daily",
     )
-    job_run_now(job_id=theirs.id)
+    theirs = job_create(
+        by_staff=False,
+        owner_id=other.id,
+        name="j",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="@daily",
+    )
+    job_run_now(by_staff=False, job_id=theirs.id)
 
     assert [j.pk for j in job_selectors.job_list(owner_id=user.id)] == [mine.pk]
     with pytest.raises(Job.DoesNotExist):

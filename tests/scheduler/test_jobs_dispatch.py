@@ -86,7 +86,7 @@ def test_dispatch__one_off_in_the_future__not_yet(user):
 
 def test_overlap_skip__previous_run_going__skipped_with_a_history_row(user):
     job = new_job(user)
-    first = job_run_now(job_id=job.id)
+    first = job_run_now(by_staff=False, job_id=job.id)
     t = make_due(job)
 
     dispatch()
@@ -100,11 +100,11 @@ def test_overlap_skip__previous_run_going__skipped_with_a_history_row(user):
 
 def test_overlap_buffer_one__starts_when_the_running_one_ends_and_buffers_only_one(user):
     job = new_job(user, overlap_policy="buffer_one")
-    job_run_now(job_id=job.id)
+    job_run_now(by_staff=False, job_id=job.id)
     (first,) = runs_of(job)
     buffered_t = make_due(job)
     dispatch()
-    second_try = job_run_now(job_id=job.id)
+    second_try = job_run_now(by_staff=False, job_id=job.id)
 
     assert runs_of(job) == [first]
     assert [h.scheduled_for for h in history(job, "buffered")] == [buffered_t]
@@ -122,7 +122,7 @@ def test_overlap_buffer_one__starts_when_the_running_one_ends_and_buffers_only_o
 
 def test_overlap_allow_all__runs_overlap(user):
     job = new_job(user, overlap_policy="allow_all")
-    job_run_now(job_id=job.id)
+    job_run_now(by_staff=False, job_id=job.id)
     make_due(job)
 
     dispatch()
@@ -133,7 +133,7 @@ def test_overlap_allow_all__runs_overlap(user):
 
 def test_overlap_cancel_other__running_one_cancelled_then_the_new_one_starts(user):
     job = new_job(user, overlap_policy="cancel_other")
-    job_run_now(job_id=job.id)
+    job_run_now(by_staff=False, job_id=job.id)
     (first,) = runs_of(job)
     t = make_due(job)
 
@@ -222,7 +222,7 @@ def test_retries__completed_or_cancelled__not_retried(user):
     job = new_job(user, max_retry=3, retry_backoff=0.001, overlap_policy="allow_all")
     make_due(job)
     dispatch()
-    job_run_now(job_id=job.id)
+    job_run_now(by_staff=False, job_id=job.id)
     first, second = runs_of(job)
     complete(first)
     cancel(second)
@@ -317,10 +317,10 @@ def test_run_now__obeys_the_overlap_policy(user):
     skip = new_job(user, "skip", max_firings=5)
     buffer = new_job(user, "buffer", overlap_policy="buffer_one")
 
-    started = job_run_now(job_id=skip.id)
-    skipped = job_run_now(job_id=skip.id)
-    job_run_now(job_id=buffer.id)
-    buffered = job_run_now(job_id=buffer.id)
+    started = job_run_now(by_staff=False, job_id=skip.id)
+    skipped = job_run_now(by_staff=False, job_id=skip.id)
+    job_run_now(by_staff=False, job_id=buffer.id)
+    buffered = job_run_now(by_staff=False, job_id=buffer.id)
 
     assert started.outcome == "started" and started.run_id == runs_of(skip)[0].id
     assert skipped.outcome == "skipped" and "still going" in skipped.reason and skipped.run_id is None
@@ -333,8 +333,8 @@ def test_backfill__past_range_fired_oldest_first_one_at_a_time_and_not_twice(use
     end = past_occurrence(job)
     start = past_occurrence(job, back=2)
 
-    queued = job_backfill(job_id=job.id, start=start, end=end)
-    again = job_backfill(job_id=job.id, start=start, end=end)
+    queued = job_backfill(by_staff=False, job_id=job.id, start=start, end=end)
+    again = job_backfill(by_staff=False, job_id=job.id, start=start, end=end)
     dispatch()
 
     assert len(queued.queued) == 3 and queued.already == [] and again.queued == []
@@ -343,7 +343,7 @@ def test_backfill__past_range_fired_oldest_first_one_at_a_time_and_not_twice(use
         complete(runs_of(job)[-1])
         dispatch()
     assert [r.scheduled_for for r in runs_of(job)] == queued.queued
-    assert job_backfill(job_id=job.id, start=start, end=end).already == queued.queued
+    assert job_backfill(by_staff=False, job_id=job.id, start=start, end=end).already == queued.queued
 
 
 @pytest.mark.parametrize(
@@ -358,7 +358,10 @@ def test_backfill__bad_range__field_error(user, delta_start, delta_end, field):
 
     with pytest.raises(WorkflowInputError) as excinfo:
         job_backfill(
-            job_id=job.id, start=now + timedelta(hours=delta_start), end=now + timedelta(hours=delta_end)
+            by_staff=False,
+            job_id=job.id,
+            start=now + timedelta(hours=delta_start),
+            end=now + timedelta(hours=delta_end),
         )
 
     assert field in excinfo.value.errors and not ScheduledJob.objects.filter(job=job, kind="queued").exists()
@@ -369,7 +372,7 @@ def test_backfill__one_off_job__refused(user):
     now = job_transitions.db_now()
 
     with pytest.raises(JobStateError):
-        job_backfill(job_id=job.id, start=now - timedelta(hours=2), end=now)
+        job_backfill(by_staff=False, job_id=job.id, start=now - timedelta(hours=2), end=now)
 
 
 def test_job_queries__named_statements_loaded_once_without_format_holes():

@@ -72,9 +72,14 @@ def test_browser__report_page_and_order_timeline__from_a_real_run(
     declined = order_submit(owner_id=user.pk, data={**ORDER, "card": "tok_decline"})
     clean = order_submit(owner_id=user.pk, data=ORDER)
     job = job_create(
-        owner_id=user.pk, name="hourly restock", workflow=ORDER_WORKFLOW, input=ORDER, cron="0 * * * *"
+        by_staff=False,
+        owner_id=user.pk,
+        name="hourly restock",
+        workflow=ORDER_WORKFLOW,
+        input=ORDER,
+        cron="0 * * * *",
     )
-    job_run = job_run_submit(job_id=job.pk)
+    job_run = job_run_submit(by_staff=False, job_id=job.pk)
     runs = [
         wait_run(r, FINISHED, timeout=60) for r in (retried.run_id, declined.run_id, clean.run_id, job_run.pk)
     ]

@@ -10,7 +10,10 @@ from scheduler.workflows import WorkflowInputError
 
 
 class Command(BaseCommand):
-    help = "Start a catalogue.reprice run (every product's price changed by --percent), owned by --user."
+    help = (
+        "Start a catalogue.reprice run (every product's price changed by --percent), owned by --user "
+        "(a staff user: repricing the shared catalogue is staff work)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--percent", required=True)
@@ -22,7 +25,7 @@ class Command(BaseCommand):
         except get_user_model().DoesNotExist:
             raise CommandError(f"no user {options['user']!r}") from None
         try:
-            run = reprice_submit(owner_id=owner.pk, percent=options["percent"])
+            run = reprice_submit(owner_id=owner.pk, by_staff=owner.is_staff, percent=options["percent"])
         except WorkflowInputError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"reprice run {run.pk} started; progress: /catalogue/reprices/{run.pk}/")

@@ -98,14 +98,24 @@
     timer = window.setTimeout(ask, 300);
   }
 
-  // Under the workflow select: what the chosen workflow does and the input it takes.
+  // Under the workflow select: what the chosen workflow does, the input it takes and an example
+  // input ("use it" copies it into the input box). Only workflows the user may pick are offered.
   var workflow = document.getElementById("id_workflow");
   var hint = document.getElementById("workflow-hint");
+  var example = document.getElementById("workflow-example");
+  var exampleText = document.getElementById("workflow-example-text");
+  var input = document.getElementById("id_input");
   var hints = JSON.parse(document.getElementById("workflow-hints").textContent);
   function showHint() {
-    hint.textContent = hints[workflow.value] || "";
+    var chosen = hints[workflow.value] || { text: "", example: "" };
+    hint.textContent = chosen.text;
     hint.classList.toggle("hidden", !hint.textContent);
+    exampleText.textContent = chosen.example;
+    example.classList.toggle("hidden", !chosen.example);
   }
+  document.getElementById("use-example").addEventListener("click", function () {
+    input.value = exampleText.textContent;
+  });
   workflow.addEventListener("change", showHint);
   showHint();
 
