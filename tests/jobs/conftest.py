@@ -89,8 +89,9 @@ def web(user: Any) -> Client:
 
 
 # A workflow this app has never heard of, registered the way any app registers one (schedulable
-# tasks and HTTP calls do the same): the form and the API must offer it (to customers: it says it is customer-schedulable) and show its own input
-# errors per key, with no code of their own for it.
+# tasks and HTTP calls do the same): the form and the API must offer it (to customers too: it
+# says it is customer-schedulable) and show its own input errors per key, with no code of their
+# own for it.
 PROBE_WORKFLOW = "jobsui_probe"
 
 
