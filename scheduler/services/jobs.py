@@ -110,15 +110,21 @@ def _clean(
 ) -> dict[str, Any]:
     """Every field checked; all errors at once, as a form does. Returns model field values.
     Raises WorkflowInputError; reads only (the name's uniqueness per owner). Staff-only work
-    for someone who may not schedule it is a `workflow` error, and its input is not looked at."""
+    for someone who may not schedule it raises WorkflowNotPermitted at once, alone (one error,
+    on `workflow`): nothing else of the request is looked at."""
     errors: dict[str, Any] = {}
     out: dict[str, Any] = {}
     try:
-        job_permit(workflow=get_workflow(str(data["workflow"])), owner_id=owner_id, by_staff=by_staff)
-        definition, cleaned = run_validate_input(workflow=data["workflow"], input=data["input"])
-        out["workflow"], out["input"] = definition.name, cleaned
-    except WorkflowInputError as exc:
+        wanted = get_workflow(str(data["workflow"]))
+    except WorkflowInputError as exc:  # unknown: reported with every other field's errors
         errors.update(exc.errors)
+    else:
+        job_permit(workflow=wanted, owner_id=owner_id, by_staff=by_staff)
+        try:
+            definition, cleaned = run_validate_input(workflow=wanted.name, input=data["input"])
+            out["workflow"], out["input"] = definition.name, cleaned
+        except WorkflowInputError as exc:
+            errors.update(exc.errors)
     name = str(data["name"]).strip()
     if not name or len(name) > 200:
         errors["name"] = "must be 1 to 200 characters"
