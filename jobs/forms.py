@@ -207,10 +207,12 @@ class JobForm(forms.ModelForm):
         choices = workflow_choices(staff=self.staff)
         self.workflow_hints = workflow_hints(staff=self.staff)
         job = self.instance
-        if job.pk is not None and job.workflow not in self.workflow_hints:
-            # A job of work this person may no longer pick: shown as it is, so the select does
-            # not quietly switch to another workflow; saving it is refused by the service.
-            choices.insert(0, (job.workflow, f"{job.workflow} - {STAFF_ONLY_MARK}, not available to you"))
+        # A value this person may not pick - a job of work that is staff-only now, or a forged
+        # POST shown again with its error - is shown as it is, marked, so the select does not
+        # quietly switch to another workflow; saving it is refused by the service.
+        current = str(self.data.get(self.add_prefix("workflow")) or "") if self.is_bound else job.workflow
+        if current and current not in self.workflow_hints:
+            choices.insert(0, (current, f"{current} - {STAFF_ONLY_MARK}, not available to you"))
         widget = self.fields["workflow"].widget
         assert isinstance(widget, forms.Select)
         widget.choices = choices

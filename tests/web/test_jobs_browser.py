@@ -4,6 +4,7 @@ pause banner, and the operators' job admin. Screenshots `jobs-*.png` in the arti
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,69 @@ def test_browser__jobs__list_form_with_live_preview_job_page_and_admin(
     job = Job.objects.get(owner=user)
     assert job.enabled and job.max_retry == 1 and job.timezone == "America/New_York"
     assert Run.objects.filter(job=job, state=Run.State.COMPLETED).count() == 1
+
+
+def test_browser__job_form__customer_offered_only_customer_work_with_description_and_example(
+    live_db: None, web_server: str, artifacts_dir: Path
+) -> None:
+    """Issue 18: a customer's form offers only the workflows customers may schedule, each with
+    what it does and an example input ("use it" copies it); a forged choice of internal work is
+    refused on the workflow field, nothing saved. Screenshots `jobs-11-*`, `jobs-12-*`."""
+    user = make_user("jobcust")  # not staff
+
+    with open_page(web_server) as page:
+        not_found = _record_404s(page)
+        _sign_in(page, user.username)
+        page.goto("/jobs/new/")
+        page.wait_for_selector("#workflow-hint")
+        options = page.eval_on_selector_all(
+            "#id_workflow option", "os => os.map(o => [o.value, o.textContent])"
+        )
+        chosen = page.input_value("#id_workflow")
+        http_hint = page.locator("#workflow-hint").inner_text()
+        http_example = page.locator("#workflow-example-text").inner_text()
+        example_visible = page.locator("#workflow-example").is_visible()
+        page.click("#use-example")
+        copied = page.input_value("#id_input")
+        page.screenshot(path=str(artifacts_dir / "jobs-11-form-customer-choices.png"), full_page=True)
+        page.select_option("#id_workflow", "order_fulfilment")
+        order_hint = page.locator("#workflow-hint").inner_text()
+        order_example = page.locator("#workflow-example-text").inner_text()
+
+        # A forged choice (the select edited in the page): the service refuses it on the field.
+        page.evaluate(
+            """() => { const o = document.createElement('option'); o.value = 'webhook_delivery';
+                       o.textContent = 'forged'; document.getElementById('id_workflow').append(o); }"""
+        )
+        page.select_option("#id_workflow", "webhook_delivery")
+        page.fill("#id_name", "forged delivery")
+        page.fill(
+            "#id_input",
+            '{"delivery_id": 1, "url": "http://127.0.0.1:6379/", "body": "x", "headers": {}}',
+        )
+        page.fill("#id_cron", "* * * * *")
+        page.click("#save-job")
+        page.wait_for_selector("#field-workflow .error")
+        forged_error = page.locator("#field-workflow .error").inner_text()
+        forged_shown = page.input_value("#id_workflow")  # shown as posted, marked, not switched
+        page.screenshot(path=str(artifacts_dir / "jobs-12-form-forged-refused.png"), full_page=True)
+
+    values = [value for value, _ in options]
+    assert "order_fulfilment" in values and "http.call" in values, options
+    internal = (
+        "webhook_delivery",
+        "catalogue.reprice",
+        "exports.history_csv",
+        "task:webhooks.purge_deliveries",
+    )
+    assert not set(internal) & set(values), options
+    assert not [v for v in values if v.startswith("task:")], options
+    assert chosen == "http.call"
+    assert "HTTP request" in http_hint and example_visible
+    assert json.loads(http_example)["url"].endswith("/echo") and json.loads(copied) == json.loads(
+        http_example
+    )
+    assert "charge the card" in order_hint and json.loads(order_example)["items"], order_example
+    assert "'webhook_delivery' is staff-only work" in forged_error and forged_shown == "webhook_delivery"
+    assert not Job.objects.filter(owner=user).exists()
+    assert not_found == []
