@@ -300,3 +300,19 @@ def test_admin__customer__cannot_reach_it(web: Client) -> None:
         f"{ADMIN_JOBS}add/", {**FORM, "workflow": "catalogue.reprice", "input": '{"percent": "5"}'}
     )
     assert response.status_code == 302 and not Job.objects.exists()
+
+
+def test_admin_run_now__customers_legacy_internal_job__refused_with_a_message(
+    user: Any, other_user: Any
+) -> None:
+    client, _ = _staff_client("change_job", "view_job")
+    job = _legacy(
+        user, "task:webhooks.purge_deliveries", _input(other_user, "task:webhooks.purge_deliveries")
+    )
+    counts = row_counts()
+
+    response = client.post(f"{ADMIN_JOBS}{job.pk}/operate/run_now/", {"confirmed": "yes"}, follow=True)
+
+    text = html.unescape(response.content.decode())
+    assert "'task:webhooks.purge_deliveries' is staff-only work: the job's owner is not staff" in text
+    assert row_counts() == counts
