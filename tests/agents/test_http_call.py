@@ -9,9 +9,9 @@ import os
 from typing import Any
 
 import pytest
-from agents.egress import HTTP_JOB_POLICY, Target, UrlRefused, is_public, pattern_parse
 
 from agents.base import PermanentFault
+from agents.egress import HTTP_JOB_POLICY, Target, UrlRefused, is_public, pattern_parse
 from agents.http_call import HTTP_CALL_WORKFLOW, http_call, validate_http_call_input
 from scheduler.models import Run
 from scheduler.services import run_submit

@@ -11,7 +11,7 @@ from orders.services import order_submit
 from scheduler.models import Run, RunEvent
 from scheduler.services import run_cancel, step_claim_due, step_reply
 from webhooks.models import WebhookDelivery, WebhookSubscription
-from webhooks.services import webhook_deliveries_retry, webhook_secret_get_or_create
+from webhooks.services import webhook_deliveries_retry
 from webhooks.signing import signature_compute, signature_verify
 from webhooks.workflows import WEBHOOK_WORKFLOW
 
@@ -54,7 +54,9 @@ def test_signature__replayed_after_the_window__refused_and_timestamp_is_signed()
 
     assert signature_verify(secret="s3cret", body=b"{}", header=header, now=sent + 300)
     assert not signature_verify(secret="s3cret", body=b"{}", header=header, now=sent + 301)
-    assert not signature_verify(secret="s3cret", body=b"{}", header=f"t={sent + 301},v1={mac}", now=sent + 301)
+    assert not signature_verify(
+        secret="s3cret", body=b"{}", header=f"t={sent + 301},v1={mac}", now=sent + 301
+    )
     assert not signature_verify(secret="s3cret", body=b"{}", header=header, now=sent + 3600, tolerance=600)
     # A rotation may send two signatures; one matching is enough.
     assert signature_verify(secret="s3cret", body=b"{}", header=f"t={sent},v1=00,v1={mac}", now=sent)
