@@ -355,10 +355,11 @@ SAS: dict[str, Any] = {
 # never allowed.
 _SIMULATOR_URL = os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")
 _SIMULATOR_NETLOC = urlsplit(_SIMULATOR_URL).netloc
-# `http.call` jobs. Default: the simulator's `/echo` only (the demo's jobs); the simulator's
-# address is listed, so it is allowed as written without a private entry.
+# `http.call` jobs. Default: the simulator's `/echo` only (the demo's jobs). Its host:port is the
+# one private host (in Docker `simulator` resolves to a private address); the allowlist's path
+# scope still limits it to /echo.
 SAS_HTTP_JOB_ALLOWED_HOSTS = env_list("SAS_HTTP_JOB_ALLOWED_HOSTS", [f"{_SIMULATOR_NETLOC}/echo"])
-SAS_HTTP_JOB_PRIVATE_HOSTS = env_list("SAS_HTTP_JOB_PRIVATE_HOSTS", [])
+SAS_HTTP_JOB_PRIVATE_HOSTS = env_list("SAS_HTTP_JOB_PRIVATE_HOSTS", [_SIMULATOR_NETLOC])
 # Order callbacks (`callback_url`, webhooks/). Default: any public host; nothing private.
 SAS_CALLBACK_ALLOWED_HOSTS = env_list("SAS_CALLBACK_ALLOWED_HOSTS", ["*"])
 SAS_CALLBACK_PRIVATE_HOSTS = env_list("SAS_CALLBACK_PRIVATE_HOSTS", [])

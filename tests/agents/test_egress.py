@@ -31,7 +31,7 @@ SIM_NETLOC = urlsplit(SIM).netloc
 def defaults(settings: Any) -> None:
     """The shipped defaults (sasproject/settings.py), whatever the test suite's environment."""
     settings.SAS_HTTP_JOB_ALLOWED_HOSTS = [f"{SIM_NETLOC}/echo"]
-    settings.SAS_HTTP_JOB_PRIVATE_HOSTS = []
+    settings.SAS_HTTP_JOB_PRIVATE_HOSTS = [SIM_NETLOC]
     settings.SAS_CALLBACK_ALLOWED_HOSTS = ["*"]
     settings.SAS_CALLBACK_PRIVATE_HOSTS = []
     settings.SAS_EGRESS_DENIED = denied_defaults([SIM])

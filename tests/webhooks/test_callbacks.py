@@ -52,7 +52,7 @@ REFUSED = [
 def defaults(settings: Any) -> None:
     """The shipped defaults, not the test suite's (which lets webhooks reach 127.0.0.1)."""
     settings.SAS_HTTP_JOB_ALLOWED_HOSTS = [f"{urlsplit(SIM).netloc}/echo"]
-    settings.SAS_HTTP_JOB_PRIVATE_HOSTS = []
+    settings.SAS_HTTP_JOB_PRIVATE_HOSTS = [urlsplit(SIM).netloc]
     settings.SAS_CALLBACK_ALLOWED_HOSTS = ["*"]
     settings.SAS_CALLBACK_PRIVATE_HOSTS = []
     settings.SAS_EGRESS_DENIED = denied_defaults([SIM])
