@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agents.base import PermanentFault, TransientFault
+from agents.base import PermanentFault, TransientFault, remote_post
 from agents.egress import HTTP_JOB_POLICY, EgressPolicy, UrlRefused, egress_config_errors, path_normalise
 from agents.egress_http import egress_request
 from agents.http_call import http_call, validate_http_call_input
@@ -330,3 +330,45 @@ def test_call__error_body__excerpt_capped_and_one_line(settings: Any, hostile: l
         http_call(payload=payload, idempotency_key="k-e", timeout=5)
 
     assert "answered 200" in str(caught.value) and str(caught.value).count("x") <= 210
+
+
+# -- the order agents' calls to the remote services (a configured, trusted origin) -------------
+
+
+def test_remote_post__huge_answer__transient_fault_memory_capped(
+    settings: Any, hostile: list[HostileServer]
+) -> None:
+    server = _server(hostile, "huge")
+    settings.SAS = {
+        **settings.SAS,
+        "REMOTE_URLS": {**settings.SAS["REMOTE_URLS"], "payment": server.url("")},
+        "REMOTE_RESPONSE_MAX_BYTES": 1000,
+    }
+
+    with pytest.raises(TransientFault, match="more than 1000 bytes"):
+        remote_post(service="payment", path="/payment/charge", body={}, idempotency_key="k", timeout=10)
+
+    server.closed.wait(10)
+    assert server.sent < 16 * 1024 * 1024
+
+
+def test_remote_post__slow_drip__stopped_at_the_total_deadline(
+    settings: Any, hostile: list[HostileServer]
+) -> None:
+    server = _server(hostile, "drip", interval=0.05)
+    settings.SAS = {**settings.SAS, "REMOTE_URLS": {**settings.SAS["REMOTE_URLS"], "payment": server.url("")}}
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            remote_post(service="payment", path="/payment/charge", body={}, idempotency_key="k", timeout=1.0)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(60)
+
+    assert not thread.is_alive(), "the slow drip held the call past its deadline"
+    assert len(outcome) == 1 and isinstance(outcome[0], TransientFault) and "timed out" in str(outcome[0])
+    assert server.sent < 1000
