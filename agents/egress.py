@@ -217,11 +217,24 @@ def patterns_parse(entries: tuple[str, ...], path_allowed: bool = True) -> tuple
     return tuple(pattern_parse(entry, path_allowed=path_allowed) for entry in entries)
 
 
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
 def is_public(ip: IPAddress) -> bool:
-    """A globally routable unicast address (an IPv4-mapped IPv6 address is judged as IPv4).
-    Loopback, private, link-local, CGNAT (100.64/10), documentation, multicast: not public."""
+    """A globally routable unicast address. Loopback, private, link-local, CGNAT (100.64/10),
+    documentation, multicast: not public. An IPv6 address that carries an IPv4 one (mapped,
+    6to4, NAT64, the old IPv4-compatible form) must have a public IPv4 address in it too."""
     ip = _unmapped(ip)
-    return ip.is_global and not ip.is_multicast
+    if not ip.is_global or ip.is_multicast:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.sixtofour
+        if embedded is None and (ip in _IPV4_COMPATIBLE or any(ip in net for net in _NAT64)):
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is not None:
+            return is_public(embedded)
+    return True
 
 
 def _unmapped(ip: IPAddress) -> IPAddress:

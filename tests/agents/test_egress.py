@@ -27,6 +27,11 @@ SIM = os.environ["SIMULATOR_URL"]
 SIM_NETLOC = urlsplit(SIM).netloc
 
 
+def _id(value: object) -> str:
+    """Test ids without the simulator's port (each xdist worker has its own simulator)."""
+    return str(value).replace(SIM, "SIM")
+
+
 @pytest.fixture
 def defaults(settings: Any) -> None:
     """The shipped defaults (sasproject/settings.py), whatever the test suite's environment."""
@@ -78,13 +83,13 @@ BAD_TARGETS = [
 ]
 
 
-@pytest.mark.parametrize(("url", "reason"), BAD_TARGETS)
+@pytest.mark.parametrize(("url", "reason"), BAD_TARGETS, ids=_id)
 def test_callback_policy__default__refuses_internal_targets(defaults: None, url: str, reason: str) -> None:
     with pytest.raises(UrlRefused, match=reason):
         CALLBACK_POLICY.url_check(url)
 
 
-@pytest.mark.parametrize(("url", "reason"), BAD_TARGETS)
+@pytest.mark.parametrize(("url", "reason"), BAD_TARGETS, ids=_id)
 def test_http_job_input__default__refuses_internal_targets(defaults: None, url: str, reason: str) -> None:
     """Every target the callbacks refuse, a job refuses too (most already for not being on its
     allowlist, which is the simulator's /echo only)."""
@@ -123,6 +128,7 @@ def test_policies__default__public_callback_and_simulator_echo_allowed(defaults:
         f"{SIM}/echo//x",
         f"{SIM}//echo",
     ],
+    ids=_id,
 )
 def test_path_scope__outside_the_prefix_or_traversal__refused(defaults: None, url: str) -> None:
     with pytest.raises(UrlRefused):

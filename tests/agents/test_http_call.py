@@ -119,6 +119,12 @@ def test_url__tricky_or_unlisted__refused_with_the_reason(url: Any, reason: str)
         ("fc00::1", False),
         ("::ffff:127.0.0.1", False),  # IPv4-mapped loopback
         ("::ffff:10.0.0.1", False),
+        ("2002:7f00:1::", False),  # 6to4 carrying 127.0.0.1
+        ("2002:a00:1::", False),  # 6to4 carrying 10.0.0.1
+        ("2002:808:808::", True),
+        ("64:ff9b::7f00:1", False),  # NAT64 carrying 127.0.0.1
+        ("64:ff9b::808:808", True),
+        ("::7f00:1", False),  # IPv4-compatible 127.0.0.1
     ],
 )
 def test_is_public__addresses_table(address: str, public: bool) -> None:

@@ -74,7 +74,14 @@ def test_order_api__callback_to_internal_target__400_on_callback_url_nothing_wri
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("url", ["http://127.0.0.1:6379/", "http://169.254.169.254/", f"{SIM}/_faults"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("http://127.0.0.1:6379/", id="loopback"),
+        pytest.param("http://169.254.169.254/", id="metadata"),
+        pytest.param(f"{SIM}/_faults", id="simulator-faults"),
+    ],
+)
 def test_order_page__callback_to_internal_target__form_error_nothing_written(
     defaults: None, url: str
 ) -> None:
