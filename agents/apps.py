@@ -16,10 +16,10 @@ class AgentsConfig(AppConfig):
         # where each task is defined).
         from . import http_call, schedulable  # noqa: F401
 
-        checks.register(_check_http_allowlist)
+        checks.register(_check_egress_policies)
 
 
-def _check_http_allowlist(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .http_allowlist import allowlist_errors
+def _check_egress_policies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from .egress import egress_config_errors
 
-    return [checks.Error(message, id="agents.E001") for message in allowlist_errors()]
+    return [checks.Error(message, id="agents.E001") for message in egress_config_errors()]

@@ -14,6 +14,7 @@ An agent request carries step id, lease, complete-by, idempotency key and payloa
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -37,6 +38,7 @@ from scheduler.services import scheduler_instance_id, step_reply
 
 from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
 from .eager import run_with_next_steps
+from .outbound import bounded_client, excerpt, read_bounded, total_deadline
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +68,11 @@ _local = threading.local()
 
 
 def _http_client() -> httpx.Client:
-    """One pooled client per process (created after fork; prefork children must not share)."""
+    """One pooled client per process (created after fork; prefork children must not share).
+    Its socket operations obey `total_deadline` (agents/outbound.py)."""
     client: httpx.Client | None = getattr(_local, "client", None)
     if client is None or getattr(_local, "pid", None) != os.getpid():
-        client = httpx.Client(limits=httpx.Limits(max_connections=20, max_keepalive_connections=10))
+        client = bounded_client(max_connections=20, max_keepalive=10)
         _local.client = client
         _local.pid = os.getpid()
     return client
@@ -101,18 +104,34 @@ def transport_faults(what: str, *, timeout: float) -> Iterator[None]:
 def remote_post(
     *, service: str, path: str, body: dict[str, Any], idempotency_key: str, timeout: float
 ) -> Any:
-    """POST to a remote service. Returns the JSON body; raises TransientFault/PermanentFault."""
+    """POST to a remote service. Returns the JSON body; raises TransientFault/PermanentFault.
+    The whole call ends within `timeout` and at most REMOTE_RESPONSE_MAX_BYTES of the answer are
+    read: a configured service is trusted with our requests, not with our workers' memory."""
     url = settings.SAS["REMOTE_URLS"][service].rstrip("/") + path
-    with transport_faults(service, timeout=timeout):
-        response = _http_client().post(
-            url, json=body, headers={"Idempotency-Key": idempotency_key}, timeout=httpx.Timeout(timeout)
+    limit = int(settings.SAS["REMOTE_RESPONSE_MAX_BYTES"])
+    with transport_faults(service, timeout=timeout), total_deadline(timeout):
+        client = _http_client()
+        request = client.build_request(
+            "POST",
+            url,
+            json=body,
+            headers={"Idempotency-Key": idempotency_key, "Accept-Encoding": "identity"},
+            timeout=httpx.Timeout(timeout),
         )
-    if response.status_code >= 500 or response.status_code in TRANSIENT_STATUSES:
-        raise TransientFault(f"{service} answered {response.status_code}: {response.text[:200]}")
-    if response.status_code >= 400:
-        raise PermanentFault(f"{service} refused ({response.status_code}): {response.text[:500]}")
+        response = client.send(request, stream=True)
+        try:
+            data, truncated = read_bounded(response, limit)
+        finally:
+            response.close()
+    status = response.status_code
+    if status >= 500 or status in TRANSIENT_STATUSES:
+        raise TransientFault(f"{service} answered {status}: {excerpt(data)}")
+    if status >= 400:
+        raise PermanentFault(f"{service} refused ({status}): {excerpt(data, 500)}")
+    if truncated:
+        raise TransientFault(f"{service} sent more than {limit} bytes")
     try:
-        return response.json()
+        return json.loads(data)
     except ValueError as exc:
         raise TransientFault(f"{service} sent a body that is not JSON") from exc
 

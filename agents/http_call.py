@@ -8,26 +8,25 @@ sweep, and an `Idempotency-Key` header stable across attempts (`<run>:call`).
 Input (all validated before anything is written; errors name the field):
 
     {"method": "POST",                       # GET POST PUT PATCH DELETE HEAD
-     "url": "https://api.example.com/hook",  # http(s); host on the allowlist (http_allowlist)
+     "url": "https://api.example.com/hook",  # http(s); allowed by the egress policy (egress.py)
      "headers": {"Authorization": "..."},    # optional, str -> str; no hop-by-hop or Host
      "body": {"any": "JSON"} or "raw text",  # optional; JSON is sent as application/json
      "timeout": 10,                          # optional, seconds, at most the step's window
      "expected_status": [200, 201]}          # optional; default: any 2xx is success
 
 Outcome: an expected status (any 2xx by default) is success, and the step's result is
-{"status", "content_type", "body" (first RESPONSE_MAX_BYTES, decoded), "body_truncated"}.
+{"status", "content_type", "body" (first RESPONSE_MAX_BYTES, decoded), "body_truncated"}: the
+answer is read bounded (at most RESPONSE_MAX_BYTES, under the attempt's total deadline).
 5xx, 408, 425, 429, timeouts and connection errors are transient (the step retries per its
 policy); anything else (4xx, a redirect - never followed) is permanent: the step errors and
-the run ends Compensated, with the status and the start of the body in the step's error.
+the run ends Compensated, with the status and the first 200 characters of the body in the
+step's error.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,16 +36,10 @@ from django.conf import settings
 
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
 
-from .base import (
-    TRANSIENT_STATUSES,
-    AgentTask,
-    NotSentFault,
-    PermanentFault,
-    RetryPolicy,
-    TransientFault,
-    transport_faults,
-)
-from .http_allowlist import URL_MAX_LENGTH, UrlRefused, addresses_resolve, url_check
+from .base import TRANSIENT_STATUSES, AgentTask, PermanentFault, RetryPolicy, TransientFault
+from .egress import HTTP_JOB_POLICY, URL_MAX_LENGTH, UrlRefused
+from .egress_http import egress_request
+from .outbound import excerpt
 
 HTTP_CALL_WORKFLOW = "http.call"
 HTTP_CALL_OPERATION = "agents.http.call"
@@ -74,6 +67,7 @@ FORBIDDEN_HEADERS = frozenset(
         "transfer-encoding",
         "upgrade",
         "host",
+        "accept-encoding",
         "content-length",
         "idempotency-key",
     }
@@ -164,7 +158,7 @@ def validate_http_call_input(data: Mapping[str, Any]) -> dict[str, Any]:
     if method not in METHODS:
         errors["method"] = [f"must be one of {', '.join(METHODS)}"]
     try:
-        url = url_check(data.get("url")).url
+        url = HTTP_JOB_POLICY.url_check(data.get("url")).url
     except UrlRefused as exc:
         errors["url"] = [str(exc)]
         url = ""
@@ -197,7 +191,7 @@ HTTP_CALL_INPUT_SCHEMA: dict[str, Any] = {
             "type": "string",
             "format": "uri",
             "maxLength": URL_MAX_LENGTH,
-            "description": "http(s) URL whose host is on SAS_HTTP_JOB_ALLOWED_HOSTS",
+            "description": "http(s) URL allowed by SAS_HTTP_JOB_ALLOWED_HOSTS (host and path prefix)",
         },
         "headers": {
             "type": "object",
@@ -225,59 +219,13 @@ HTTP_CALL_INPUT_SCHEMA: dict[str, Any] = {
 
 # -- the agent ---------------------------------------------------------------------------------
 
-_local = threading.local()
-# Destinations with a pooled client kept per thread; the least recently used is closed past it.
-MAX_CLIENTS = 32
-
-
-def _client(host: str) -> httpx.Client:
-    """A pooled client per destination name, per thread (created after fork). Per name because
-    the connection goes to an address: a pool shared by two names on one address would send
-    one name's requests over a TLS connection verified for the other. Redirects are not
-    followed, and proxies from the environment are not used (the connection goes to the
-    checked address)."""
-    clients: OrderedDict[str, httpx.Client] | None = getattr(_local, "clients", None)
-    if clients is None or getattr(_local, "pid", None) != os.getpid():
-        clients = OrderedDict()
-        _local.clients = clients
-        _local.pid = os.getpid()
-    client = clients.pop(host, None)
-    if client is None:
-        client = httpx.Client(
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=10, max_keepalive_connections=4),
-        )
-        while len(clients) >= MAX_CLIENTS:
-            clients.popitem(last=False)[1].close()
-    clients[host] = client
-    return client
-
-
-def _read_bounded(response: httpx.Response, limit: int) -> tuple[str, bool]:
-    """The start of the body, decoded, and whether it was cut."""
-    data = bytearray()
-    for chunk in response.iter_bytes():
-        data += chunk
-        if len(data) > limit:
-            break
-    truncated = len(data) > limit
-    return bytes(data[:limit]).decode(response.encoding or "utf-8", errors="replace"), truncated
-
 
 def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: float) -> dict[str, Any]:
-    """Make one call described by a cleaned `http.call` input. Returns the step's result;
-    raises TransientFault / NotSentFault / PermanentFault."""
+    """Make one call described by a cleaned `http.call` input, under the jobs' egress policy
+    (checked again now: the settings may have changed since the job was saved). Returns the
+    step's result; raises TransientFault / NotSentFault / PermanentFault."""
     method, url = payload["method"], payload["url"]
-    try:
-        # Again at call time: the allowlist may have changed since the job was saved.
-        target = url_check(url)
-        addresses = addresses_resolve(target)
-    except UrlRefused as exc:
-        raise PermanentFault(f"{method} {url} refused: {exc}") from exc
-    except OSError as exc:
-        raise NotSentFault(f"{method} {url}: the host does not resolve: {exc}") from exc
-    headers = {**payload.get("headers", {}), "Idempotency-Key": idempotency_key, "Host": target.netloc}
+    headers = {**payload.get("headers", {}), "Idempotency-Key": idempotency_key}
     content: bytes | None = None
     body = payload.get("body")
     if isinstance(body, str):
@@ -289,43 +237,38 @@ def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: floa
     if payload.get("timeout"):
         timeout = min(timeout, float(payload["timeout"]))
     limit = int(_policy()["RESPONSE_MAX_BYTES"])
-    with transport_faults(f"{method} {url}", timeout=timeout):
-        # Connect to an address that was checked (the next one if it refuses: `localhost` may
-        # be ::1 first for a server on 127.0.0.1); the name still goes in Host and in TLS's SNI
-        # (the certificate is verified against it).
-        for index, address in enumerate(addresses):
-            request = _client(target.host).build_request(
-                method,
-                httpx.URL(url).copy_with(host=str(address)),
-                content=content,
-                headers=headers,
-                timeout=httpx.Timeout(timeout),
-                extensions={"sni_hostname": target.host} if target.ip is None else {},
-            )
-            try:
-                response = _client(target.host).send(request, stream=True)
-                break
-            except httpx.ConnectError:
-                if index == len(addresses) - 1:
-                    raise
-        try:
-            text, truncated = _read_bounded(response, limit)
-        finally:
-            response.close()
-    status = response.status_code
+    response = egress_request(
+        policy=HTTP_JOB_POLICY,
+        method=method,
+        url=url,
+        headers=headers,
+        content=content,
+        timeout=timeout,
+        max_bytes=limit,
+    )
+    status = response.status
     expected = payload.get("expected_status")
     if expected is not None and status in expected:
         pass
     elif status >= 500 or status in TRANSIENT_STATUSES:
-        raise TransientFault(f"{method} {url} answered {status}: {text[:200]}")
+        raise TransientFault(f"{method} {url} answered {status}: {excerpt(response.body)}")
     elif expected is not None or not 200 <= status < 300:
-        raise PermanentFault(f"{method} {url} answered {status}: {text[:500]}")
+        raise PermanentFault(f"{method} {url} answered {status}: {excerpt(response.body)}")
     return {
         "status": status,
         "content_type": response.headers.get("content-type", ""),
-        "body": text,
-        "body_truncated": truncated,
+        "body": response.body.decode(_charset(response.headers), errors="replace"),
+        "body_truncated": response.truncated,
     }
+
+
+def _charset(headers: httpx.Headers) -> str:
+    charset = httpx.Response(200, headers=headers).charset_encoding or "utf-8"
+    try:
+        "".encode(charset)
+    except LookupError:
+        return "utf-8"
+    return charset
 
 
 class HttpCallAgent(AgentTask):
@@ -336,7 +279,7 @@ class HttpCallAgent(AgentTask):
 
     def breaker_name(self, payload: dict[str, Any]) -> str:
         try:
-            return f"http:{url_check(payload.get('url')).netloc}"
+            return f"http:{HTTP_JOB_POLICY.url_check(payload.get('url')).netloc}"
         except UrlRefused:
             return "http:refused"
 

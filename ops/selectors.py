@@ -28,8 +28,8 @@ logger = logging.getLogger(__name__)
 
 # The remote services agents call through a circuit breaker (agents/breaker.py), always shown.
 BREAKER_SERVICES: tuple[str, ...] = ("inventory", "payment", "shipping")
-# Webhook deliveries have one breaker per subscriber host, "webhook:<host>" (webhooks/tasks.py);
-# those that exist in Redis are listed after the services, at most this many.
+# Webhook deliveries have one breaker per (owner, subscriber host), "webhook:<owner id>:<host>"
+# (webhooks/tasks.py); those that exist in Redis are listed after the services, at most this many.
 WEBHOOK_BREAKER_PREFIX = "webhook:"
 WEBHOOK_BREAKERS_SHOWN = 50
 

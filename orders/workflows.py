@@ -9,9 +9,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
+from webhooks.destinations import UrlRefused, webhook_url_check
 
 from .models import CURRENCIES, CURRENCY_MINOR_UNITS
 
@@ -27,9 +29,20 @@ _EXPONENT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][+-]?[0-9]+")
 _AMOUNT_FORMAT = 'must be a decimal number such as "12.50"'
 
 
-# Where webhooks may go: an absolute http(s) URL (webhooks/ POSTs each event there).
+# Where webhooks may go: an absolute http(s) URL (webhooks/ POSTs each event there) that the
+# callback egress policy allows (no loopback, private, link-local or metadata address, none of
+# the remote services' paths by default: webhooks/destinations.py).
 CALLBACK_URL_MAX_LENGTH = 2000
-callback_url_validator = URLValidator(schemes=["http", "https"])
+_http_url_validator = URLValidator(schemes=["http", "https"])
+
+
+def callback_url_validator(value: str) -> None:
+    """The callback URL rule the form, the API and the service all apply."""
+    _http_url_validator(value)
+    try:
+        webhook_url_check(url=value)
+    except UrlRefused as exc:
+        raise ValidationError(f"Not an allowed callback URL: {exc}.", code="callback_refused") from None
 
 
 class AmountError(ValueError):

@@ -37,6 +37,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def denied_defaults(origins: list[str]) -> list[str]:
+    """The egress deny list's default: the remote services' payment, inventory, shipping and
+    control (`/_...`) paths on each of their origins (`http://host:port[/base]`)."""
+    entries: list[str] = []
+    for origin in origins:
+        parts = urlsplit(origin)
+        for path in ("/payment", "/inventory", "/shipping", "/_"):
+            entry = f"{parts.netloc}{parts.path.rstrip('/')}{path}"
+            if parts.netloc and entry not in entries:
+                entries.append(entry)
+    return entries
+
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-secret-key-change-me-in-production")
 DEBUG = env_bool("DJANGO_DEBUG", True)
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
@@ -312,6 +325,9 @@ SAS: dict[str, Any] = {
     "BREAKER_FAILURE_THRESHOLD": int(os.environ.get("SAS_BREAKER_FAILURE_THRESHOLD", "5")),
     "BREAKER_RESET_TIMEOUT": env_float("SAS_BREAKER_RESET_TIMEOUT", 5.0),
     "BREAKER_REDIS_URL": os.environ.get("SAS_BREAKER_REDIS_URL", REDIS_URL),
+    # At most this much of a remote service's answer is read (the call's total deadline bounds
+    # the time): a larger answer is a transient fault (agents/outbound.py).
+    "REMOTE_RESPONSE_MAX_BYTES": int(os.environ.get("SAS_REMOTE_RESPONSE_MAX_BYTES", str(1024 * 1024))),
     # Where the remote services live. The simulator serves all three under one base URL.
     "REMOTE_URLS": {
         "inventory": os.environ.get(
@@ -329,14 +345,32 @@ SAS: dict[str, Any] = {
 # --------------------------------------------------------------------------------------------
 # Job targets (issue 8): HTTP-call jobs and @schedulable tasks. See docs/jobs-targets.md.
 # --------------------------------------------------------------------------------------------
-# Hosts an `http.call` job may call: `host`, `host:port`, `*.example.com`, or an IP address
-# written out (`203.0.113.7`, `[2001:db8::1]:8443`). Comma-separated in the environment.
-# Default: the simulator's host and port only (agents/http_allowlist.py).
-_SIMULATOR_NETLOC = urlsplit(os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")).netloc
-SAS_HTTP_JOB_ALLOWED_HOSTS = env_list("SAS_HTTP_JOB_ALLOWED_HOSTS", [_SIMULATOR_NETLOC])
-# Of those, the hosts that may be or resolve to a loopback / private / link-local address. Any
-# other name must resolve to public addresses only (checked at call time).
+# The egress policy (issue 18; agents/egress.py, docs/jobs-targets.md "The egress policy"): where
+# an outbound call a customer can aim may go. Entries: `host`, `host:port`, `*.example.com`, an
+# IP address written out (`203.0.113.7`, `[2001:db8::1]:8443`), `*` (any host, public addresses
+# only), each optionally scoped to a path prefix (`127.0.0.1:8055/echo`). Comma-separated in the
+# environment. `<PREFIX>_PRIVATE_HOSTS` (hosts only) may be or resolve to loopback / private /
+# link-local / CGNAT addresses; every other name must resolve to public addresses (checked at
+# call time, and the connection goes to the checked address). Cloud metadata endpoints are
+# never allowed.
+_SIMULATOR_URL = os.environ.get("SIMULATOR_URL", "http://127.0.0.1:8055")
+_SIMULATOR_NETLOC = urlsplit(_SIMULATOR_URL).netloc
+# `http.call` jobs. Default: the simulator's `/echo` only (the demo's jobs). Its host:port is the
+# one private host (in Docker `simulator` resolves to a private address); the allowlist's path
+# scope still limits it to /echo.
+SAS_HTTP_JOB_ALLOWED_HOSTS = env_list("SAS_HTTP_JOB_ALLOWED_HOSTS", [f"{_SIMULATOR_NETLOC}/echo"])
 SAS_HTTP_JOB_PRIVATE_HOSTS = env_list("SAS_HTTP_JOB_PRIVATE_HOSTS", [_SIMULATOR_NETLOC])
+# Order callbacks (`callback_url`, webhooks/). Default: any public host; nothing private.
+SAS_CALLBACK_ALLOWED_HOSTS = env_list("SAS_CALLBACK_ALLOWED_HOSTS", ["*"])
+SAS_CALLBACK_PRIVATE_HOSTS = env_list("SAS_CALLBACK_PRIVATE_HOSTS", [])
+# Refused by every policy, whatever it allows (a path here is a plain case-insensitive prefix,
+# matched against the URL's host and every address it resolves to). Default: the remote
+# services' payment, inventory, shipping and control (`/_faults`, `/_ledger`, `/_stats`: `/_`)
+# paths. SAS_EGRESS_DENIED_EXTRA adds entries to the default instead of replacing it.
+SAS_EGRESS_DENIED = env_list(
+    "SAS_EGRESS_DENIED",
+    denied_defaults([_SIMULATOR_URL, *SAS["REMOTE_URLS"].values()]),
+) + env_list("SAS_EGRESS_DENIED_EXTRA", [])
 # The `http.call` step's policy: one attempt's window (and the largest `timeout` an input may
 # ask for), attempts before it errors, backoff between attempts, the whole step's deadline
 # (bounds the wait while a host's breaker is open), and how much of a response body is kept.
@@ -348,6 +382,12 @@ SAS_HTTP_JOBS = {
     "STEP_DEADLINE": env_float("SAS_HTTP_JOB_STEP_DEADLINE", 300.0),
     "RESPONSE_MAX_BYTES": int(os.environ.get("SAS_HTTP_JOB_RESPONSE_MAX_BYTES", "4096")),
 }
+# How much of an answer a webhook delivery reads (it only needs the status; the rest is dropped
+# with the connection), under the attempt's total deadline (agents/outbound.py).
+SAS_WEBHOOK_RESPONSE_MAX_BYTES = int(os.environ.get("SAS_WEBHOOK_RESPONSE_MAX_BYTES", "4096"))
+# Webhook signatures cover `<timestamp>.<body>`; receivers refuse a timestamp older than this
+# (seconds), so a captured delivery cannot be replayed later (webhooks/signing.py).
+SAS_WEBHOOK_SIGNATURE_TOLERANCE = int(os.environ.get("SAS_WEBHOOK_SIGNATURE_TOLERANCE", "300"))
 
 # The order workflow's step policy (seconds / attempts). Short windows in tests come from here.
 SAS["ORDER_STEP_TIMEOUT"] = env_float("SAS_ORDER_STEP_TIMEOUT", 10.0)

@@ -40,9 +40,15 @@ os.environ.pop("SAS_BREAKER_REDIS_URL", None)
 os.environ["SIMULATOR_URL"] = f"http://127.0.0.1:{_free_port()}"
 for service in ("INVENTORY", "PAYMENT", "SHIPPING"):
     os.environ.pop(f"SAS_{service}_URL", None)
-# HTTP-call jobs may call the session's simulator only (the default allowlist).
-os.environ.pop("SAS_HTTP_JOB_ALLOWED_HOSTS", None)
-os.environ.pop("SAS_HTTP_JOB_PRIVATE_HOSTS", None)
+# HTTP-call jobs may call the session's simulator's /echo only (the default egress policy).
+for name in (
+    "SAS_HTTP_JOB_ALLOWED_HOSTS",
+    "SAS_HTTP_JOB_PRIVATE_HOSTS",
+    "SAS_CALLBACK_ALLOWED_HOSTS",
+    "SAS_EGRESS_DENIED",
+    "SAS_EGRESS_DENIED_EXTRA",
+):
+    os.environ.pop(name, None)
 TEST_ENV = {
     "SAS_ORDER_STEP_TIMEOUT": "3",
     "SAS_ORDER_QUEUE_TIMEOUT": "2",
@@ -69,6 +75,10 @@ TEST_ENV = {
     "SAS_HTTP_JOB_STEP_TIMEOUT": "5",
     "SAS_HTTP_JOB_BACKOFF_BASE": "0.2",
     "SAS_HTTP_JOB_BACKOFF_MAX": "1",
+    # Webhook tests deliver to receivers on this machine (127.0.0.1, any port): allowed for the
+    # test suite explicitly; the default (settings.py) allows no private address. Tests of the
+    # default set SAS_CALLBACK_PRIVATE_HOSTS back to [] (tests/webhooks/test_egress.py).
+    "SAS_CALLBACK_PRIVATE_HOSTS": "127.0.0.1",
     "DATABASE_CONN_MAX_AGE": "0",
     "LOG_LEVEL": "INFO",
 }

@@ -23,8 +23,9 @@ from django.utils import timezone
 from scheduler.models import Run, RunEvent, Step
 from scheduler.services import run_observe, run_submit
 
+from .destinations import webhook_url_check
 from .models import WebhookDelivery, WebhookSecret, WebhookSubscription
-from .signing import EVENT_ID_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADER, signature_compute
+from .signing import EVENT_ID_HEADER, SEQUENCE_HEADER
 from .workflows import WEBHOOK_WORKFLOW
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,15 @@ def webhook_secret_get_or_create(*, user_id: int) -> WebhookSecret:
     return secret
 
 
+def webhook_delivery_owner(*, delivery_id: int) -> int:
+    """The owner whose secret signs, and whose breaker guards, delivery `delivery_id`."""
+    return int(
+        WebhookDelivery.objects.filter(pk=delivery_id).values_list("subscription__owner_id", flat=True).get()
+    )
+
+
 def webhook_secret_rotate(*, user_id: int) -> WebhookSecret:
-    """A new secret for the user; deliveries started from now on are signed with it."""
+    """A new secret for the user; delivery attempts from now on are signed with it."""
     with transaction.atomic():
         secret = webhook_secret_get_or_create(user_id=user_id)
         secret.secret = secrets.token_hex(32)
@@ -62,10 +70,12 @@ def webhook_subscribe(
     *, run_id: uuid.UUID | str, owner_id: int, url: str, correlation_id: str
 ) -> WebhookSubscription:
     """Deliver the events of `run_id` to `url`, including those it already has (the "received"
-    event is written before the caller knows the run id).
+    event is written before the caller knows the run id). `url` must pass the callback egress
+    policy (UrlRefused otherwise; the order form and API check it first, field by field).
 
     Transaction: the caller's (order_submit's): the subscription commits with the run.
     """
+    webhook_url_check(url=url)
     with transaction.atomic():
         run_observe(run_id=run_id)
         subscription = WebhookSubscription.objects.create(
@@ -136,15 +146,17 @@ def _start_next(subscription: WebhookSubscription) -> WebhookDelivery | None:
     delivery = deliveries.filter(state=WebhookDelivery.State.PENDING).order_by("sequence").first()
     if delivery is None:
         return None
-    secret = webhook_secret_get_or_create(user_id=subscription.owner_id)
-    headers = {
-        SIGNATURE_HEADER: signature_compute(secret=secret.secret, body=delivery.body.encode()),
-        EVENT_ID_HEADER: str(delivery.event_uuid),
-        SEQUENCE_HEADER: str(delivery.sequence),
-    }
+    # Signed by the agent at each attempt (the signature covers the attempt's timestamp).
+    headers = {EVENT_ID_HEADER: str(delivery.event_uuid), SEQUENCE_HEADER: str(delivery.sequence)}
     run = run_submit(
         workflow=WEBHOOK_WORKFLOW,
-        input={"delivery_id": delivery.pk, "url": delivery.url, "body": delivery.body, "headers": headers},
+        input={
+            "delivery_id": delivery.pk,
+            "owner_id": subscription.owner_id,
+            "url": delivery.url,
+            "body": delivery.body,
+            "headers": headers,
+        },
         owner_id=subscription.owner_id,
         priority=DELIVERY_PRIORITY,
         correlation_id=str(delivery.event_uuid),

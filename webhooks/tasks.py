@@ -2,74 +2,82 @@
 and the outbox's retention, `webhooks.purge_deliveries`, a task jobs can run (`@schedulable`).
 
 It is an `AgentTask` like the inventory or payment agents; only the remote call differs: the
-signed body goes to the subscriber's URL instead of a configured service, and the circuit breaker
-is per destination host, so one dead receiver does not make every other subscriber wait.
+signed body goes to the subscriber's URL (under the callback egress policy, webhooks/destinations.py)
+instead of a configured service, and the circuit breaker is per (owner, destination host), so
+one dead receiver does not make every other subscriber - nor another tenant on that host - wait.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from celery import shared_task
+from django.conf import settings
 
 from agents.base import TRANSIENT_STATUSES, AgentTask, PermanentFault, TransientFault
+from agents.egress_http import egress_request
+from agents.outbound import excerpt
 from agents.schedulable import schedulable
 from scheduler.workflows import WorkflowInputError
 
-from .services import webhook_deliveries_purge
-from .signing import TIMESTAMP_HEADER
+from .destinations import CALLBACK_POLICY
+from .services import webhook_deliveries_purge, webhook_delivery_owner, webhook_secret_get_or_create
+from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature_compute
 
-_local = threading.local()
 
-
-def _client() -> httpx.Client:
-    """One pooled client per process (created after fork); redirects are not followed."""
-    client: httpx.Client | None = getattr(_local, "client", None)
-    if client is None or getattr(_local, "pid", None) != os.getpid():
-        client = httpx.Client(
-            follow_redirects=False, limits=httpx.Limits(max_connections=20, max_keepalive_connections=10)
-        )
-        _local.client = client
-        _local.pid = os.getpid()
-    return client
+def _owner_id(payload: dict[str, Any]) -> int:
+    # Deliveries started before the owner went into the input: from the outbox row.
+    owner_id = payload.get("owner_id")
+    if owner_id is None:
+        return webhook_delivery_owner(delivery_id=payload["delivery_id"])
+    return int(owner_id)
 
 
 class WebhookAgent(AgentTask):
     service = "webhook"
 
     def breaker_name(self, payload: dict[str, Any]) -> str:
-        return f"webhook:{urlsplit(str(payload.get('url', ''))).netloc}"
+        """Per (owner, host): one tenant's failing endpoint opens that tenant's breaker only;
+        another tenant's deliveries to the same host are not held back by it."""
+        netloc = urlsplit(str(payload.get("url", ""))).netloc.lower()
+        return f"webhook:{_owner_id(payload)}:{netloc}"
 
     def call_remote(self, *, path: str, payload: dict[str, Any], idempotency_key: str, timeout: float) -> Any:
-        """POST the stored body, byte for byte, with its signature headers. 2xx is delivered;
-        timeouts, connection errors, 5xx, 408/425/429 are retried; any other answer (4xx, a
-        redirect) is a refusal and the delivery is given up."""
+        """POST the stored body, byte for byte, signed now (`t=<now>,v1=<HMAC of "t.body">`),
+        under the callback egress policy (checked, resolved and pinned at this attempt), reading
+        at most SAS_WEBHOOK_RESPONSE_MAX_BYTES of the answer within the attempt's deadline. 2xx
+        is delivered; timeouts, connection errors, 5xx, 408/425/429 are retried; any other
+        answer (4xx, a redirect - never followed) or a refused URL gives the delivery up."""
+        body = payload["body"].encode()
+        owner_id = _owner_id(payload)
+        timestamp = int(time.time())
+        secret = webhook_secret_get_or_create(user_id=owner_id).secret
         headers = {
-            **payload["headers"],
+            **{k: v for k, v in payload["headers"].items() if k.lower() != SIGNATURE_HEADER.lower()},
             "Content-Type": "application/json",
             "User-Agent": "sasproject-webhooks/1",
             "Idempotency-Key": idempotency_key,
-            TIMESTAMP_HEADER: str(int(time.time())),
+            TIMESTAMP_HEADER: str(timestamp),
+            SIGNATURE_HEADER: signature_compute(secret=secret, body=body, timestamp=timestamp),
         }
         url = payload["url"]
-        try:
-            response = _client().post(
-                url, content=payload["body"].encode(), headers=headers, timeout=httpx.Timeout(timeout)
-            )
-        except httpx.TimeoutException as exc:
-            raise TransientFault(f"webhook {url} timed out after {timeout:.2f}s") from exc
-        except httpx.TransportError as exc:
-            raise TransientFault(f"webhook {url} unreachable: {exc.__class__.__name__}: {exc}") from exc
-        if response.status_code >= 500 or response.status_code in TRANSIENT_STATUSES:
-            raise TransientFault(f"webhook {url} answered {response.status_code}: {response.text[:200]}")
-        if not 200 <= response.status_code < 300:
-            raise PermanentFault(f"webhook {url} refused ({response.status_code}): {response.text[:500]}")
-        return {"status_code": response.status_code}
+        response = egress_request(
+            policy=CALLBACK_POLICY,
+            method="POST",
+            url=url,
+            headers=headers,
+            content=body,
+            timeout=timeout,
+            max_bytes=int(settings.SAS_WEBHOOK_RESPONSE_MAX_BYTES),
+        )
+        status = response.status
+        if status >= 500 or status in TRANSIENT_STATUSES:
+            raise TransientFault(f"webhook {url} answered {status}: {excerpt(response.body)}")
+        if not 200 <= status < 300:
+            raise PermanentFault(f"webhook {url} refused ({status}): {excerpt(response.body)}")
+        return {"status_code": status}
 
 
 @shared_task(name="agents.webhook.deliver", bind=True, base=WebhookAgent)

@@ -2,7 +2,8 @@
 
 It is an ordinary workflow, so a delivery gets everything a remote call gets: a complete-by
 window, retries with backoff and jitter inside the attempt, the scheduler's backoff between
-attempts, a circuit breaker per destination host, and the supervisor's sweep. A delivery that
+attempts, a circuit breaker per (owner, destination host), and the supervisor's sweep. The URL
+is checked by the callback egress policy at every attempt (webhooks/destinations.py). A delivery that
 runs out of attempts ends in Error (its run Compensated: there is nothing to undo), which the
 webhooks app records as "given up".
 """
@@ -27,6 +28,10 @@ def validate_delivery_input(data: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("url", "body"):
         if not isinstance(data.get(key), str) or not data.get(key):
             errors[key] = ["must be a non-empty string"]
+    if data.get("owner_id") is not None and (
+        not isinstance(data.get("owner_id"), int) or isinstance(data.get("owner_id"), bool)
+    ):
+        errors["owner_id"] = ["must be an integer"]
     headers = data.get("headers")
     if not isinstance(headers, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
@@ -35,12 +40,15 @@ def validate_delivery_input(data: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         raise WorkflowInputError(errors)
     assert isinstance(headers, Mapping)
-    return {
+    cleaned = {
         "delivery_id": data["delivery_id"],
         "url": data["url"],
         "body": data["body"],
         "headers": dict(headers),
     }
+    if data.get("owner_id") is not None:
+        cleaned["owner_id"] = data["owner_id"]
+    return cleaned
 
 
 def _payload(ctx: StepContext) -> dict[str, Any]:

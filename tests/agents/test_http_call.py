@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agents.base import PermanentFault
-from agents.http_allowlist import Target, UrlRefused, addresses_resolve, is_public, pattern_parse, url_check
+from agents.egress import HTTP_JOB_POLICY, Target, UrlRefused, is_public, pattern_parse
 from agents.http_call import HTTP_CALL_WORKFLOW, http_call, validate_http_call_input
 from scheduler.models import Run
 from scheduler.services import run_submit
@@ -47,7 +47,7 @@ def _allowlist(settings: Any) -> None:
     ],
 )
 def test_url__on_the_allowlist__accepted_and_normalised(url: str, host: str, port: int) -> None:
-    target = url_check(url)
+    target = HTTP_JOB_POLICY.url_check(url)
 
     assert (target.host, target.port) == (host, port)
 
@@ -65,7 +65,7 @@ def test_url__on_the_allowlist__accepted_and_normalised(url: str, host: str, por
         ("http://127.0.0.2:8055/", "not on the allowlist"),
         ("http://[::1]:8055/", "not on the allowlist"),
         ("http://[::ffff:127.0.0.1]:8055/", "not on the allowlist"),
-        ("http://169.254.169.254/latest/meta-data", "not on the allowlist"),
+        ("http://169.254.169.254/latest/meta-data", "metadata"),
         ("http://0.0.0.0:8055/", "not on the allowlist"),
         ("http://localhost:8055/", "not on the allowlist"),
         ("http://localhost:9000/", "loopback name"),  # allowed, but not as a private host
@@ -98,7 +98,7 @@ def test_url__on_the_allowlist__accepted_and_normalised(url: str, host: str, por
 )
 def test_url__tricky_or_unlisted__refused_with_the_reason(url: Any, reason: str) -> None:
     with pytest.raises(UrlRefused, match=reason):
-        url_check(url)
+        HTTP_JOB_POLICY.url_check(url)
 
 
 @pytest.mark.parametrize(
@@ -119,6 +119,12 @@ def test_url__tricky_or_unlisted__refused_with_the_reason(url: Any, reason: str)
         ("fc00::1", False),
         ("::ffff:127.0.0.1", False),  # IPv4-mapped loopback
         ("::ffff:10.0.0.1", False),
+        ("2002:7f00:1::", False),  # 6to4 carrying 127.0.0.1
+        ("2002:a00:1::", False),  # 6to4 carrying 10.0.0.1
+        ("2002:808:808::", True),
+        ("64:ff9b::7f00:1", False),  # NAT64 carrying 127.0.0.1
+        ("64:ff9b::808:808", True),
+        ("::7f00:1", False),  # IPv4-compatible 127.0.0.1
     ],
 )
 def test_is_public__addresses_table(address: str, public: bool) -> None:
@@ -128,16 +134,13 @@ def test_is_public__addresses_table(address: str, public: bool) -> None:
 def test_resolve__name_to_loopback__refused_unless_private_allowed() -> None:
     """The resolve-time check: a listed name that resolves to a private address is refused,
     unless the name is also a private host."""
-    target = Target(
-        url="http://localhost/", scheme="http", host="localhost", port=80, ip=None, private_ok=False
-    )
+    fields: dict[str, Any] = {"url": "http://localhost/", "scheme": "http", "host": "localhost", "port": 80}
+    target = Target(**fields, path="/", ip=None, private_ok=False, policy="test")
 
     with pytest.raises(UrlRefused, match="non-public address"):
-        addresses_resolve(target)
-    allowed = Target(
-        url="http://localhost/", scheme="http", host="localhost", port=80, ip=None, private_ok=True
-    )
-    assert any(a.is_loopback for a in addresses_resolve(allowed))
+        HTTP_JOB_POLICY.addresses_resolve(target)
+    allowed = Target(**fields, path="/", ip=None, private_ok=True, policy="test")
+    assert any(a.is_loopback for a in HTTP_JOB_POLICY.addresses_resolve(allowed))
 
 
 @pytest.mark.parametrize(
@@ -245,7 +248,7 @@ def test_submit__disallowed_url__refused_and_nothing_written(django_user_model: 
             owner_id=user.id,
         )
 
-    assert "not on the allowlist" in caught.value.errors["url"][0]
+    assert "metadata" in caught.value.errors["url"][0]
     assert Run.objects.count() == 0
 
 

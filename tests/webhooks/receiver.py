@@ -46,13 +46,15 @@ class Receiver:
 
     def unique_events(self, secret: str) -> list[dict[str, Any]]:
         """Accepted events, deduplicated by event id (as a receiver should), after checking every
-        request's signature and that a duplicate carries the same body."""
+        request's signature (over its timestamp and body) and that a duplicate carries the same
+        body."""
         seen: dict[str, bytes] = {}
         events: list[dict[str, Any]] = []
         for request in self.accepted():
-            assert signature_verify(
-                secret=secret, body=request.body, header=request.headers["X-SAS-Signature"]
-            )
+            # `t=<unix>,v1=<HMAC of "t.body">`, within the replay window; t is X-SAS-Timestamp.
+            header = request.headers["X-SAS-Signature"]
+            assert signature_verify(secret=secret, body=request.body, header=header)
+            assert header.startswith(f"t={request.headers['X-SAS-Timestamp']},v1=")
             event_id = request.headers["X-SAS-Event-Id"]
             assert request.json["event_id"] == event_id
             if event_id in seen:

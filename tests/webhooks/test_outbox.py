@@ -11,7 +11,7 @@ from orders.services import order_submit
 from scheduler.models import Run, RunEvent
 from scheduler.services import run_cancel, step_claim_due, step_reply
 from webhooks.models import WebhookDelivery, WebhookSubscription
-from webhooks.services import webhook_deliveries_retry, webhook_secret_get_or_create
+from webhooks.services import webhook_deliveries_retry
 from webhooks.signing import signature_compute, signature_verify
 from webhooks.workflows import WEBHOOK_WORKFLOW
 
@@ -35,13 +35,32 @@ def _finish_delivery(delivery: WebhookDelivery, outcome: str = "success") -> Non
 
 
 def test_signature__verify__accepts_own_rejects_tampered() -> None:
-    header = signature_compute(secret="s3cret", body=b'{"a":1}')
+    now = 1_764_000_000
+    header = signature_compute(secret="s3cret", body=b'{"a":1}', timestamp=now)
 
-    assert header.startswith("sha256=") and len(header) == 7 + 64
-    assert signature_verify(secret="s3cret", body=b'{"a":1}', header=header)
-    assert not signature_verify(secret="s3cret", body=b'{"a":2}', header=header)
-    assert not signature_verify(secret="other", body=b'{"a":1}', header=header)
-    assert not signature_verify(secret="s3cret", body=b'{"a":1}', header="")
+    assert header.startswith(f"t={now},v1=") and len(header) == len(f"t={now},v1=") + 64
+    assert signature_verify(secret="s3cret", body=b'{"a":1}', header=header, now=now)
+    assert not signature_verify(secret="s3cret", body=b'{"a":2}', header=header, now=now)
+    assert not signature_verify(secret="other", body=b'{"a":1}', header=header, now=now)
+    assert not signature_verify(secret="s3cret", body=b'{"a":1}', header="", now=now)
+
+
+def test_signature__replayed_after_the_window__refused_and_timestamp_is_signed() -> None:
+    """The signature covers `t.body`: an old delivery replayed is refused by the helper, and
+    moving its `t` forward breaks the HMAC."""
+    sent = 1_764_000_000
+    header = signature_compute(secret="s3cret", body=b"{}", timestamp=sent)
+    mac = header.split("v1=")[1]
+
+    assert signature_verify(secret="s3cret", body=b"{}", header=header, now=sent + 300)
+    assert not signature_verify(secret="s3cret", body=b"{}", header=header, now=sent + 301)
+    assert not signature_verify(
+        secret="s3cret", body=b"{}", header=f"t={sent + 301},v1={mac}", now=sent + 301
+    )
+    assert not signature_verify(secret="s3cret", body=b"{}", header=header, now=sent + 3600, tolerance=600)
+    # A rotation may send two signatures; one matching is enough.
+    assert signature_verify(secret="s3cret", body=b"{}", header=f"t={sent},v1=00,v1={mac}", now=sent)
+    assert not signature_verify(secret="s3cret", body=b"{}", header=f"v1={mac}", now=sent)
 
 
 def test_subscribe__order_with_callback__received_event_queued_and_in_flight(owner: Any) -> None:
@@ -54,10 +73,10 @@ def test_subscribe__order_with_callback__received_event_queued_and_in_flight(own
     assert body["event_id"] == str(delivery.event_uuid) == str(RunEvent.objects.get(run=order.run).event_id)
     run = delivery.delivery_run
     assert run is not None and run.workflow == WEBHOOK_WORKFLOW and run.owner_id == owner.id
-    headers = run.steps.get().payload["headers"]
-    secret = webhook_secret_get_or_create(user_id=owner.id).secret
-    assert signature_verify(secret=secret, body=delivery.body.encode(), header=headers["X-SAS-Signature"])
-    assert headers["X-SAS-Event-Id"] == body["event_id"]
+    payload = run.steps.get().payload
+    # Signed by the agent at each attempt (the signature covers its timestamp), not stored.
+    assert "X-SAS-Signature" not in payload["headers"] and payload["owner_id"] == owner.id
+    assert payload["headers"]["X-SAS-Event-Id"] == body["event_id"]
 
 
 def test_outbox__more_events__queued_in_order_one_in_flight(owner: Any) -> None:

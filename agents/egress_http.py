@@ -1,0 +1,112 @@
+"""One outbound call under an egress policy: checked, resolved once, pinned, bounded.
+
+`egress_request` is what every agent whose URL a customer chose calls (http.call jobs, order
+callbacks; alert webhooks later): the URL is checked by the policy again at call time (the
+settings may have changed since it was saved), the host is resolved once and every address
+checked, and the connection goes to a checked address - the name still goes in `Host` and in
+TLS's SNI (the certificate is verified against it), so there is no second lookup a DNS
+rebinding could answer differently. Redirects are never followed (a 3xx is the answer). The
+answer is read under the call's total deadline and capped (agents/outbound.py).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from .base import NotSentFault, PermanentFault, transport_faults
+from .egress import EgressPolicy, UrlRefused
+from .outbound import bounded_client, read_bounded, total_deadline
+
+_local = threading.local()
+# Destinations with a pooled client kept per thread; the least recently used is closed past it.
+MAX_CLIENTS = 32
+
+
+@dataclass(frozen=True)
+class EgressResponse:
+    status: int
+    headers: httpx.Headers
+    # At most the caller's `max_bytes` of the raw body.
+    body: bytes
+    truncated: bool
+
+
+def _client(key: str) -> httpx.Client:
+    """A pooled client per (policy, destination name), per thread (created after fork). Per
+    name because the connection goes to an address: a pool shared by two names on one address
+    would send one name's requests over a TLS connection verified for the other."""
+    clients: OrderedDict[str, httpx.Client] | None = getattr(_local, "clients", None)
+    if clients is None or getattr(_local, "pid", None) != os.getpid():
+        clients = OrderedDict()
+        _local.clients = clients
+        _local.pid = os.getpid()
+    client = clients.pop(key, None)
+    if client is None:
+        client = bounded_client(max_connections=10, max_keepalive=4)
+        while len(clients) >= MAX_CLIENTS:
+            clients.popitem(last=False)[1].close()
+    clients[key] = client
+    return client
+
+
+def egress_request(
+    *,
+    policy: EgressPolicy,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    content: bytes | None,
+    timeout: float,
+    max_bytes: int,
+) -> EgressResponse:
+    """Make one call to `url` if `policy` allows it. The whole call - connect, send, headers,
+    body - ends within `timeout` seconds; at most `max_bytes` of the body are read.
+
+    Raises PermanentFault (the policy refuses the URL or an address it resolves to),
+    NotSentFault (the name does not resolve, nothing reached a server) or the transport faults
+    of `transport_faults`."""
+    try:
+        target = policy.url_check(url)
+        addresses = policy.addresses_resolve(target)
+    except UrlRefused as exc:
+        raise PermanentFault(f"{method} {url} refused: {exc}") from exc
+    except OSError as exc:
+        raise NotSentFault(f"{method} {url}: the host does not resolve: {exc}") from exc
+    sent = {
+        **{k: v for k, v in headers.items() if k.lower() not in ("host", "accept-encoding")},
+        "Host": target.netloc,
+        # The body is read raw and capped: no compressed answer to inflate.
+        "Accept-Encoding": "identity",
+    }
+    client = _client(f"{policy.prefix}:{target.host}")
+    with transport_faults(f"{method} {target.url}", timeout=timeout), total_deadline(timeout):
+        # Connect to an address that was checked (the next one if it refuses: `localhost` may
+        # be ::1 first for a server on 127.0.0.1).
+        for index, address in enumerate(addresses):
+            request = client.build_request(
+                method,
+                httpx.URL(target.url).copy_with(host=str(address)),
+                content=content,
+                headers=sent,
+                timeout=httpx.Timeout(timeout),
+                extensions={"sni_hostname": target.host} if target.ip is None else {},
+            )
+            try:
+                response = client.send(request, stream=True)
+                break
+            except httpx.ConnectError:
+                if index == len(addresses) - 1:
+                    raise
+        try:
+            body, truncated = read_bounded(response, max_bytes)
+        finally:
+            response.close()
+    return EgressResponse(
+        status=response.status_code, headers=response.headers, body=body, truncated=truncated
+    )
