@@ -52,7 +52,7 @@ endef
 .PHONY: help venv install run test test-fast lint format chromium bench services-status stop-services clean-devdata
 
 help:
-	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start"
+	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode)"
 	echo "make test           install, lint (ruff, mypy, lint-imports) and pytest -- what CI runs"
 	echo "make lint           ruff check, ruff format --check, mypy, lint-imports"
 	echo "make test-fast      pytest only (PYTEST_ARGS='-k foo' to narrow)"
@@ -102,6 +102,10 @@ venv install: $(STAMP)
 # ---------------------------------------------------------------------------------------------
 run: $(STAMP)
 	@$(DEVSERVICES_ENV)
+	# The development profile (issue 19): DEBUG on for the web and beat (the Procfile turns it
+	# off for the workers), and demo mode, in which demo_setup creates the demo admin login.
+	# Nothing else sets these: settings default to DEBUG off, no demo admin.
+	export DJANGO_DEBUG="$${DJANGO_DEBUG:-1}" SAS_DEMO=1
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_setup
 	# The paginated-reprice demo's 100,000 products (once; a second or so).

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from .common import HOST, DevServicesError, State, devdata_lock, port_open, redact, wait_until
+from .common import HOST, DevServicesError, State, dev_secret_key, devdata_lock, port_open, redact, wait_until
 from .postgres import MACHINE_PG_PORT, EmbeddedPostgres, database_url, ensure_database
 from .redis import MACHINE_REDIS_PORT, EmbeddedRedis, redis_url
 
@@ -22,9 +22,11 @@ def cmd_env() -> int:
         db_url = database_url()
         ensure_database(db_url)
         broker_url = redis_url()
+        secret_key = os.environ.get("DJANGO_SECRET_KEY") or dev_secret_key()
     log.info("DATABASE_URL=%s REDIS_URL=%s", redact(db_url), redact(broker_url))
     print(f"export DATABASE_URL={shlex.quote(db_url)}")
     print(f"export REDIS_URL={shlex.quote(broker_url)}")
+    print(f"export DJANGO_SECRET_KEY={shlex.quote(secret_key)}")
     return 0
 
 
@@ -75,6 +77,8 @@ def cmd_urls(wait: bool) -> int:
         title += " -- Ctrl-C stops every process"
     user = os.environ.get("DEMO_ADMIN_USER", "admin")
     password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
+    # demo_setup creates that login only in demo mode (SAS_DEMO=1, set by `make run`).
+    login = f"login: {user} / {password}" if os.environ.get("SAS_DEMO") == "1" else "(no demo login: SAS_DEMO is off)"
     line = "=" * 78
     print(
         "\n".join(
@@ -83,7 +87,7 @@ def cmd_urls(wait: bool) -> int:
                 f" {title}",
                 "",
                 f"   Web          http://{HOST}:{web}/",
-                f"   Admin        http://{HOST}:{web}/admin/     login: {user} / {password}",
+                f"   Admin        http://{HOST}:{web}/admin/     {login}",
                 f"   API schema   http://{HOST}:{web}/api/schema/",
                 f"   Flower       http://{HOST}:{flower}/",
                 f"   Simulator    http://{HOST}:{simulator}/health  (faults: /_faults, stats: /_stats)",

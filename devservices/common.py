@@ -191,3 +191,19 @@ def redact(url: str) -> str:
     if ":" in credentials:
         credentials = credentials.split(":", 1)[0] + ":***"
     return f"{scheme}://{credentials}@{host}"
+
+
+def dev_secret_key() -> str:
+    """This checkout's own DJANGO_SECRET_KEY (`.devdata/django-secret-key`, made once, mode 0600).
+    A process with DEBUG off refuses the development key (settings.py, issue 19), and the
+    Procfile's workers and the benchmarks run with DEBUG off: they need a real one. Call it
+    under devdata_lock()."""
+    path = DEVDATA / "django-secret-key"
+    if not path.exists():
+        import secrets
+
+        DEVDATA.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()

@@ -14,6 +14,8 @@ tests/e2e/test_outage_live.py reproduces it with a shortened period.
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError
@@ -41,3 +43,16 @@ class OutageTolerantDatabaseScheduler(DatabaseScheduler):
             logger.exception("beat: cannot re-read the schedule from the database; keeping the one in memory")
             return self._schedule
         return result
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """One pass of beat's loop, and a touch of SAS_BEAT_HEARTBEAT_FILE when it is set: a
+        container's healthcheck reads the file's age (docker/compose.yml), so a beat that hangs
+        - not only one that exits - is seen (issue 19). A loop pass is at most
+        CELERY_BEAT_MAX_LOOP_INTERVAL (1 s) apart."""
+        interval: float = super().tick(*args, **kwargs)
+        if heartbeat := os.environ.get("SAS_BEAT_HEARTBEAT_FILE"):
+            try:
+                Path(heartbeat).touch()
+            except OSError:
+                logger.warning("beat: cannot touch its heartbeat file %s", heartbeat, exc_info=True)
+        return interval

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
@@ -23,9 +24,22 @@ admin.site.site_header = "sasproject operations"
 admin.site.site_title = "sasproject admin"
 admin.site.index_title = "Engine and orders"
 
+
+
+class FaviconRedirect(RedirectView):
+    """To the icon's static URL, looked up per request: at import, with DEBUG off, the hashed name
+    needs collectstatic's manifest, and commands that import the URLconf (check, migrate) must
+    not need it."""
+
+    permanent = True
+
+    def get_redirect_url(self, *args: Any, **kwargs: Any) -> str:
+        return static("orders/favicon.svg")
+
+
 urlpatterns = [
     # Pages link their icon; this answers clients that ask for /favicon.ico anyway.
-    path("favicon.ico", RedirectView.as_view(url=static("orders/favicon.svg"), permanent=True)),
+    path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -42,8 +56,5 @@ urlpatterns = [
     path("reports/", include("reports.urls")),
     path("", include("orders.urls")),
 ]
-# Static files (the admin's CSS, the pages' stylesheet) from the apps' folders while DEBUG is on,
-# as runserver did: `make run` serves the web with gunicorn. Empty when DEBUG is off - then run
-# collectstatic and serve STATIC_ROOT from the front web server.
-# https://docs.djangoproject.com/en/5.2/howto/static-files/#serving-static-files-during-development
-urlpatterns += staticfiles_urlpatterns()
+# Static files are served by whitenoise's middleware (settings.py, "production profile"), with
+# DEBUG on and off alike: no URL patterns for them here.

@@ -49,6 +49,15 @@ for name in (
     "SAS_EGRESS_DENIED_EXTRA",
 ):
     os.environ.pop(name, None)
+# The test settings (issue 19): DEBUG on in this process (pytest-django turns it off for each
+# test; on here keeps the plain static storage, no collectstatic), and a secret key of the
+# session's own, so worker subprocesses, which run with DEBUG off (conftest's worker_env), start.
+os.environ["DJANGO_DEBUG"] = "1"
+if os.environ.get("DJANGO_SECRET_KEY", "").startswith("dev-insecure") or not os.environ.get("DJANGO_SECRET_KEY"):
+    os.environ["DJANGO_SECRET_KEY"] = f"test-session-key-{os.getpid()}-{os.urandom(24).hex()}"
+# Human log lines, whatever the shell says (the JSON format has its own test).
+os.environ.pop("LOG_FORMAT", None)
+os.environ.pop("SAS_DEMO", None)
 TEST_ENV = {
     "SAS_ORDER_STEP_TIMEOUT": "3",
     "SAS_ORDER_QUEUE_TIMEOUT": "2",

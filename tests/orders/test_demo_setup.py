@@ -1,18 +1,32 @@
-"""`manage.py demo_setup` seeds recurring demo jobs of each kind a job can run, once."""
+"""`manage.py demo_setup` seeds recurring demo jobs of each kind a job can run, once - in demo
+mode only (issue 19: never a known admin login by default)."""
 
 from __future__ import annotations
 
 import io
 
 import pytest
-from django.core.management import call_command
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from pytest_django.fixtures import SettingsWrapper
 
 from scheduler.models import Job, ScheduledJob
 
 pytestmark = pytest.mark.django_db
 
 
-def test_demo_setup__recurring_jobs_of_each_kind_seeded_once_each_with_its_next_occurrence():
+def test_demo_setup__outside_demo_mode__refused_and_no_user_created(settings: SettingsWrapper) -> None:
+    settings.SAS_DEMO = False
+    with pytest.raises(CommandError, match=r"demo mode \(SAS_DEMO=1"):
+        call_command("demo_setup", stdout=io.StringIO())
+    assert not get_user_model().objects.filter(username="admin").exists()
+    assert not Job.objects.exists()
+
+
+def test_demo_setup__recurring_jobs_of_each_kind_seeded_once_each_with_its_next_occurrence(
+    settings: SettingsWrapper,
+) -> None:
+    settings.SAS_DEMO = True
     call_command("demo_setup", stdout=io.StringIO())
     out = io.StringIO()
     call_command("demo_setup", stdout=out)

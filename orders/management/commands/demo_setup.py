@@ -3,19 +3,28 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
     help = (
         "Create the demo admin user (admin/admin unless DEMO_ADMIN_* say otherwise), the periodic tasks "
         "and a few recurring demo jobs: the order workflow, a schedulable task, an HTTP call and the "
-        "catalogue's paginated reprice."
+        "catalogue's paginated reprice. Demo mode only (SAS_DEMO=1, which `make run` sets); a "
+        "deployment runs `setup_periodic_tasks` and creates its users with `createsuperuser`."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.SAS_DEMO:
+            # A known admin login on a reachable site is an open door (issue 19): never by default.
+            raise CommandError(
+                "demo_setup creates a demo admin with a known password and runs only in demo mode "
+                "(SAS_DEMO=1, set by `make run`). A deployment runs `manage.py setup_periodic_tasks` "
+                "and `manage.py createsuperuser` instead (docs/deploy.md)."
+            )
         username = os.environ.get("DEMO_ADMIN_USER", "admin")
         password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
         user_model = get_user_model()
