@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
+from sasproject.logs import log_context
 from scheduler.attempts import StartMark, attempt_start_mark
 from scheduler.services import scheduler_instance_id, step_reply
 
@@ -195,6 +196,34 @@ class AgentTask(Task):
         attempt: int = 1,
         start_by: str | None = None,
         timeout: float | None = None,
+    ) -> str:
+        # Every line this attempt logs (its tries, its reply's state change) names its step,
+        # lease and attempt (sasproject/logs.py: the JSON format's fields).
+        with log_context(step=step_id, lease=lease, attempt=attempt, operation=self.name):
+            return self._perform_attempt(
+                path=path,
+                step_id=step_id,
+                lease=lease,
+                complete_by=complete_by,
+                idempotency_key=idempotency_key,
+                payload=payload,
+                attempt=attempt,
+                start_by=start_by,
+                timeout=timeout,
+            )
+
+    def _perform_attempt(
+        self,
+        *,
+        path: str,
+        step_id: int,
+        lease: str,
+        complete_by: str,
+        idempotency_key: str,
+        payload: dict[str, Any],
+        attempt: int,
+        start_by: str | None,
+        timeout: float | None,
     ) -> str:
         outer = datetime.fromisoformat(complete_by)
         started = timezone.now()

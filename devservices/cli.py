@@ -78,7 +78,8 @@ def cmd_urls(wait: bool) -> int:
     user = os.environ.get("DEMO_ADMIN_USER", "admin")
     password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
     # demo_setup creates that login only in demo mode (SAS_DEMO=1, set by `make run`).
-    login = f"login: {user} / {password}" if os.environ.get("SAS_DEMO") == "1" else "(no demo login: SAS_DEMO is off)"
+    demo = os.environ.get("SAS_DEMO") == "1"
+    login = f"login: {user} / {password}" if demo else "(no demo login: SAS_DEMO is off)"
     line = "=" * 78
     print(
         "\n".join(

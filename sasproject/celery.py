@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import beat_init, celeryd_after_setup, setup_logging, task_postrun, task_prerun
 
-from sasproject import kombu_client_reuse, kombu_compat
+from sasproject import kombu_client_reuse, kombu_compat, logs
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sasproject.settings")
+logs.configure_early()
 
 kombu_compat.install()
 kombu_client_reuse.install()
@@ -19,6 +21,25 @@ kombu_client_reuse.install()
 app = Celery("sasproject")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Workers and beat log through settings.LOGGING (sasproject/logs.py: the text or JSON format,
+# quiet periodic tasks), not Celery's own handlers: a receiver of setup_logging replaces them.
+setup_logging.connect(logs.configure_celery_logging, weak=False)
+
+
+@celeryd_after_setup.connect
+def _name_worker_in_logs(sender: str, instance: Any = None, **kwargs: Any) -> None:
+    """JSON lines' `worker`: the node name (control@host), before the pool forks. With
+    LOG_FORMAT=json, no start-up banner either (Celery prints it right after this signal, as
+    plain text): every line of the output is then JSON."""
+    logs.set_worker_name(str(sender))
+    if instance is not None and logs.json_enabled():
+        instance.quiet = True
+
+
+@beat_init.connect
+def _name_beat_in_logs(**kwargs: Any) -> None:
+    logs.set_worker_name(f"beat@{socket.gethostname()}")
 
 
 @task_prerun.connect

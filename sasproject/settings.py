@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from sasproject.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -216,7 +218,9 @@ SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
 # themselves (no proxy overwriting it) would make every request look secure.
 # https://docs.djangoproject.com/en/5.2/ref/settings/#secure-proxy-ssl-header
 _proxy_ssl_header = env_list("DJANGO_SECURE_PROXY_SSL_HEADER", [])
-SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header[0], _proxy_ssl_header[1]) if len(_proxy_ssl_header) == 2 else None
+SECURE_PROXY_SSL_HEADER = (
+    (_proxy_ssl_header[0], _proxy_ssl_header[1]) if len(_proxy_ssl_header) == 2 else None
+)
 # The proxy's X-Forwarded-Host as the request's host (only behind a proxy that sets it).
 USE_X_FORWARDED_HOST = env_bool("DJANGO_USE_X_FORWARDED_HOST", False)
 SECURE_CONTENT_TYPE_NOSNIFF = env_bool("DJANGO_SECURE_CONTENT_TYPE_NOSNIFF", True)
@@ -241,9 +245,8 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 # content hash and are served compressed with a year's cache; a missing file is an error at
 # render, not a broken page. With DEBUG on (`make run`, the tests), straight from the apps'
 # folders (no collectstatic). https://whitenoise.readthedocs.io/en/stable/django.html
-MIDDLEWARE.insert(
-    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "whitenoise.middleware.WhiteNoiseMiddleware"
-)
+_SECURITY_MIDDLEWARE = MIDDLEWARE.index("django.middleware.security.SecurityMiddleware")
+MIDDLEWARE.insert(_SECURITY_MIDDLEWARE + 1, "whitenoise.middleware.WhiteNoiseMiddleware")
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 STORAGES = {
@@ -259,20 +262,20 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {
-        # Operator alerts are logged at ERROR on this logger besides being stored as rows.
-        "sas.alerts": {"level": "WARNING"},
-        # One INFO line per HTTP request is noise at agent volume.
-        "httpx": {"level": "WARNING"},
-        "httpcore": {"level": "WARNING"},
-    },
-}
+# --------------------------------------------------------------------------------------------
+# --- logs (issue 19) ---
+# One configuration for every process (web, workers, beat: sasproject/celery.py hands Celery's
+# logging to it). LOG_FORMAT: text (`time LEVEL logger message`, `make run`'s) or json (one
+# object per line; the engine's state changes carry run, step, lease, attempt, worker, event).
+# LOG_EVENTS: those state-change lines (logger sas.events) at INFO; on by default with json.
+# The periodic sweep, tick and dispatcher log nothing when they find nothing. sasproject/logs.py.
+# --------------------------------------------------------------------------------------------
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text").strip().lower() or "text"
+LOGGING = logging_config(
+    log_format=LOG_FORMAT,
+    level=os.environ.get("LOG_LEVEL", "INFO"),
+    events=env_bool("LOG_EVENTS", LOG_FORMAT == "json"),
+)
 
 # --------------------------------------------------------------------------------------------
 # Celery. Every non-default setting says why. Reference:

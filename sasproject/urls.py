@@ -25,7 +25,6 @@ admin.site.site_title = "sasproject admin"
 admin.site.index_title = "Engine and orders"
 
 
-
 class FaviconRedirect(RedirectView):
     """To the icon's static URL, looked up per request: at import, with DEBUG off, the hashed name
     needs collectstatic's manifest, and commands that import the URLconf (check, migrate) must

@@ -198,6 +198,7 @@ def _transitioned(data: dict[str, Any]) -> Transitioned:
 @dataclass
 class Succeeded(Transitioned):
     accepted: bool = False
+    step_id: int = 0
     run_id: str = ""
     operation: str = ""
     needs_payload: int | None = None
@@ -321,6 +322,7 @@ def step_succeed(
         claims=base.claims,
         events=base.events,
         accepted=data["outcome"] == "accepted",
+        step_id=int(data.get("step_id") or step_id),
         run_id=str(data.get("run_id") or ""),
         operation=data.get("operation") or "",
         needs_payload=data.get("needs_payload"),

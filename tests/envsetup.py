@@ -53,7 +53,7 @@ for name in (
 # test; on here keeps the plain static storage, no collectstatic), and a secret key of the
 # session's own, so worker subprocesses, which run with DEBUG off (conftest's worker_env), start.
 os.environ["DJANGO_DEBUG"] = "1"
-if os.environ.get("DJANGO_SECRET_KEY", "").startswith("dev-insecure") or not os.environ.get("DJANGO_SECRET_KEY"):
+if not os.environ.get("DJANGO_SECRET_KEY", "").strip() or os.environ["DJANGO_SECRET_KEY"].startswith("dev-"):
     os.environ["DJANGO_SECRET_KEY"] = f"test-session-key-{os.getpid()}-{os.urandom(24).hex()}"
 # Human log lines, whatever the shell says (the JSON format has its own test).
 os.environ.pop("LOG_FORMAT", None)

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from sasproject.logs import state_change
 from sasproject.redis_client import get_redis
 from scheduler import transitions
 from scheduler.models import Step
@@ -109,6 +110,7 @@ def claims_dispatch(claims: Sequence[Claim]) -> int:
         if keeper is not None and keeper.accepts(claim):
             keeper.kept.append(claim)
             keeper = None  # one per call: the rest of a batch goes to the queues
+            _claim_logged(claim, "step_kept", "kept to run in place")
             continue
         # Celery's time limits for the attempt: up to complete-by - or, for a heartbeat step
         # (whose heartbeats move complete-by on), up to its whole deadline; none set (the
@@ -137,9 +139,27 @@ def claims_dispatch(claims: Sequence[Claim]) -> int:
                 kwargsrepr=request_repr(claim),
             )
             sent += 1
+            _claim_logged(claim, "step_dispatched", "sent to its agent")
         except Exception:
             logger.exception("dispatch of step %s failed; supervisor will recover it", claim.step_id)
     return sent
+
+
+def _claim_logged(claim: Claim, event: str, what: str) -> None:
+    state_change(
+        event,
+        "step %s (%s) of run %s, attempt %d: %s",
+        claim.step_id,
+        claim.operation,
+        claim.run_id,
+        claim.attempt,
+        what,
+        run=claim.run_id,
+        step=claim.step_id,
+        lease=claim.lease,
+        attempt=claim.attempt,
+        operation=claim.operation,
+    )
 
 
 def request_repr(claim: Claim) -> str:

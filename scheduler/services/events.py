@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from sasproject.logs import state_change
 from scheduler.models import Run, RunEvent
 from scheduler.signals import run_event
 
@@ -21,6 +22,15 @@ def event_record(
     """Store one event of `run_id`; announce it when the run is observed. Transaction: the
     caller's (the event commits with the change it reports)."""
     event = RunEvent.objects.create(run_id=run_id, type=type, step_id=step_id, data=data)
+    state_change(
+        f"run_{type}",
+        "run %s: %s%s",
+        run_id,
+        type,
+        f" (step {step_id})" if step_id else "",
+        run=run_id,
+        step=step_id,
+    )
     if observed:
         run_event.send(sender=RunEvent, event=event)
     return event

@@ -9,8 +9,11 @@ permanent refusal: an undo never gives up on its own) fails the run.
 
 from __future__ import annotations
 
+import logging
+
 from django.db import transaction
 
+from sasproject.logs import state_change
 from scheduler import transitions
 from scheduler.models import Run, RunEvent, Step
 from scheduler.signals import step_errored, step_struggling
@@ -20,6 +23,14 @@ from .compensation import run_compensate
 from .dispatch import scheduler_kick_enqueue
 from .events import event_record, events_announce
 
+# The event a retried step's line names, by what sent it back (a reply's or the sweep's cause).
+_RETRY_EVENTS = {
+    "requeued": "step_requeued",
+    "deferred": "step_deferred",
+    "timed_out": "step_timed_out",
+    "failed_transient": "step_retrying",
+}
+
 
 def failures_settle(failed: Failed, *, cause: str, kick: bool = True) -> None:
     """After `step_fail` / `step_defer` / `step_requeue`: announce the retries' events, kick a
@@ -27,6 +38,22 @@ def failures_settle(failed: Failed, *, cause: str, kick: bool = True) -> None:
     compensations past their alert threshold (`step_struggling`), and settle each errored step.
     Transaction: the caller's."""
     events_announce(failed.events)
+    event = _RETRY_EVENTS.get(cause, "step_retrying")
+    for step in failed.retried:
+        state_change(
+            event,
+            "step %s (%s) of run %s: %s, back to Pending in %.1fs (%d failures): %s",
+            step.step_id,
+            step.name,
+            step.run_id,
+            cause,
+            step.delay,
+            step.failure_count,
+            step.error,
+            run=step.run_id,
+            step=step.step_id,
+            outcome=cause,
+        )
     if kick and failed.retried:
         longest = max(step.delay for step in failed.retried)
         transaction.on_commit(lambda: scheduler_kick_enqueue(countdown=longest + 0.05))
@@ -51,6 +78,18 @@ def step_errored_settle(*, step: FailedStep, reason: str, permanent: bool) -> No
     """A step is in Error: record it, tell listeners (`step_errored`: alerts), and compensate
     the run (forward step) or fail it (a compensation could not finish). Transaction: the
     caller's - the event, the alert and the compensation commit with the error."""
+    state_change(
+        "step_errored",
+        "step %s (%s) of run %s in Error: %s",
+        step.step_id,
+        step.name,
+        step.run_id,
+        reason,
+        level=logging.WARNING,
+        run=step.run_id,
+        step=step.step_id,
+        outcome="permanent" if permanent else "gave_up",
+    )
     observed = Run.objects.filter(pk=step.run_id, observed=True).exists()
     event_record(
         run_id=step.run_id,

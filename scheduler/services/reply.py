@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from django.db import connection, transaction
 
+from sasproject.logs import state_change
 from scheduler import transitions
 from scheduler.models import Step, TaskExecutionHistory
 from scheduler.transitions import AttemptOutcome, RunObserved, Succeeded
@@ -70,6 +71,7 @@ def step_reply(
                 transitions.reply_ignored(
                     step_id=step_id, lease=lease, outcome=outcome, worker=instance, error=error, result=result
                 )
+                _ignored_logged(step_id=step_id, lease=lease, outcome=outcome)
                 return "ignored"
             step_errored_settle(step=errored, reason=f"permanent error: {error}", permanent=True)
         else:
@@ -94,6 +96,7 @@ def step_reply(
                 transitions.reply_ignored(
                     step_id=step_id, lease=lease, outcome=outcome, worker=instance, error=error, result=result
                 )
+                _ignored_logged(step_id=step_id, lease=lease, outcome=outcome)
                 return "ignored"
             failures_settle(failed, cause=cause)
         if claim_next:
@@ -102,6 +105,19 @@ def step_reply(
             if operation:
                 claimed_settle(transitions.step_claim_due(instance=instance, limit=1, operation=operation))
     return "accepted"
+
+
+def _ignored_logged(*, step_id: int, lease: str, outcome: str, run_id: str | None = None) -> None:
+    state_change(
+        "reply_ignored",
+        "step %s: %s reply ignored (the step is no longer this attempt's)",
+        step_id,
+        outcome,
+        run=run_id,
+        step=step_id,
+        lease=lease,
+        outcome=outcome,
+    )
 
 
 def _reply_continue(*, step_id: int, lease: str, instance: str, claim: bool) -> ReplyResult:
@@ -130,16 +146,29 @@ def _reply_success(*, step_id: int, lease: str, result: Any, instance: str, clai
         except RunObserved:
             done = None
         if done is not None:
-            return _success_settle(done, claim_next=claim_next, instance=instance)
+            return _success_settle(done, lease=lease, claim_next=claim_next, instance=instance)
     with transaction.atomic():
         done = transitions.step_succeed(**params, observed_ok=True)
-        return _success_settle(done, claim_next=claim_next, instance=instance)
+        return _success_settle(done, lease=lease, claim_next=claim_next, instance=instance)
 
 
-def _success_settle(done: Succeeded, *, claim_next: bool, instance: str) -> ReplyResult:
+def _success_settle(done: Succeeded, *, lease: str, claim_next: bool, instance: str) -> ReplyResult:
     """Announce events, build a payload that needed results (rare), dispatch the claims."""
     if not done.accepted:
+        _ignored_logged(step_id=done.step_id, lease=lease, outcome="success", run_id=done.run_id)
         return "ignored"
+    state_change(
+        "step_succeeded",
+        "step %s (%s) of run %s succeeded",
+        done.step_id,
+        done.operation,
+        done.run_id,
+        run=done.run_id,
+        step=done.step_id,
+        lease=lease,
+        operation=done.operation,
+        outcome="success",
+    )
     claimed_settle(done)  # announces the events, dispatches the claims after commit
     if done.needs_payload is not None:
         with transaction.atomic():

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError, router, transaction
 from psycopg.types.json import Jsonb
 
+from sasproject.logs import state_change
 from scheduler import transitions
 from scheduler.ids import uuid7
 from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step
@@ -127,6 +128,14 @@ def run_submit(
                 f"job {job_id} already has a run for {scheduled_for} (attempt {job_attempt})"
             )
         run = _run_instance(spec, run_id=run_id, created_at=written.created_at)
+        state_change(
+            "run_received",
+            "run %s (%s) received%s",
+            run_id,
+            definition.name,
+            f" for job {job_id}" if job_id else "",
+            run=run_id,
+        )
         if kick:
             _run_start(first_step_id=written.first_step_id)
     return run

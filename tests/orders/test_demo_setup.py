@@ -4,18 +4,18 @@ mode only (issue 19: never a known admin login by default)."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
-from pytest_django.fixtures import SettingsWrapper
 
 from scheduler.models import Job, ScheduledJob
 
 pytestmark = pytest.mark.django_db
 
 
-def test_demo_setup__outside_demo_mode__refused_and_no_user_created(settings: SettingsWrapper) -> None:
+def test_demo_setup__outside_demo_mode__refused_and_no_user_created(settings: Any) -> None:
     settings.SAS_DEMO = False
     with pytest.raises(CommandError, match=r"demo mode \(SAS_DEMO=1"):
         call_command("demo_setup", stdout=io.StringIO())
@@ -24,7 +24,7 @@ def test_demo_setup__outside_demo_mode__refused_and_no_user_created(settings: Se
 
 
 def test_demo_setup__recurring_jobs_of_each_kind_seeded_once_each_with_its_next_occurrence(
-    settings: SettingsWrapper,
+    settings: Any,
 ) -> None:
     settings.SAS_DEMO = True
     call_command("demo_setup", stdout=io.StringIO())
