@@ -70,7 +70,9 @@ def test_workers__pinged_by_their_own_node_name(services: dict[str, dict[str, An
 
     assert len(workers) == 9, sorted(workers)
     for name, spec in workers.items():
-        node = WORKER.search(spec["command"])[1]  # type: ignore[index]
+        match = WORKER.search(spec["command"])
+        assert match
+        node = match[1]
         assert spec["environment"]["SAS_WORKER_NAME"] == node, name
         assert "inspect ping" in str(spec["healthcheck"]["test"]) and "SAS_WORKER_NAME" in str(
             spec["healthcheck"]["test"]
