@@ -33,3 +33,34 @@ graceful_timeout = 10
 # One line per request on stdout, like runserver.
 accesslog = "-"
 errorlog = "-"
+
+# LOG_FORMAT=json (docker/production.env.example): gunicorn's own lines (its start-up, errors,
+# the access log) as JSON objects too, like Django's (sasproject/logs.py), so every line of the
+# web's output parses. Merged into gunicorn's defaults.
+# https://docs.gunicorn.org/en/stable/settings.html#logconfig-dict
+if os.environ.get("LOG_FORMAT", "").strip().lower() == "json":
+    # gunicorn updates its default dict with this one key by key (a shallow merge): the root's
+    # handler "console" must be defined here too.
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "sasproject.logs.JsonFormatter"}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}
+        },
+        "root": {"level": "INFO", "handlers": ["console"]},
+        "loggers": {
+            "gunicorn.error": {
+                "handlers": ["console"],
+                "level": "INFO",
+                "propagate": False,
+                "qualname": "gunicorn.error",
+            },
+            "gunicorn.access": {
+                "handlers": ["console"],
+                "level": "INFO",
+                "propagate": False,
+                "qualname": "gunicorn.access",
+            },
+        },
+    }

@@ -8,6 +8,7 @@ branded 404. Screenshots: artifacts/production/."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import socket
@@ -45,11 +46,13 @@ def _get(base: str, path: str, headers: dict[str, str] | None = None) -> http.cl
     """One GET, redirects not followed."""
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("GET", path, headers={"Accept-Encoding": "gzip", **(headers or {})})
-    response = conn.getresponse()
-    response.read()
-    conn.close()
-    return response
+    try:
+        conn.request("GET", path, headers={"Accept-Encoding": "gzip", **(headers or {})})
+        response = conn.getresponse()
+        response.read()
+        return response
+    finally:
+        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +98,9 @@ def production_web(worker_env: dict[str, str], tmp_path_factory: pytest.TempPath
     try:
         wait_for(up, timeout=40, interval=0.2, what="the production web to answer")
         yield base
+        # LOG_FORMAT=json (the example's): gunicorn's and Django's lines alike are JSON objects.
+        lines = [line for line in proc.log().splitlines() if line.strip()]
+        assert lines and all(isinstance(json.loads(line), dict) for line in lines), proc.log()[-2000:]
     finally:
         proc.stop()
 
