@@ -54,14 +54,16 @@ def web_connection_bound() -> int:
 @pytest.fixture
 def start_web(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., str]]:
     """Start the Procfile's web command on a free port against the test database; returns its URL.
-    DEBUG as `make run` has it (the web's default), submissions not rate limited."""
+    DEBUG on as `make run` has it (the Makefile sets it; settings default to off since issue 19),
+    submissions not rate limited."""
     started: list[Proc] = []
 
     def _start(**extra_env: str) -> str:
         port = _free_port()
-        env = {k: v for k, v in worker_env.items() if k != "DJANGO_DEBUG"}
+        env = dict(worker_env)
         env.update(
             {
+                "DJANGO_DEBUG": "1",
                 "WEB_PORT": str(port),
                 "SAS_SUBMIT_RATE": "100000/minute",
                 "DATABASE_APPLICATION_NAME": WEB_APP_NAME,
