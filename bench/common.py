@@ -42,6 +42,10 @@ def bench_environment(*, migrate: bool = True) -> dict[str, str]:
     os.environ["LOG_LEVEL"] = "WARNING"
     os.environ["DJANGO_DEBUG"] = "0"
     os.environ["DATABASE_CONN_MAX_AGE"] = "600"
+    # The engine benches submit thousands of runs for one user: per-user quotas off unless a
+    # bench asks for them (bench/fairness.py measures with them on).
+    for name in ("SAS_QUOTA_ACTIVE_JOBS", "SAS_QUOTA_RUNS_IN_FLIGHT", "SAS_QUOTA_EXPORTS_IN_FLIGHT"):
+        os.environ.setdefault(name, "0")
     _ensure_database(f"{head}/postgres", BENCH_DB)
     if migrate:
         subprocess.run(

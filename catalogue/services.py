@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
+from scheduler.limits import quota_check_runs
 from scheduler.models import Run
 from scheduler.services import run_submit
 from scheduler.workflows import get_workflow, workflow_permit
@@ -39,7 +40,10 @@ def catalogue_seed(*, rows: int, if_empty: bool = False) -> int:
 def reprice_submit(*, owner_id: int, by_staff: bool, percent: str | int) -> Run:
     """Start a `catalogue.reprice` run for `owner_id`. Repricing the shared catalogue is staff
     work: `by_staff` false raises WorkflowNotPermitted (the workflow's rule, as for jobs). Bad
-    input raises WorkflowInputError (field errors). Either way nothing is written.
-    Transaction: the run's own (`run_submit`)."""
+    input raises WorkflowInputError (field errors); QuotaExceeded when the owner has
+    SAS_QUOTAS["RUNS_IN_FLIGHT"] runs going. Either way nothing is written. Transaction: its
+    own (the quota count and the run)."""
     workflow_permit(get_workflow(REPRICE_WORKFLOW), staff=by_staff)
-    return run_submit(workflow=REPRICE_WORKFLOW, input={"percent": percent}, owner_id=owner_id)
+    with transaction.atomic():
+        quota_check_runs(owner_id=owner_id)
+        return run_submit(workflow=REPRICE_WORKFLOW, input={"percent": percent}, owner_id=owner_id)

@@ -17,8 +17,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from scheduler.limits import LimitExceeded
 from scheduler.models import Run
 from scheduler.selectors import run_progress
+from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError, get_workflow
 
 from .forms import RepriceForm
@@ -50,9 +52,13 @@ def catalogue_view(request: HttpRequest) -> HttpResponse:
         user_id = request.user.pk
         assert isinstance(user_id, int), "login_required guarantees a signed-in user"
         try:
+            if refused := page_rate_refusal(request, "reprice"):
+                raise refused
             run = reprice_submit(
                 owner_id=user_id, by_staff=request.user.is_staff, percent=form.cleaned_data["percent"]
             )
+        except LimitExceeded as exc:  # the reprice rate or the runs-in-flight quota
+            form.add_error(None, exc.message)
         except WorkflowInputError as exc:
             for field, errors in exc.errors.items():
                 for error in errors:

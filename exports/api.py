@@ -7,12 +7,14 @@ from __future__ import annotations
 import uuid
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+
+from scheduler.throttles import request_rate_take
 
 from .models import Export, ExportFile
 from .selectors import export_file, export_get, export_list, export_status
@@ -31,7 +33,14 @@ from .views import download_response
     operation_id="exports_create",
     summary="Request an export of your execution history (CSV)",
     request=None,
-    responses={201: OpenApiTypes.OBJECT},
+    responses={
+        201: OpenApiTypes.OBJECT,
+        429: OpenApiResponse(
+            OpenApiTypes.OBJECT,
+            description="Over the export rate (Retry-After) or at your exports / runs in flight quota: "
+            '{"detail": "... the limit is ...", "limit": "..."}.',
+        ),
+    },
 )
 @api_view(["GET", "POST"])
 @permission_classes([IsAuthenticated])
@@ -39,6 +48,8 @@ def exports_api(request: Request) -> Response:
     if request.method == "POST":
         user_id = request.user.pk
         assert isinstance(user_id, int), "IsAuthenticated guarantees a signed-in user"
+        # RateLimited / QuotaExceeded: a 429 naming the limit (orders.api_base.exception_handler).
+        request_rate_take(request, "export")
         export = export_request(owner_id=user_id)
         return Response(export_status(export), status=status.HTTP_201_CREATED)
     return Response({"results": [export_status(e) for e in export_list(user=request.user)[:100]]})

@@ -7,6 +7,7 @@ import uuid
 from django.db import transaction
 from django.db.models.functions import Now
 
+from scheduler.limits import quota_check_runs, quota_check_workflow_runs
 from scheduler.services import run_submit
 
 from .models import Export, ExportFile
@@ -20,8 +21,12 @@ class ExportAlreadyWritten(Exception):
 
 def export_request(*, owner_id: int) -> Export:
     """A new export of `owner_id`'s execution history, and the run that writes it, in one
-    transaction. Transaction: its own (nests in the caller's)."""
+    transaction. Refused with QuotaExceeded (nothing written) when the owner has
+    SAS_QUOTAS["EXPORTS_IN_FLIGHT"] exports or SAS_QUOTAS["RUNS_IN_FLIGHT"] runs going, counted
+    under the owner's quota lock. Transaction: its own (nests in the caller's)."""
     with transaction.atomic():
+        quota_check_workflow_runs(owner_id=owner_id, workflow=EXPORT_WORKFLOW, name="EXPORTS_IN_FLIGHT")
+        quota_check_runs(owner_id=owner_id)
         export = Export.objects.create(owner_id=owner_id)
         run = run_submit(
             workflow=EXPORT_WORKFLOW,

@@ -9,6 +9,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from scheduler.limits import LimitExceeded
+from scheduler.throttles import page_rate_refusal
+
 from .models import Export, ExportFile
 from .selectors import export_file, export_list, export_status
 from .services import export_request
@@ -17,17 +20,33 @@ from .services import export_request
 @login_required
 @require_http_methods(["GET", "POST"])
 def exports_view(request: HttpRequest) -> HttpResponse:
+    refused: LimitExceeded | None = None
     if request.method == "POST":
         user_id = request.user.pk
         assert isinstance(user_id, int), "login_required guarantees a signed-in user"
-        export_request(owner_id=user_id)
-        return redirect("exports:list")
+        # The rate (settings.SAS_RATES["export"], one budget with the API), then the quotas.
+        refused = page_rate_refusal(request, "export")
+        if refused is None:
+            try:
+                export_request(owner_id=user_id)
+            except LimitExceeded as exc:
+                refused = exc
+            else:
+                return redirect("exports:list")
     exports = [export_status(e) for e in export_list(user=request.user)[:50]]
-    return render(
+    response = render(
         request,
         "exports/list.html",
-        {"exports": exports, "going": any(e["status"] in ("waiting", "in_progress") for e in exports)},
+        {
+            "exports": exports,
+            "going": any(e["status"] in ("waiting", "in_progress") for e in exports),
+            "refused": refused.message if refused else "",
+        },
+        status=429 if refused else 200,
     )
+    if refused is not None and refused.retry_after is not None:
+        response["Retry-After"] = str(refused.retry_after)
+    return response
 
 
 def download_response(export: Export, file: ExportFile) -> HttpResponse:

@@ -37,6 +37,14 @@ from django.utils.safestring import SafeString, mark_safe
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
 from scheduler.admin import WorkflowFilter, actor_name, run_link
 from scheduler.job_selectors import job_history, job_schedule_text, job_scheduled
+from scheduler.limits import (
+    CUSTOMER_PRIORITY_MAX,
+    CUSTOMER_PRIORITY_MIN,
+    STAFF_PRIORITY_MAX,
+    STAFF_PRIORITY_MIN,
+    SYSTEM_PRIORITY,
+    LimitExceeded,
+)
 from scheduler.models import Job
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.workflows import WorkflowInputError
@@ -87,6 +95,14 @@ class JobAdminForm(JobForm):
 
     class Meta(JobForm.Meta):
         fields = ("owner", *JOB_FIELDS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["priority"].help_text = (
+            f"Higher runs first. Staff: {STAFF_PRIORITY_MIN} to {STAFF_PRIORITY_MAX}; customers choose "
+            f"{CUSTOMER_PRIORITY_MIN} to {CUSTOMER_PRIORITY_MAX}, below system work (orders, exports: "
+            f"{SYSTEM_PRIORITY}; webhook deliveries: -1)."
+        )
 
     def _post_clean(self) -> None:
         if self.errors:
@@ -399,7 +415,7 @@ class JobAdmin(admin.ModelAdmin):
                 kwargs["by_staff"] = bool(request.user.is_staff)
             try:
                 result = spec.call(**kwargs)
-            except (JobStateError, Job.DoesNotExist) as exc:
+            except (JobStateError, LimitExceeded, Job.DoesNotExist) as exc:
                 self.message_user(request, f"Job “{job.name}”: {exc}", messages.ERROR)
                 continue
             except WorkflowInputError as exc:  # staff-only work for an owner who is not staff

@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from typing import Any, NoReturn
 
-from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, status, viewsets
@@ -20,7 +19,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
-from rest_framework.throttling import BaseThrottle, UserRateThrottle
+from rest_framework.throttling import BaseThrottle
 
 from scheduler.job_selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.models import HistoryStatus, Job
@@ -35,6 +34,7 @@ from scheduler.services.jobs import (
     job_run_now,
     job_update,
 )
+from scheduler.throttles import ScopeThrottle
 from scheduler.workflows import WorkflowInputError
 
 from .errors import split_errors
@@ -56,17 +56,12 @@ from .serializers import (
 JOB_FIELDS = frozenset(JobWriteSerializer().fields) - {"input"}
 
 
-class JobWriteThrottle(UserRateThrottle):
-    """Job creations, "run now"s and backfills per user, in the shared Redis cache, at the rate
-    of order submissions (settings.SAS_SUBMIT_RATE, read per request), with a budget of their own."""
-
-    scope = "job_write"
-
-    def get_rate(self) -> str | None:
-        return str(settings.SAS_SUBMIT_RATE)
-
-
 DETAIL = OpenApiResponse(OpenApiTypes.OBJECT, description='{"detail": "..."}')
+LIMITED = OpenApiResponse(
+    OpenApiTypes.OBJECT,
+    description='A rate (Retry-After header) or a per-user quota refused it: {"detail": "... the limit '
+    'is ...", "limit": "..."}. Nothing was written.',
+)
 NOT_FOUND = OpenApiResponse(OpenApiTypes.OBJECT, description="No such job for this user.")
 CONFLICT = OpenApiResponse(OpenApiTypes.OBJECT, description="The job is not in a state that allows this.")
 FIELD_ERRORS = OpenApiResponse(
@@ -119,22 +114,22 @@ def _job_url(request: Request, job_id: int) -> str:
     create=extend_schema(
         summary="Create a job (one-off or recurring)",
         request=JobWriteSerializer,
-        responses={201: JobSerializer, 400: FIELD_ERRORS, 429: DETAIL},
+        responses={201: JobSerializer, 400: FIELD_ERRORS, 429: LIMITED},
     ),
     update=extend_schema(
         summary="Edit a job (name and workflow required; fields not sent stay as they are)",
         request=JobWriteSerializer,
         parameters=[JOB_ID],
-        responses={200: JobSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND},
+        responses={200: JobSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND, 429: LIMITED},
     ),
     partial_update=extend_schema(
         summary="Edit some fields of a job",
         request=JobWriteSerializer,
         parameters=[JOB_ID],
-        responses={200: JobSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND},
+        responses={200: JobSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND, 429: LIMITED},
     ),
     destroy=extend_schema(
-        summary="Delete a job (its runs stay and finish on their own)",
+        summary="Delete a job: its runs not started yet are cancelled, those going finish",
         parameters=[JOB_ID],
         responses={204: None, 404: NOT_FOUND},
     ),
@@ -156,8 +151,10 @@ class JobViewSet(viewsets.GenericViewSet):
         return super().get_authenticators()
 
     def get_throttles(self) -> list[BaseThrottle]:
-        if getattr(self, "action", None) in ("create", "run_now", "backfill"):
-            return [JobWriteThrottle()]
+        # Every action that creates work or re-arms a job: one budget per user with the job
+        # pages (settings.SAS_RATES["job_write"]); refused with a 429 naming the limit.
+        if getattr(self, "action", None) in ("create", "update", "partial_update", "run_now", "backfill"):
+            return [ScopeThrottle.of("job_write")]
         return []
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -235,7 +232,8 @@ class JobViewSet(viewsets.GenericViewSet):
         return Response(JobSerializer(self._detail(request, job.pk)).data)
 
     @extend_schema(
-        summary="Pause a job: nothing of it starts until it is resumed (runs going on finish)",
+        summary="Pause a job: its runs not started yet are cancelled, nothing of it starts until it is "
+        "resumed (runs going on finish)",
         request=PauseSerializer,
         parameters=[JOB_ID],
         responses={200: JobSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND, 409: CONFLICT},
@@ -260,7 +258,7 @@ class JobViewSet(viewsets.GenericViewSet):
         summary="Run the job now, as its overlap policy allows",
         request=None,
         parameters=[JOB_ID],
-        responses={200: FiringSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND, 409: CONFLICT, 429: DETAIL},
+        responses={200: FiringSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND, 409: CONFLICT, 429: LIMITED},
     )
     @action(detail=True, methods=["post"], url_path="run-now")
     def run_now(self, request: Request, pk: str | None = None) -> Response:
@@ -283,7 +281,13 @@ class JobViewSet(viewsets.GenericViewSet):
         summary="Queue the occurrences of a past time range that never ran",
         request=BackfillSerializer,
         parameters=[JOB_ID],
-        responses={200: BackfillResultSerializer, 400: FIELD_ERRORS, 404: NOT_FOUND, 409: CONFLICT},
+        responses={
+            200: BackfillResultSerializer,
+            400: FIELD_ERRORS,
+            404: NOT_FOUND,
+            409: CONFLICT,
+            429: LIMITED,
+        },
     )
     @action(detail=True, methods=["post"])
     def backfill(self, request: Request, pk: str | None = None) -> Response:

@@ -23,6 +23,12 @@ from django import forms
 from django.utils import timezone
 
 from scheduler.cron import zone_error
+from scheduler.limits import (
+    CUSTOMER_PRIORITY_DEFAULT,
+    CUSTOMER_PRIORITY_MAX,
+    CUSTOMER_PRIORITY_MIN,
+    LimitExceeded,
+)
 from scheduler.models import Job, OverlapPolicy
 from scheduler.services.jobs import job_create, job_update
 from scheduler.workflows import Workflow, WorkflowInputError, workflows_permitted
@@ -176,7 +182,12 @@ class JobForm(forms.ModelForm):
     retry_backoff = forms.FloatField(
         label="Retry delay (seconds)", initial=10, help_text="Before the first retry; doubles each time."
     )
-    priority = forms.IntegerField(label="Priority", initial=0, help_text="Higher runs first.")
+    priority = forms.IntegerField(
+        label="Priority",
+        initial=CUSTOMER_PRIORITY_DEFAULT,
+        help_text=f"Higher runs first: {CUSTOMER_PRIORITY_MIN} to {CUSTOMER_PRIORITY_MAX}. Jobs run below "
+        "system work (orders, exports: 0; webhook deliveries: -1).",
+    )
     idempotent = forms.BooleanField(
         label="Safe to run twice at once (idempotent)",
         required=False,
@@ -193,6 +204,8 @@ class JobForm(forms.ModelForm):
     changes: dict[str, Any]
     # Who saves it (the view sets it): an edit's operator row in the job's history names them.
     actor: str = ""
+    # The last `job_save` was refused by a quota (the page answers 429, not 400).
+    refused_by_limit: bool = False
 
     class Meta:
         model = Job
@@ -308,6 +321,10 @@ def job_write(form: JobForm, *, owner_id: int | None = None) -> Job | None:
         edit = job_update(job_id=form.instance.pk, by_staff=by_staff, actor=form.actor, **fields)
     except WorkflowInputError as exc:
         form.add_service_errors(exc)
+        return None
+    except LimitExceeded as exc:
+        form.add_error(None, exc.message)
+        form.refused_by_limit = True
         return None
     form.changes = dict(edit.changed)
     return edit.job

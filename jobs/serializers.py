@@ -12,9 +12,16 @@ from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
 from scheduler.cron import zone_error
+from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
 
 JOB_STATES = [("active", "Active"), ("paused", "Paused"), ("finished", "Finished")]
+
+
+PRIORITY_RANGE = (
+    f"must be a whole number between {CUSTOMER_PRIORITY_MIN} and {CUSTOMER_PRIORITY_MAX}: customer "
+    "jobs run below system work (orders, exports: 0; webhook deliveries: -1)"
+)
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -109,7 +116,14 @@ class JobWriteSerializer(serializers.Serializer[dict[str, Any]]):
     retry_backoff = StrictFloatField(
         required=False, help_text="Seconds before the first retry; doubles each retry (at most 1 h)."
     )
-    priority = StrictIntegerField(required=False, help_text="Higher runs first.")
+    priority = StrictIntegerField(
+        required=False,
+        min_value=CUSTOMER_PRIORITY_MIN,
+        max_value=CUSTOMER_PRIORITY_MAX,
+        error_messages={"min_value": PRIORITY_RANGE, "max_value": PRIORITY_RANGE},
+        help_text=f"Higher runs first: {CUSTOMER_PRIORITY_MIN} to {CUSTOMER_PRIORITY_MAX} (default "
+        f"{CUSTOMER_PRIORITY_DEFAULT}), below all system work (orders, exports: 0; webhook deliveries: -1).",
+    )
     idempotent = StrictBooleanField(
         required=False, help_text="false: two runs of this job never overlap, whatever the policy."
     )

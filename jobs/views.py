@@ -18,8 +18,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from reports.timeline import run_timeline
 from scheduler.job_selectors import job_get, job_history, job_list, job_runs
+from scheduler.limits import LimitExceeded, RateLimited
 from scheduler.models import Job, Run
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
+from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
 
 from .forms import JobForm, job_save, time_zone_names
@@ -72,16 +74,29 @@ def _form_page(request: HttpRequest, form: JobForm, job: Job | None, status: int
     )
 
 
+def _refused_page(request: HttpRequest, form: JobForm, job: Job | None, refused: RateLimited) -> HttpResponse:
+    """Over the job_write rate: the form as typed, the refusal (naming the limit) on it, 429 with
+    Retry-After; nothing saved."""
+    form.is_valid()  # binds the typed values for the page; the service is not called
+    form.add_error(None, refused.message)
+    response = _form_page(request, form, job, status=429)
+    if refused.retry_after is not None:
+        response["Retry-After"] = str(refused.retry_after)
+    return response
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_create_view(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = JobForm(request.POST, staff=_staff(request))
+        if refused := page_rate_refusal(request, "job_write"):
+            return _refused_page(request, form, None, refused)
         job = job_save(form, owner_id=_user_id(request))
         if job is not None:
             messages.success(request, f"Job “{job.name}” created.")
             return redirect("jobs:detail", job_id=job.pk)
-        return _form_page(request, form, None, status=400)
+        return _form_page(request, form, None, status=429 if form.refused_by_limit else 400)
     return _form_page(request, JobForm(staff=_staff(request)), None)
 
 
@@ -92,11 +107,13 @@ def job_edit_view(request: HttpRequest, job_id: int) -> HttpResponse:
     if request.method == "POST":
         form = JobForm(request.POST, instance=job, staff=_staff(request))
         form.actor = _actor(request)
+        if refused := page_rate_refusal(request, "job_write"):
+            return _refused_page(request, form, job, refused)
         saved = job_save(form)
         if saved is not None:
             messages.success(request, "Job saved.")
             return redirect("jobs:detail", job_id=job.pk)
-        return _form_page(request, form, job, status=400)
+        return _form_page(request, form, job, status=429 if form.refused_by_limit else 400)
     return _form_page(request, JobForm(instance=job, staff=_staff(request)), job)
 
 
@@ -171,7 +188,7 @@ def _state_change(request: HttpRequest, job_id: int, call: Any, done: str, **kwa
 @require_POST
 def job_pause_view(request: HttpRequest, job_id: int) -> HttpResponse:
     note = request.POST.get("note", "").strip()[:2000]
-    done = "Job paused. Nothing of it starts until you resume it."
+    done = "Job paused: its runs not started were cancelled; nothing of it starts until you resume it."
     return _state_change(request, job_id, job_pause, done, note=note)
 
 
@@ -185,9 +202,12 @@ def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_run_now_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
+    if refused := page_rate_refusal(request, "job_write"):
+        messages.error(request, refused.message)
+        return _back(job)
     try:
         firing = job_run_now(job_id=job.pk, by_staff=_staff(request), actor=_actor(request))
-    except JobStateError as exc:
+    except (JobStateError, LimitExceeded) as exc:
         messages.error(request, str(exc))
     except WorkflowInputError as exc:  # staff-only work: not started
         messages.error(request, "Not started: " + "; ".join(exc.errors.get("workflow", [str(exc)])))
@@ -208,7 +228,9 @@ def job_delete_view(request: HttpRequest, job_id: int) -> HttpResponse:
             job_delete(job_id=job.pk, actor=_actor(request))
         except Job.DoesNotExist:
             raise Http404("No such job.") from None
-        messages.success(request, f"Job “{job.name}” deleted. Runs already going finish on their own.")
+        messages.success(
+            request, f"Job “{job.name}” deleted. Its runs not started were cancelled; those going finish."
+        )
         return redirect("jobs:list")
     context: dict[str, Any] = {"job": job, "data": job_data(job)}
     return render(request, "jobs/job_confirm_delete.html", context)

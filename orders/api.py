@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
-from django.http import HttpRequest
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, status, viewsets
@@ -16,10 +14,11 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
-from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 
 from scheduler.models import Run
 from scheduler.services import RunNotCancellable
+from scheduler.throttles import ScopeThrottle
 from webhooks.services import webhook_secret_get_or_create, webhook_secret_rotate
 from webhooks.signing import SIGNATURE_HEADER
 
@@ -36,27 +35,6 @@ from .serializers import (
 from .services import IdempotencyKeyReused, order_cancel, order_submit, order_submit_idempotent
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-
-class OrderSubmitThrottle(SimpleRateThrottle):
-    """Order submissions per user, web and API together (the same cache key), counted in the
-    shared Redis cache so the limit holds across web processes. The rate is read per request
-    (settings.SAS_SUBMIT_RATE), not frozen at import like DRF's DEFAULT_THROTTLE_RATES."""
-
-    scope = "order_submit"
-
-    def __init__(self) -> None:  # SimpleRateThrottle reads its rate here; keep it dynamic
-        self.rate = self.get_rate()
-        self.num_requests, self.duration = self.parse_rate(self.rate)
-
-    def get_rate(self) -> str | None:
-        return str(settings.SAS_SUBMIT_RATE)
-
-    def get_cache_key(self, request: Request | HttpRequest, view: Any) -> str | None:
-        user = getattr(request, "user", None)
-        if user is None or not user.is_authenticated:
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": user.pk}
 
 
 def _order_url(request: Request, order: Order) -> str:
@@ -134,8 +112,9 @@ class OrderViewSet(viewsets.GenericViewSet):
     serializer_class = OrderSerializer
 
     def get_throttles(self) -> list[BaseThrottle]:
+        # Orders per user, web and API together (scope "order_submit" of settings.SAS_RATES).
         if getattr(self, "action", None) == "create":
-            return [OrderSubmitThrottle()]
+            return [ScopeThrottle.of("order_submit")]
         return []
 
     def _queryset(self, request: Request) -> QuerySet[Order]:

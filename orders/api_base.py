@@ -10,6 +10,7 @@ from django.core.exceptions import RequestDataTooBig
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from scheduler.limits import LimitExceeded
 from scheduler.workflows import WorkflowInputError
 
 
@@ -21,12 +22,21 @@ class PayloadTooLarge(exceptions.APIException):
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's handler, plus the services' exceptions: bad workflow input is a 400 with field
-    errors, like a serializer's; a body over DATA_UPLOAD_MAX_MEMORY_SIZE (Django raises
+    errors, like a serializer's; a rate or quota refusal (LimitExceeded) is a 429 naming the
+    limit; a body over DATA_UPLOAD_MAX_MEMORY_SIZE (Django raises
     RequestDataTooBig when DRF reads it) is a 413, not a 500."""
     if isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge(f"Request body too large (limit {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes).")
     if isinstance(exc, WorkflowInputError):
         exc = exceptions.ValidationError(exc.errors)
+    if isinstance(exc, LimitExceeded):
+        # A rate or a quota (scheduler/limits.py): 429 naming the limit; Retry-After for a rate.
+        response = Response(
+            {"detail": exc.message, "limit": exc.limit}, status=status.HTTP_429_TOO_MANY_REQUESTS
+        )
+        if exc.retry_after is not None:
+            response["Retry-After"] = str(exc.retry_after)
+        return response
     from rest_framework.views import exception_handler as drf_exception_handler
 
     return drf_exception_handler(exc, context)

@@ -11,6 +11,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from scheduler.ids import uuid7
+from scheduler.limits import quota_check_runs
 from scheduler.models import Run
 from scheduler.services import run_cancel, run_submit, run_validate_input
 from scheduler.workflows import WorkflowInputError
@@ -45,7 +46,8 @@ def order_submit(
 ) -> Order:
     """Validate `data` (items, amount, currency, card) and create the order and its run.
 
-    Invariant: bad input raises WorkflowInputError (field -> messages) and writes nothing.
+    Invariant: bad input raises WorkflowInputError (field -> messages) and writes nothing; an
+    owner with SAS_QUOTAS["RUNS_IN_FLIGHT"] runs going gets QuotaExceeded (nothing written).
     Transaction: the order, the run, its steps, the "received" event and (with `callback_url`)
     the webhook subscription commit together; the scheduler is kicked after commit. With
     `idempotency_key`, a second order with the same (owner, key) raises IntegrityError (and its
@@ -56,6 +58,8 @@ def order_submit(
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
         raise WorkflowInputError({"idempotency_key": "must be 1 to 255 characters"})
     with transaction.atomic():
+        # Counted under the owner's quota lock, held until this transaction commits.
+        quota_check_runs(owner_id=owner_id)
         run = run_submit(
             workflow=ORDER_WORKFLOW,
             input=cleaned,

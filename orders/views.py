@@ -15,11 +15,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reports.timeline import Timeline, run_timeline
+from scheduler.limits import LimitExceeded
 from scheduler.models import Run
 from scheduler.services import RunNotCancellable
+from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
 
-from .api import OrderSubmitThrottle
 from .forms import BaseItemFormSet, ItemFormSet, OrderForm
 from .models import Order
 from .reasons import customer_reason
@@ -58,21 +59,9 @@ def order_create_view(request: HttpRequest) -> HttpResponse:
         form = OrderForm(request.POST)
         items = cast(BaseItemFormSet, ItemFormSet(request.POST, prefix="items"))
         if form.is_valid() and items.is_valid():
-            throttle = OrderSubmitThrottle()
-            if not throttle.allow_request(request, None):
-                wait = throttle.wait()
-                response = render(
-                    request,
-                    "orders/order_form.html",
-                    {
-                        "form": form,
-                        "items": items,
-                        "throttled": f"Too many orders; try again in {int(wait or 1) + 1} seconds.",
-                    },
-                    status=429,
-                )
-                response["Retry-After"] = str(int(wait or 1) + 1)
-                return response
+            refused = page_rate_refusal(request, "order_submit")
+            if refused is not None:
+                return _refused(request, form, items, refused)
             data = {
                 "items": items.items(),
                 "amount": str(form.cleaned_data["amount"]),
@@ -85,6 +74,8 @@ def order_create_view(request: HttpRequest) -> HttpResponse:
                     data=data,
                     callback_url=form.cleaned_data["callback_url"] or "",
                 )
+            except LimitExceeded as exc:  # the runs-in-flight quota
+                return _refused(request, form, items, exc)
             except WorkflowInputError as exc:
                 # The workflow's own checks (the form's mirror them, so this is rare): show each
                 # message next to its field, item errors above the item rows.
@@ -99,6 +90,21 @@ def order_create_view(request: HttpRequest) -> HttpResponse:
         form = OrderForm()
         items = cast(BaseItemFormSet, ItemFormSet(prefix="items"))
     return render(request, "orders/order_form.html", {"form": form, "items": items})
+
+
+def _refused(
+    request: HttpRequest, form: OrderForm, items: BaseItemFormSet, exc: LimitExceeded
+) -> HttpResponse:
+    """A rate or quota refused the order: the form again, its message naming the limit (429)."""
+    response = render(
+        request,
+        "orders/order_form.html",
+        {"form": form, "items": items, "throttled": exc.message},
+        status=429,
+    )
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def _status_or_404(request: HttpRequest, order_id: uuid.UUID) -> OrderStatus:

@@ -570,6 +570,34 @@ SPECTACULAR_SETTINGS = {
 # N/minute, N/hour, N/day. Read at request time, so tests can override it.
 SAS_SUBMIT_RATE = os.environ.get("SAS_SUBMIT_RATE", "60/minute")
 
+# Fair share per owner (issue 18, docs/api.md "Limits"). Every path that creates work - pages
+# and API alike - takes a token from its scope's budget per user (scheduler/limits.py: one
+# Redis-backed limiter, a burst of N then one every period/N). A scope left empty uses
+# SAS_SUBMIT_RATE. Read at request time. Refused: 429 with Retry-After (API), a form error
+# naming the limit (pages); nothing is written.
+SAS_RATES: dict[str, str] = {
+    # Orders placed (page and API).
+    "order_submit": os.environ.get("SAS_ORDER_RATE", ""),
+    # Job creations, edits, "run now"s and backfills (pages and API).
+    "job_write": os.environ.get("SAS_JOB_WRITE_RATE", ""),
+    # History exports requested (page and API): each reads all of the user's history.
+    "export": os.environ.get("SAS_EXPORT_RATE", "20/hour"),
+    # Catalogue reprices requested (page).
+    "reprice": os.environ.get("SAS_REPRICE_RATE", "10/hour"),
+}
+
+# Per-user quotas, counted under a per-owner advisory lock in the services that create the
+# work (scheduler/limits.py), so concurrent requests cannot overshoot. 0 = no limit.
+SAS_QUOTAS: dict[str, int] = {
+    # Jobs not finished (enabled or paused) per owner: job create, and an edit that re-arms one.
+    "ACTIVE_JOBS": int(os.environ.get("SAS_QUOTA_ACTIVE_JOBS", "100")),
+    # Runs Pending or Running per owner: orders, exports, reprices, "run now"; a scheduled
+    # occurrence of a user over it is skipped with a history row that says so.
+    "RUNS_IN_FLIGHT": int(os.environ.get("SAS_QUOTA_RUNS_IN_FLIGHT", "200")),
+    # Exports not finished per owner.
+    "EXPORTS_IN_FLIGHT": int(os.environ.get("SAS_QUOTA_EXPORTS_IN_FLIGHT", "2")),
+}
+
 # The webhook_delivery workflow's step policy: one attempt's window, attempts before giving up,
 # backoff between attempts (seconds).
 SAS_WEBHOOKS = {

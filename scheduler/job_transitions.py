@@ -109,6 +109,10 @@ def scheduled_park(*, ids: Sequence[int]) -> int:
     return _count("scheduled_park", {"ids": list(ids)}) if ids else 0
 
 
+def scheduled_defer(*, ids: Sequence[int], seconds: float) -> int:
+    return _count("scheduled_defer", {"ids": list(ids), "seconds": float(seconds)}) if ids else 0
+
+
 def scheduled_unpark_oldest(*, job_ids: Sequence[int]) -> int:
     return _count("scheduled_unpark_oldest", {"job_ids": list(job_ids)}) if job_ids else 0
 

@@ -104,7 +104,12 @@ class Job(models.Model):
         db_default=timedelta(seconds=10),
         help_text="Delay before the first retry; doubles with each retry (at most one hour).",
     )
-    priority = models.SmallIntegerField(default=0)
+    priority = models.SmallIntegerField(
+        default=-10,
+        help_text="Higher runs first. Customers choose from -1000 to -10, below all system work "
+        "(orders, exports: 0; webhook deliveries: -1); staff may set -32768 to 32767 here "
+        "(scheduler/limits.py).",
+    )
     # A non-idempotent job never has two runs at once (seed 004's non-idempotent workers).
     idempotent = models.BooleanField(default=True)
     overlap_policy = models.CharField(
@@ -326,6 +331,13 @@ class Run(models.Model):
                 fields=["job"],
                 name="run_job_unfinished_idx",
                 condition=Q(job__isnull=False) & Q(state__in=RUN_UNFINISHED_STATES),
+            ),
+            # An owner's runs in flight (Pending, Running): the runs-in-flight quota counts them
+            # at every submit (scheduler/limits.py), reading only these rows, never the history.
+            models.Index(
+                fields=["owner"],
+                name="run_owner_in_flight_idx",
+                condition=Q(state__in=["pending", "running"]),
             ),
             # Job runs that ended and that the jobs layer has not settled yet (retry, buffered
             # start): the dispatcher's poll reads only these; runs of no job are never in it.

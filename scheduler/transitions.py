@@ -686,6 +686,16 @@ def run_finish_compensation(*, run_id: uuid.UUID | str) -> tuple[str, str] | Non
     return None if row is None else (row[0], row[1])
 
 
+def runs_cancel_unstarted(*, job_id: int, reason: str) -> list[tuple[uuid.UUID, bool, int]]:
+    """A job's Pending runs never claimed -> Cancelled, with their steps and a "cancelled" event
+    each. Returns (run id, observed, event id) per run cancelled; a run being claimed right now
+    is not (it has started and finishes)."""
+    return [
+        (uuid.UUID(str(run_id)), bool(observed), int(event_id))
+        for run_id, observed, event_id in _rows("runs_cancel_unstarted", {"job_id": job_id, "reason": reason})
+    ]
+
+
 def run_fail(*, run_id: uuid.UUID | str, reason: str) -> bool:
     """Compensating -> Failed."""
     return _count("run_fail", {"run_id": str(run_id), "reason": reason}) == 1

@@ -25,13 +25,23 @@ from typing import Any
 from django.db import transaction
 from django.forms.models import model_to_dict
 
-from scheduler import job_transitions
+from scheduler import job_transitions, transitions
 from scheduler.cron import cron_between, cron_error, cron_normalise, cron_preview, zone_error
 from scheduler.job_selectors import owners_staff
-from scheduler.models import Job, Run, ScheduledJob
+from scheduler.limits import (
+    CUSTOMER_PRIORITY_DEFAULT,
+    CUSTOMER_PRIORITY_MAX,
+    CUSTOMER_PRIORITY_MIN,
+    STAFF_PRIORITY_MAX,
+    STAFF_PRIORITY_MIN,
+    quota_check_active_jobs,
+    quota_check_runs,
+)
+from scheduler.models import Job, Run, RunEvent, ScheduledJob
 from scheduler.workflows import Workflow, WorkflowInputError, get_workflow, workflow_permit
 
 from .dispatch import scheduler_instance_id
+from .events import events_announce
 from .jobs_dispatch import next_occurrence
 from .jobs_firing import Firing, FiringPlan, JobStateError, jitter_offset
 from .submit import run_submit, run_validate_input
@@ -105,13 +115,35 @@ def job_permit(*, workflow: Workflow, owner_id: int, by_staff: bool) -> None:
         workflow_permit(workflow, staff=bool(owners_staff(owner_ids=[owner_id])), owner=True)
 
 
+def priority_error(value: Any, *, staff: bool) -> str | None:
+    """Why `value` is not a priority the caller may set (None: it is). Customers choose in the
+    band below system work (scheduler/limits.py); staff (the admin) in the whole SMALLINT range."""
+    low, high = (
+        (STAFF_PRIORITY_MIN, STAFF_PRIORITY_MAX) if staff else (CUSTOMER_PRIORITY_MIN, CUSTOMER_PRIORITY_MAX)
+    )
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if staff:
+            return f"must be a whole number between {low} and {high}"
+        return (
+            f"must be a whole number between {low} and {high}: customer jobs run below "
+            "system work (orders, exports: 0; webhook deliveries: -1)"
+        )
+    return None
+
+
 def _clean(
-    *, owner_id: int, by_staff: bool, data: Mapping[str, Any], job_id: int | None = None
+    *,
+    owner_id: int,
+    by_staff: bool,
+    data: Mapping[str, Any],
+    job_id: int | None = None,
+    current_priority: int | None = None,
 ) -> dict[str, Any]:
     """Every field checked; all errors at once, as a form does. Returns model field values.
     Raises WorkflowInputError; reads only (the name's uniqueness per owner). Staff-only work
     for someone who may not schedule it raises WorkflowNotPermitted at once, alone (one error,
-    on `workflow`): nothing else of the request is looked at."""
+    on `workflow`): nothing else of the request is looked at. The priority: customers' band
+    unless `by_staff`; one left as it was (`current_priority`, an edit) is not checked again."""
     errors: dict[str, Any] = {}
     out: dict[str, Any] = {}
     try:
@@ -149,7 +181,12 @@ def _clean(
         errors["retry_backoff"] = "must be between 0 and 86400 seconds (more than 0)"
         backoff = 10
     out["retry_backoff"] = timedelta(seconds=backoff)
-    out["priority"] = _int_in(data["priority"], "priority", -32768, 32767, errors)
+    priority = CUSTOMER_PRIORITY_DEFAULT if data["priority"] is None else data["priority"]
+    kept = current_priority is not None and priority == current_priority
+    if why := priority_error(priority, staff=by_staff or kept):
+        errors["priority"] = why
+        priority = CUSTOMER_PRIORITY_DEFAULT
+    out["priority"] = priority
     out["idempotent"] = bool(data["idempotent"])
     policy = data["overlap_policy"]
     if policy not in Job.Overlap.values:
@@ -241,7 +278,7 @@ def job_create(
     timezone_name: str = "UTC",
     max_retry: int = 0,
     retry_backoff: float | timedelta = 10.0,
-    priority: int = 0,
+    priority: int | None = None,
     idempotent: bool = True,
     overlap_policy: str = Job.Overlap.SKIP,
     catchup_window: timedelta | None = None,
@@ -256,10 +293,14 @@ def job_create(
     every field is checked first; bad input raises WorkflowInputError (field -> messages) and
     writes nothing; a recurring job whose schedule never fires (after now, before its end) is
     refused. `by_staff`: the person acting is staff (staff-only work needs it, and a staff
-    owner: `job_permit`). Transaction: one atomic block (the job and its next row)."""
+    owner: `job_permit`; any priority, where customers choose in their band). `priority` None
+    is the customers' default. The owner's active jobs stay within SAS_QUOTAS["ACTIVE_JOBS"]
+    (QuotaExceeded, counted under the owner's quota lock). Transaction: one atomic block (the
+    job and its next row)."""
     data = dict(locals())
     fields = _clean(owner_id=owner_id, by_staff=by_staff, data=data)
     with transaction.atomic():
+        quota_check_active_jobs(owner_id=owner_id)
         job = Job.objects.create(owner_id=owner_id, **fields)
         if _arm(job, now=job_transitions.db_now()) is None:
             raise WorkflowInputError({"cron": "the schedule has no occurrence after now, before its end"})
@@ -281,7 +322,9 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
     deleted). When its schedule changed, its next occurrence is recomputed from now (a
     finished job whose new schedule has occurrences again is re-armed). Runs already going are
     not touched. An edit that changed something leaves an operator row in the job's history:
-    `actor` and the fields. Transaction: one atomic block holding the job's row (FOR UPDATE)."""
+    `actor` and the fields. A priority changed must be in the customers' band unless `by_staff`.
+    Re-arming a finished job counts toward the owner's active jobs (QuotaExceeded). Transaction:
+    one atomic block holding the job's row (FOR UPDATE)."""
     unknown = set(changes) - set(EDITABLE) - {"recurring"}
     if unknown:
         raise TypeError(f"job_update() got unexpected fields: {', '.join(sorted(unknown))}")
@@ -307,7 +350,13 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
             # A recurring job stays recurring unless told otherwise: an empty cron is an error.
             "recurring": job.is_recurring,
         }
-        fields = _clean(owner_id=job.owner_id, by_staff=by_staff, data={**current, **changes}, job_id=job.pk)
+        fields = _clean(
+            owner_id=job.owner_id,
+            by_staff=by_staff,
+            data={**current, **changes},
+            job_id=job.pk,
+            current_priority=job.priority,
+        )
         changed = {k: (getattr(job, k), v) for k, v in fields.items() if getattr(job, k) != v}
         if not changed:
             return JobEdit(job)
@@ -320,6 +369,9 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
             if job.enabled:
                 now = job_transitions.db_now()
                 if job.is_recurring or job.finished_at is None or "run_at" in changed:
+                    if job.finished_at is not None:
+                        # Finished jobs do not count; one that comes back does.
+                        quota_check_active_jobs(owner_id=job.owner_id)
                     armed = _arm(job, now=now)
                     if armed is not None and job.finished_at is not None:
                         Job.objects.filter(pk=job.pk).update(finished_at=None)
@@ -330,16 +382,34 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
     return JobEdit(job, changed)
 
 
+def job_runs_cancel_unstarted(*, job_id: int, reason: str) -> list[uuid.UUID]:
+    """Cancel the job's runs that have not started (Pending, no step ever claimed): they end
+    Cancelled with `reason` in their error and their "cancelled" event; a run already started
+    finishes. Observed runs' events are announced (webhooks). The jobs dispatcher settles them
+    like any ended run: their history row closes as cancelled, no retry (only Failed and
+    Compensated runs are retried). Transaction: the caller's (the job's pause or delete)."""
+    cancelled = transitions.runs_cancel_unstarted(job_id=job_id, reason=reason)
+    observed = [event_id for _, seen, event_id in cancelled if seen]
+    if observed:
+        rows: list[dict[str, Any]] = [
+            dict(row) for row in RunEvent.objects.filter(id__in=observed).order_by("id").values()
+        ]
+        events_announce(rows)
+    return [run_id for run_id, _, _ in cancelled]
+
+
 def job_pause(*, job_id: int, note: str = "", actor: str = "") -> Job:
-    """Enabled -> paused, with a note: its next occurrence is dropped and its queued and retry
-    occurrences are parked; nothing of it starts until it is resumed (runs already going go
-    on). `actor` and the note go to the job's history. Raises JobStateError if it is already
-    paused. Transaction: one atomic block."""
+    """Enabled -> paused, with a note: its next occurrence is dropped, its queued and retry
+    occurrences are parked and its runs not started yet are cancelled ("job paused by <actor>");
+    nothing of it starts until it is resumed (runs already going go on). `actor` and the note go
+    to the job's history. Raises JobStateError if it is already paused. Transaction: one atomic
+    block."""
     with transaction.atomic():
         Job.objects.select_for_update().get(pk=job_id)
         if not job_transitions.job_pause(job_id=job_id, note=note.strip()[:2000], actor=actor):
             raise JobStateError("the job is already paused")
         job_transitions.scheduled_park_all(job_id=job_id)
+        job_runs_cancel_unstarted(job_id=job_id, reason=f"job paused by {actor or 'an operator'}")
     return Job.objects.get(pk=job_id)
 
 
@@ -359,13 +429,15 @@ def job_resume(*, job_id: int, actor: str = "") -> Job:
 
 
 def job_delete(*, job_id: int, actor: str = "") -> dict[str, Any]:
-    """Delete a job with its scheduled occurrences and its history; its runs stay (unlinked,
-    correlation id `job:<id>`) and finish on their own. Returns the job's fields as they were
-    (for an audit entry). Transaction: one atomic block."""
+    """Delete a job with its scheduled occurrences and its history; its runs not started yet are
+    cancelled first ("job deleted by <actor>"), the others stay (unlinked, correlation id
+    `job:<id>`) and finish on their own. Returns the job's fields as they were (for an audit
+    entry). Transaction: one atomic block."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         snapshot = model_to_dict(job)
         snapshot["id"] = job.pk
+        job_runs_cancel_unstarted(job_id=job.pk, reason=f"job deleted by {actor or 'an operator'}")
         job.delete()
     return snapshot
 
@@ -386,11 +458,13 @@ def job_run_now(*, job_id: int, by_staff: bool, actor: str = "") -> Firing:
     buffered (cancel_other: the running run is cancelled first) or skipped, with why. A
     non-idempotent job never gets a second unfinished run. Not counted in max firings; works
     on a paused job too (an explicit request). Staff-only work someone may not schedule raises
-    WorkflowNotPermitted, nothing written. Transaction: one atomic block holding the job's
-    row, so concurrent "run now"s and the dispatcher decide one after another."""
+    WorkflowNotPermitted, and an owner with SAS_QUOTAS["RUNS_IN_FLIGHT"] runs going
+    QuotaExceeded: nothing written. Transaction: one atomic block holding the job's row, so
+    concurrent "run now"s and the dispatcher decide one after another."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         _permit_job(job, by_staff=by_staff)
+        quota_check_runs(owner_id=job.owner_id)
         plan = FiringPlan.load(
             jobs={job.pk: job}, now=job_transitions.db_now(), instance=actor or scheduler_instance_id()
         )
@@ -413,8 +487,8 @@ def job_backfill(*, job_id: int, by_staff: bool, start: datetime, end: datetime,
     The dispatcher starts them oldest first, one after another (all at once under allow_all).
     Not counted in max firings. Raises WorkflowInputError for a bad range (end before start,
     in the future, more than 1,000 occurrences) or staff-only work someone may not schedule
-    (WorkflowNotPermitted), and JobStateError for a one-off job. Transaction: one atomic block
-    holding the job's row."""
+    (WorkflowNotPermitted), JobStateError for a one-off job and QuotaExceeded when the owner is
+    at its runs in flight. Transaction: one atomic block holding the job's row."""
     errors: dict[str, str] = {}
     _aware(start, "start", errors)
     _aware(end, "end", errors)
@@ -427,6 +501,9 @@ def job_backfill(*, job_id: int, by_staff: bool, start: datetime, end: datetime,
         _permit_job(job, by_staff=by_staff)
         if not job.is_recurring:
             raise JobStateError("only a recurring job can be backfilled")
+        # The owner must have room for one more run now; the dispatcher starts the queued
+        # occurrences within the quota (FiringPlan: past it they wait).
+        quota_check_runs(owner_id=job.owner_id)
         now = job_transitions.db_now()
         if end > now:
             raise WorkflowInputError({"end": "a backfill covers the past: the end must not be after now"})
@@ -506,6 +583,7 @@ def job_run_submit(*, job_id: int, by_staff: bool, kick: bool = True) -> Run:
             )
             if going is not None:
                 raise JobBusy(job.pk, going)
+        quota_check_runs(owner_id=job.owner_id)
         return run_submit(
             workflow=job.workflow,
             input=job.input,

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from scheduler import job_transitions
 from scheduler.job_selectors import owners_staff
+from scheduler.limits import quota_of, runs_in_flight_by_owner
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.workflows import WorkflowInputError, workflow_permitted
 
@@ -35,6 +36,8 @@ OVERLAP = Job.Overlap
 # Queued rows that hold a job's one buffer slot (buffer_one, cancel_other, run now); catch-up
 # and backfill rows wait too, but do not take the slot.
 BUFFER_REASONS = ("buffered", "cancel_other", "run_now")
+# A queued or retry row whose owner is at the runs-in-flight quota is tried again this much later.
+QUOTA_DEFER_SECONDS = 30.0
 
 
 class JobStateError(Exception):
@@ -74,6 +77,9 @@ class _Start:
     job: Job
     firing: Firing
     reason: str
+    scheduled: bool = False
+    # The queued or retry row it comes from (None: a fresh occurrence).
+    row_id: int | None = None
 
 
 @dataclass
@@ -93,6 +99,7 @@ class FiringPlan:
     moves: list[tuple[int, datetime, datetime, datetime]] = field(default_factory=list)
     finish_ids: list[int] = field(default_factory=list)
     firings: Counter[int] = field(default_factory=Counter)
+    defer_ids: list[int] = field(default_factory=list)
     cancels: dict[uuid.UUID, int] = field(default_factory=dict)
     results: list[Firing] = field(default_factory=list)
 
@@ -159,7 +166,9 @@ class FiringPlan:
         running = self.busy.get(job.id, [])
         if not running or (job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent):
             self.delete_ids.append(row_id)
-            return self._start(job, scheduled_for, attempt=attempt, reason=reason, scheduled=False)
+            return self._start(
+                job, scheduled_for, attempt=attempt, reason=reason, scheduled=False, row_id=row_id
+            )
         self.park_ids.append(row_id)
         going = ", ".join(str(run_id) for run_id, _ in running if run_id) or "started just now"
         return self._record(
@@ -194,10 +203,17 @@ class FiringPlan:
         )
 
     def _start(
-        self, job: Job, scheduled_for: datetime, *, attempt: int, reason: str, scheduled: bool
+        self,
+        job: Job,
+        scheduled_for: datetime,
+        *,
+        attempt: int,
+        reason: str,
+        scheduled: bool,
+        row_id: int | None = None,
     ) -> Firing:
         firing = Firing("started", job.id, scheduled_for, attempt, reason=reason)
-        self.starts.append(_Start(job, firing, reason))
+        self.starts.append(_Start(job, firing, reason, scheduled=scheduled, row_id=row_id))
         self.busy.setdefault(job.id, []).append((None, Run.State.PENDING))
         if scheduled:
             self.firings[job.id] += 1
@@ -231,6 +247,46 @@ class FiringPlan:
         self.results.append(firing)
         return firing
 
+    def _within_quota(self) -> None:
+        """Starts of owners at SAS_QUOTAS["RUNS_IN_FLIGHT"] do not happen: a fresh occurrence
+        is skipped with a history row that says so (as an overlap skip is); a queued or retry
+        row waits QUOTA_DEFER_SECONDS and is tried again. One grouped count for the batch."""
+        limit = quota_of("RUNS_IN_FLIGHT")
+        if not limit or not self.starts:
+            return
+        counts = runs_in_flight_by_owner(owner_ids=sorted({s.job.owner_id for s in self.starts}))
+        kept: list[_Start] = []
+        for start in self.starts:
+            owner, firing = start.job.owner_id, start.firing
+            have = counts.get(owner, 0)
+            if have < limit:
+                counts[owner] = have + 1
+                kept.append(start)
+                continue
+            why = f"owner has {have} runs in flight (pending or running); the limit is {limit} per user"
+            if start.row_id is not None:
+                self.delete_ids.remove(start.row_id)
+                self.defer_ids.append(start.row_id)
+                firing.outcome, firing.reason = "buffered", f"waits: {why}"
+                continue
+            if start.scheduled:
+                self.firings[start.job.id] -= 1
+            firing.outcome, firing.reason = "skipped", why
+            self.history.append(
+                TaskExecutionHistory(
+                    job_id=start.job.id,
+                    kind=History.Kind.JOB,
+                    status=History.Status.SKIPPED,
+                    scheduled_for=firing.scheduled_for,
+                    retry_count=firing.attempt,
+                    worker=self.instance,
+                    detail={"reason": why},
+                    started_at=self.now,
+                    ended_at=self.now,
+                )
+            )
+        self.starts = kept
+
     # -- writing ---------------------------------------------------------------------------
 
     def apply(self) -> list[Firing]:
@@ -242,6 +298,7 @@ class FiringPlan:
             # One that ended (or began compensating) meanwhile has nothing left to cancel.
             with contextlib.suppress(RunNotCancellable):
                 run_cancel(run_id=run_id, actor=f"job {job_id} (cancel_other)")
+        self._within_quota()
         specs: list[RunSpec] = []
         started: list[_Start] = []
         cleaned: dict[int, Any] = {}
@@ -337,6 +394,7 @@ class FiringPlan:
             TaskExecutionHistory.objects.bulk_create(self.history)
         job_transitions.scheduled_park(ids=self.park_ids)
         job_transitions.scheduled_delete(ids=self.delete_ids)
+        job_transitions.scheduled_defer(ids=self.defer_ids, seconds=QUOTA_DEFER_SECONDS)
         moved = job_transitions.scheduled_next_advance(moves=self.moves)
         if moved != len(self.moves):
             raise RuntimeError(f"next rows changed under their lock ({moved} of {len(self.moves)} moved)")

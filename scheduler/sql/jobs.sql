@@ -53,6 +53,13 @@ DELETE FROM scheduler_scheduledjob WHERE id = ANY(%(ids)s::bigint[])
 UPDATE scheduler_scheduledjob SET next_execution_at = NULL
 WHERE id = ANY(%(ids)s::bigint[]) AND next_execution_at IS NOT NULL
 
+-- name: scheduled_defer
+-- Due -> due later: queued or retry rows whose owner is at the runs-in-flight quota wait
+-- %(seconds)s seconds (fired then, if the owner has room; scheduler/limits.py).
+UPDATE scheduler_scheduledjob
+SET next_execution_at = statement_timestamp() + make_interval(secs => %(seconds)s)
+WHERE id = ANY(%(ids)s::bigint[]) AND next_execution_at IS NOT NULL
+
 -- name: scheduled_unpark_oldest
 -- Parked -> due now: the oldest parked row (by occurrence, attempt) of each given job.
 UPDATE scheduler_scheduledjob AS sj SET next_execution_at = statement_timestamp()

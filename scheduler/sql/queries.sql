@@ -126,6 +126,46 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'compensated' END,
 WHERE id = %(run_id)s AND state = 'compensating'
 RETURNING state, correlation_id
 
+-- name: runs_cancel_unstarted
+-- Pending -> Cancelled: a job's runs none of whose steps was ever claimed (the job is being
+-- deleted or paused), their Waiting / Pending steps -> Cancelled, a "cancelled" event each with
+-- the reason. A run leaves Pending at its first claim (sas_step_claim), in the claim's statement;
+-- rows a claim holds right now are skipped (SKIP LOCKED), and a run whose steps are not all
+-- locked here, unclaimed (attempts = 0), is left alone: a run already started finishes.
+WITH runs AS MATERIALIZED (
+    SELECT r.id FROM scheduler_run AS r
+    WHERE r.job_id = %(job_id)s AND r.state = 'pending'
+    FOR UPDATE SKIP LOCKED
+), steps AS MATERIALIZED (
+    SELECT s.id, s.run_id, s.process_state IN ('waiting', 'pending') AND s.attempts = 0 AS unstarted
+    FROM scheduler_step AS s WHERE s.run_id IN (SELECT id FROM runs)
+    FOR UPDATE OF s SKIP LOCKED
+), doomed AS MATERIALIZED (
+    SELECT runs.id FROM runs
+    WHERE NOT EXISTS (
+        SELECT 1 FROM scheduler_step AS s
+        WHERE s.run_id = runs.id
+          AND NOT EXISTS (SELECT 1 FROM steps WHERE steps.id = s.id AND steps.unstarted))
+), cancelled_steps AS (
+    UPDATE scheduler_step AS s
+    SET process_state = 'cancelled', locked_by = NULL, updated_at = statement_timestamp()
+    WHERE s.run_id IN (SELECT id FROM doomed) AND s.process_state IN ('waiting', 'pending')
+), cancelled AS (
+    UPDATE scheduler_run AS r
+    SET state = 'cancelled', cancel_requested = true, error = left(%(reason)s, 4000),
+        finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    WHERE r.id IN (SELECT id FROM doomed) AND r.state = 'pending'
+    RETURNING r.id, r.observed, r.correlation_id
+), events AS (
+    INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+    SELECT sas_uuid7(), c.id, NULL, 'cancelled',
+           jsonb_build_object('reason', left(%(reason)s, 500), 'correlation_id', c.correlation_id),
+           statement_timestamp()
+    FROM cancelled AS c
+    RETURNING id, run_id
+)
+SELECT c.id, c.observed, e.id FROM cancelled AS c JOIN events AS e ON e.run_id = c.id
+
 -- name: run_fail
 -- Compensating -> Failed: a compensation step errored; an operator must act.
 UPDATE scheduler_run
