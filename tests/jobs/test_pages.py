@@ -34,7 +34,7 @@ FORM = {
     "jitter": "0",
     "max_retry": "0",
     "retry_backoff": "10",
-    "priority": "0",
+    "priority": "-10",
     "idempotent": "on",
 }
 

@@ -136,12 +136,12 @@ def test_job_cron_constraint__recurring_without_cron__refused_by_database(user):
 
 def test_job_run_submit__run_carries_job_owner_priority_and_correlation(user):
     job = job_create(
-        by_staff=False, owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, priority=7
+        by_staff=False, owner_id=user.id, name="j", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, priority=-70
     )
 
     run = job_run_submit(by_staff=False, job_id=job.id)
 
-    assert run.job_id == job.id and run.owner_id == user.id and run.priority == 7
+    assert run.job_id == job.id and run.owner_id == user.id and run.priority == -70
     assert run.correlation_id == f"job:{job.id}" and run.input == job.input
     assert run.steps.get(seq=0).process_state == "pending"
     assert list(run.events.values_list("type", flat=True)) == ["received"]

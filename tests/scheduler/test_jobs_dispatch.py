@@ -47,14 +47,14 @@ def test_create__recurring__next_row_is_the_first_occurrence_after_now(user):
 
 
 def test_dispatch__due_occurrence__one_run_for_it_and_the_row_moves_on(user):
-    job = new_job(user, cron="0 * * * *", priority=3)
+    job = new_job(user, cron="0 * * * *", priority=-30)
     t = make_due(job)
 
     done = dispatch()
 
     (run,) = runs_of(job)
     assert done.started == 1 and run.scheduled_for == t and run.job_attempt == 0
-    assert run.owner_id == user.id and run.priority == 3 and run.correlation_id == f"job:{job.id}"
+    assert run.owner_id == user.id and run.priority == -30 and run.correlation_id == f"job:{job.id}"
     assert run.steps.get(seq=0).process_state == "pending"
     (started,) = history(job)
     assert started.status == "started" and started.run_id == run.id and started.retry_count == 0
