@@ -79,6 +79,7 @@ def _refused_page(request: HttpRequest, form: JobForm, job: Job | None, refused:
     Retry-After; nothing saved."""
     form.is_valid()  # binds the typed values for the page; the service is not called
     form.add_error(None, refused.message)
+    form.refused_by_limit = True
     response = _form_page(request, form, job, status=429)
     if refused.retry_after is not None:
         response["Retry-After"] = str(refused.retry_after)
