@@ -68,6 +68,18 @@ def truncate_engine_tables() -> None:
             time.sleep(0.2)
 
 
+@pytest.fixture(autouse=True)
+def _rate_budgets_fresh() -> None:
+    """Every test starts with full rate budgets (scheduler/limits.py keeps them in Redis per
+    user id, and live tests reuse users such as the demo's): a test's 429 is its own doing."""
+    from sasproject.redis_client import get_redis
+
+    client = get_redis()
+    keys = list(client.scan_iter(f"{settings.REDIS_PREFIX}sas:rate:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(
     request: pytest.FixtureRequest, django_test_environment: None, django_db_blocker: Any
