@@ -122,7 +122,8 @@ def test_api_create__at_the_active_jobs_quota__429_naming_it_nothing_written(
     refused = api.post(JOBS, job_body(name="c"), format="json")
 
     assert refused.status_code == 429
-    assert refused.json()["detail"].startswith("You have 2 active jobs") and "limit is 2" in refused.json()["detail"]
+    detail = refused.json()["detail"]
+    assert detail.startswith("You have 2 active jobs") and "the limit is 2 per user" in detail
     assert row_counts() == counts
 
 
@@ -171,14 +172,15 @@ def test_run_now__at_the_runs_in_flight_quota__429_and_page_message_no_run(
     assert Run.objects.filter(job=job).count() == 2
 
 
-def test_dispatcher__owner_at_the_runs_quota__occurrence_skipped_with_history(user: Any, settings: Any) -> None:
+def test_dispatcher__owner_at_the_runs_quota__occurrence_skipped_with_history(
+    user: Any, settings: Any
+) -> None:
     from scheduler.models import ScheduledJob, TaskExecutionHistory
     from scheduler.services import jobs_dispatch
+    from scheduler.services.jobs import job_run_now
 
     settings.SAS_QUOTAS = {**settings.SAS_QUOTAS, "RUNS_IN_FLIGHT": 1}
     busy = _job(user, "busy", overlap_policy="allow_all")
-    from scheduler.services.jobs import job_run_now
-
     job_run_now(job_id=busy.pk)
     due = _job(user, "due")
     ScheduledJob.objects.filter(job=due).update(next_execution_at=datetime(2024, 1, 1, tzinfo=UTC))
@@ -194,9 +196,7 @@ def test_dispatcher__owner_at_the_runs_quota__occurrence_skipped_with_history(us
 
 
 @pytest.mark.parametrize("priority", [0, -1, -9, 32767, -1001])
-def test_api__priority_outside_the_customer_band__400_naming_the_range(
-    api: APIClient, priority: int
-) -> None:
+def test_api__priority_outside_the_customer_band__400_naming_the_range(api: APIClient, priority: int) -> None:
     counts = row_counts()
 
     response = api.post(JOBS, job_body(priority=priority), format="json")

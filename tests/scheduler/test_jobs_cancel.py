@@ -111,7 +111,7 @@ def test_pause__buffered_occurrence_stays_parked_and_run_going_is_kept(user: Any
     first = job_run_now(job_id=job.pk)
     _scheduler_claims()
     second = job_run_now(job_id=job.pk)
-    assert (first.outcome, second.outcome) == ("started", "buffered")
+    assert (first.outcome, second.outcome) == ("started", "buffered") and first.run_id is not None
 
     job_pause(job_id=job.pk, actor="ops")
 
@@ -120,7 +120,9 @@ def test_pause__buffered_occurrence_stays_parked_and_run_going_is_kept(user: Any
     assert parked.next_execution_at is None
 
 
-def test_delete__a_run_whose_step_is_being_claimed_is_left_to_start(live_db: None, settings: Any) -> None:
+def test_delete__a_run_whose_step_is_being_claimed_is_left_to_start(
+    live_db: None, engine_paused: None, settings: Any
+) -> None:
     """A claim holds the step's row (FOR UPDATE, as sas_step_claim_due does) when the delete
     comes: that run has started - it is not cancelled; the others are."""
     from django.contrib.auth import get_user_model

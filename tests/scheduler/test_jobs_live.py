@@ -141,7 +141,9 @@ def test_two_dispatchers__1000_jobs__every_occurrence_fires_exactly_once(
                 str(until),
             ],
             cwd=REPO,
-            env=worker_env,
+            # 1,000 runs of one owner: the per-user runs-in-flight quota (issue 18) is not what
+            # this measures (the dispatcher would skip past it, as tests/jobs/test_limits.py shows).
+            env={**worker_env, "SAS_QUOTA_RUNS_IN_FLIGHT": "0"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

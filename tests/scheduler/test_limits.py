@@ -100,8 +100,9 @@ def test_active_jobs_quota__eight_concurrent_clients__never_past_it(live_db: Non
 
 
 def test_runs_in_flight_quota__eight_concurrent_order_clients__never_past_it(
-    live_db: None, settings: Any
+    live_db: None, engine_paused: None, settings: Any
 ) -> None:
+    # engine_paused: the session engine, if running, would finish orders and free places.
     from tests.orders.conftest import ORDER
 
     settings.SAS_SUBMIT_RATE = "10000/minute"

@@ -5,7 +5,6 @@ server: the job form says which limit refused it and saves nothing. Screenshot
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 
