@@ -19,6 +19,7 @@ from .helpers import wait_run, wait_step_state
 def test_delete__queued_runs_never_run__the_claimed_one_finishes(engine, demo_user):
     base = os.environ["SIMULATOR_URL"]
     job = job_create(
+        by_staff=False,
         owner_id=demo_user.id,
         name=f"slow-{uuid.uuid4().hex[:6]}",
         workflow=HTTP_CALL_WORKFLOW,
@@ -26,13 +27,13 @@ def test_delete__queued_runs_never_run__the_claimed_one_finishes(engine, demo_us
         cron="0 * * * *",
         overlap_policy="allow_all",
     )
-    claimed = job_run_now(job_id=job.pk).run_id
+    claimed = job_run_now(by_staff=False, job_id=job.pk).run_id
     wait_step_state(claimed, "call", Step.State.PROCESSING)
     workers = (engine.control, engine.agents, engine.beat)
     for proc in workers:
         proc.kill(signal.SIGSTOP)  # the agent is frozen mid-call; nothing claims
     try:
-        queued = [run_id for _ in range(3) if (run_id := job_run_now(job_id=job.pk).run_id)]
+        queued = [run_id for _ in range(3) if (run_id := job_run_now(by_staff=False, job_id=job.pk).run_id)]
         assert len(queued) == 3
         assert set(Run.objects.filter(pk__in=queued).values_list("state", flat=True)) == {Run.State.PENDING}
 

@@ -25,6 +25,7 @@ JOBS = "/api/jobs/"
 
 
 def _job(owner: Any, name: str = "mine", **fields: Any) -> Job:
+    fields.setdefault("by_staff", False)
     return job_create(
         owner_id=owner.pk, name=name, workflow=WORKFLOW, input=ORDER_INPUT, cron="0 * * * *", **fields
     )
@@ -151,7 +152,7 @@ def test_active_jobs_quota__finished_jobs_do_not_count_but_one_rearmed_does(user
     _job(user, "live")  # the finished one does not count
 
     with pytest.raises(QuotaExceeded):
-        job_update(job_id=done.pk, cron="5 * * * *")  # re-arming it would make two
+        job_update(by_staff=False, job_id=done.pk, cron="5 * * * *")  # re-arming it would make two
 
     assert Job.objects.get(pk=done.pk).finished_at is not None
 
@@ -181,7 +182,7 @@ def test_dispatcher__owner_at_the_runs_quota__occurrence_skipped_with_history(
 
     settings.SAS_QUOTAS = {**settings.SAS_QUOTAS, "RUNS_IN_FLIGHT": 1}
     busy = _job(user, "busy", overlap_policy="allow_all")
-    job_run_now(job_id=busy.pk)
+    job_run_now(by_staff=False, job_id=busy.pk)
     due = _job(user, "due")
     ScheduledJob.objects.filter(job=due).update(next_execution_at=datetime(2024, 1, 1, tzinfo=UTC))
 

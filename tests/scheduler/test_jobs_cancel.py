@@ -37,7 +37,7 @@ def _scheduler_claims() -> None:
 def _queued_job(user: Any, **fields: Any) -> tuple[Job, list[Run], list[Run]]:
     job = new_job(user, overlap_policy="allow_all", max_retry=3, **fields)
     for _ in range(QUEUED):
-        assert job_run_now(job_id=job.pk).outcome == "started"
+        assert job_run_now(by_staff=False, job_id=job.pk).outcome == "started"
     _scheduler_claims()
     runs = list(Run.objects.filter(job=job).order_by("created_at"))
     going = [r for r in runs if r.state == Run.State.RUNNING]
@@ -108,9 +108,9 @@ def test_pause__buffered_occurrence_stays_parked_and_run_going_is_kept(user: Any
     """buffer_one: one run going, one occurrence parked behind it. The pause keeps the parked row
     (it waits for the resume) and the claimed run; only unstarted runs go."""
     job = new_job(user, overlap_policy="buffer_one")
-    first = job_run_now(job_id=job.pk)
+    first = job_run_now(by_staff=False, job_id=job.pk)
     _scheduler_claims()
-    second = job_run_now(job_id=job.pk)
+    second = job_run_now(by_staff=False, job_id=job.pk)
     assert (first.outcome, second.outcome) == ("started", "buffered") and first.run_id is not None
 
     job_pause(job_id=job.pk, actor="ops")
@@ -134,7 +134,7 @@ def test_delete__a_run_whose_step_is_being_claimed_is_left_to_start(
     user, _ = get_user_model().objects.get_or_create(username="cancel-race")
     job = new_job(user, overlap_policy="allow_all")
     for _ in range(3):
-        job_run_now(job_id=job.pk)
+        job_run_now(by_staff=False, job_id=job.pk)
     runs = list(Run.objects.filter(job=job).order_by("created_at"))
     held_step = Step.objects.get(run=runs[0], seq=0)
     holding, release = threading.Event(), threading.Event()

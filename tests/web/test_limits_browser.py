@@ -25,6 +25,7 @@ def test_browser__job_form_at_the_active_jobs_quota__refusal_names_the_limit(
     user = make_user("quotaweb")
     for i in range(limit):
         job_create(
+            by_staff=False,
             owner_id=user.pk,
             name=f"job {i}",
             workflow="order_fulfilment",
