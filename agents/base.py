@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +36,7 @@ from django.utils import timezone
 
 from sasproject.logs import log_context
 from scheduler.attempts import StartMark, attempt_start_mark
+from scheduler.metrics import attempt_observe
 from scheduler.services import scheduler_instance_id, step_reply
 
 from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
@@ -64,6 +66,38 @@ class PermanentFault(Exception):
 
 
 TRANSIENT_STATUSES = {408, 425, 429}
+
+
+class AttemptFailed(Exception):
+    """Raised by an agent task, in a worker, after its attempt's reply was recorded (or after it
+    gave up without one), when the attempt did not succeed: Flower and Celery's events then show
+    the task as FAILURE with the reason (a declined card, a 503 of an outage) instead of SUCCESS.
+
+    It changes nothing in the engine: the reply is already durable when it is raised (the fenced
+    reply committed, or in "queue" mode its message published), Celery does not retry an agent
+    (max_retries = 0, no autoretry), and with acks_late a task that raised is still acknowledged
+    (task_acks_on_failure_or_timeout, on by default), so the message is never delivered again.
+    It is listed in `AgentTask.throws`, so the worker logs it on one INFO line, not as an error
+    with a traceback. Tasks called directly (tests, steps run in place) return as before."""
+
+
+# Outcomes of an attempt that Flower shows as failed (every one but a success or a page done).
+FAILED_OUTCOMES = frozenset({"permanent", "transient", "deferred", "deadline", "dropped"})
+
+
+@dataclass
+class _Attempt:
+    outcome: str = ""
+    error: str = ""
+
+
+# The attempt `perform` is running (its reply's outcome lands here) and, for a task run by a
+# worker, the first attempt's outcome - the one the task's Celery state reports.
+_attempt: ContextVar[_Attempt | None] = ContextVar("sas_agent_attempt", default=None)
+_task_attempt: ContextVar[_Attempt | None] = ContextVar("sas_agent_task_attempt", default=None)
+# When the task's message was published (the sas_sent_at header, sasproject/celery.py), for the
+# schedule-to-start histogram; None for a step run in place or a task called directly.
+_sent_at: ContextVar[float | None] = ContextVar("sas_agent_sent_at", default=None)
 
 _local = threading.local()
 
@@ -178,13 +212,52 @@ class AgentTask(Task):
     # Replies are our own protocol, not Celery retries: never let Celery retry an agent.
     max_retries = 0
     ignore_result = True
+    # An attempt that failed ends the task with AttemptFailed once its reply is recorded: an
+    # expected error (logged at INFO, no traceback), shown as FAILURE in Flower.
+    throws = (AttemptFailed,)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # Steps that its replies claim and that this worker serves run right after it, in
-        # place (agents/eager.py).
-        return run_with_next_steps(self, super().__call__, args, kwargs)
+        if self.request.called_directly:
+            return run_with_next_steps(self, super().__call__, args, kwargs)
+        # Run by a worker: the first attempt's outcome becomes the task's state.
+        sent_at = getattr(self.request, "sas_sent_at", None)
+        first = _Attempt()
+        tokens = (_task_attempt.set(first), _sent_at.set(float(sent_at) if sent_at else None))
+        try:
+            # Steps that its replies claim and that this worker serves run right after it, in
+            # place (agents/eager.py).
+            result = run_with_next_steps(self, super().__call__, args, kwargs)
+        finally:
+            _task_attempt.reset(tokens[0])
+            _sent_at.reset(tokens[1])
+        if first.outcome in FAILED_OUTCOMES:
+            raise AttemptFailed(f"{first.outcome}: {first.error}" if first.error else first.outcome)
+        return result
 
-    def perform(
+    def perform(self, **kwargs: Any) -> str:
+        """One attempt (`_perform`), counted in the engine's metrics (scheduler/metrics.py): its
+        outcome, its time at work and its time in the queue."""
+        record = _Attempt()
+        token = _attempt.set(record)
+        sent_at = _sent_at.get()
+        _sent_at.set(None)  # steps run in place after this one did not wait in a queue
+        started = time.monotonic()
+        queued = time.time() - sent_at if sent_at is not None else None
+        try:
+            result = self._perform(**kwargs)
+        finally:
+            _attempt.reset(token)
+        if not record.outcome:
+            record.outcome = result if result in FAILED_OUTCOMES else "success"
+        attempt_observe(
+            operation=self.name, outcome=record.outcome, seconds=time.monotonic() - started, queued=queued
+        )
+        first = _task_attempt.get()
+        if first is not None and not first.outcome:
+            first.outcome, first.error = record.outcome, record.error
+        return result
+
+    def _perform(
         self,
         *,
         path: str,
@@ -353,6 +426,9 @@ class AgentTask(Task):
         if timezone.now() >= deadline:
             # The pattern's rule: past complete-by the agent says nothing, not even an error.
             return "deadline"
+        record = _attempt.get()
+        if record is not None:
+            record.outcome, record.error = outcome, error[:500]
         worker = scheduler_instance_id()
         if settings.SAS["REPLY_MODE"] == "queue":
             # No `expires` on the reply: a reply that reaches the scheduler after complete-by

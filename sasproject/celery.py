@@ -8,7 +8,14 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, celeryd_after_setup, setup_logging, task_postrun, task_prerun
+from celery.signals import (
+    beat_init,
+    before_task_publish,
+    celeryd_after_setup,
+    setup_logging,
+    task_postrun,
+    task_prerun,
+)
 
 from sasproject import kombu_client_reuse, kombu_compat, logs
 
@@ -40,6 +47,25 @@ def _name_worker_in_logs(sender: str, instance: Any = None, **kwargs: Any) -> No
 @beat_init.connect
 def _name_beat_in_logs(**kwargs: Any) -> None:
     logs.set_worker_name(f"beat@{socket.gethostname()}")
+
+
+def _add_queue_heartbeat() -> None:
+    from sasproject.worker_heartbeat import QueueHeartbeat
+
+    app.steps["consumer"].add(QueueHeartbeat)
+
+
+_add_queue_heartbeat()
+
+
+@before_task_publish.connect
+def _stamp_sent_at(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    """Every message carries when it was published (`sas_sent_at`, epoch seconds): the agent
+    measures its schedule-to-start from it (scheduler/metrics.py) and the health page the age
+    of the oldest message in a queue (ops/queues.py). A header, not an argument: tasks and
+    their signatures are unchanged, and a worker reads it as `task.request.sas_sent_at`."""
+    if headers is not None:
+        headers.setdefault("sas_sent_at", time.time())
 
 
 @task_prerun.connect

@@ -39,6 +39,9 @@ class FaviconRedirect(RedirectView):
 urlpatterns = [
     # Pages link their icon; this answers clients that ask for /favicon.ico anyway.
     path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),
+    # /healthz, /readyz, /metrics (issue 19) for load balancers and Prometheus. By name, as the
+    # other apps' URLs: sasproject never imports ops (pyproject.toml's "ops-on-top" contract).
+    path("", include("ops.urls")),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

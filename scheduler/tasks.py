@@ -12,6 +12,7 @@ from django.db import DatabaseError
 from sasproject.redis_client import get_redis
 
 from . import services
+from .metrics import periodic_mark
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +46,14 @@ def scheduler_kick() -> int:
         return 0
 
 
-@shared_task(name="scheduler.tick", ignore_result=True)
+# The periodic tasks send no task events (send_events=False): one to three a second would bury
+# the agents' tasks in Flower (issue 19). Each records its own last run instead (`periodic_mark`),
+# which the engine-health page and /metrics show.
+@shared_task(name="scheduler.tick", ignore_result=True, send_events=False)
 def scheduler_tick() -> int:
     """Periodic safety net (django-celery-beat): picks up work whose kick was lost, and steps
     whose backoff `not_before` has come."""
+    periodic_mark(task="scheduler.tick")
     try:
         return _pump_all(services.scheduler_instance_id())
     except DatabaseError:
@@ -56,11 +61,12 @@ def scheduler_tick() -> int:
         return 0
 
 
-@shared_task(name="scheduler.jobs_dispatch", ignore_result=True)
+@shared_task(name="scheduler.jobs_dispatch", ignore_result=True, send_events=False)
 def jobs_dispatch() -> int:
     """The jobs dispatcher's tick (django-celery-beat, every SAS["JOBS_DISPATCH_INTERVAL"] s):
     settle ended job runs, fire due occurrences; then, when the next row is due before beat's next
     tick, wake for it (`jobs_dispatch_wake`). Safe to run in several workers at once."""
+    periodic_mark(task="scheduler.jobs_dispatch")
     try:
         done = services.jobs_dispatch(instance=services.scheduler_instance_id())
         services.jobs_dispatch_wake()

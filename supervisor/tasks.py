@@ -8,6 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
+from scheduler.metrics import periodic_mark, supervisor_recoveries_add
 from scheduler.services import scheduler_instance_id
 
 from .services import step_expire_sweep
@@ -15,10 +16,14 @@ from .services import step_expire_sweep
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="supervisor.sweep", ignore_result=True)
+# send_events=False: a sweep a second would bury the agents' tasks in Flower (issue 19). Its
+# health signal is its last run as recorded by itself (`periodic_mark`: the engine-health page,
+# /metrics' sas_periodic_task_last_run_timestamp_seconds and the SasSweepStale alert).
+@shared_task(name="supervisor.sweep", ignore_result=True, send_events=False)
 def supervisor_sweep() -> dict[str, int]:
     """Sweep expired Processing steps. Survives a database outage: logs and returns, the next
     beat tick tries again (a sweep that ran half-way committed its finished batches)."""
+    periodic_mark(task="supervisor.sweep")
     try:
         result = step_expire_sweep(
             batch=settings.SAS["SWEEP_BATCH"], instance=f"supervisor@{scheduler_instance_id()}"
@@ -26,4 +31,7 @@ def supervisor_sweep() -> dict[str, int]:
     except (DatabaseError, OperationalError):
         logger.exception("supervisor sweep failed; next tick retries")
         return {"examined": 0, "retried": 0, "errored": 0}
+    supervisor_recoveries_add(
+        {"retried": result.retried, "errored": result.errored, "requeued": result.requeued}
+    )
     return {"examined": result.examined, "retried": result.retried, "errored": result.errored}

@@ -1,0 +1,129 @@
+"""The engine's counters and histograms, kept in Redis where every process can add to them.
+
+Step attempts happen in agent processes on any host, sweeps in the control worker, scrapes in
+a web process: a counter in one process's memory (prometheus_client's default) would be one of
+many, and its multiprocess mode shares files on one host only. So each event is added once to a
+Redis hash (HINCRBY is atomic across processes and hosts) by the process where it happens, in
+one pipelined round trip, and /metrics (ops/metrics.py) reads the hashes at scrape time. What
+the database already knows (runs, steps, alerts, jobs) is read from it there instead.
+docs/decisions.md, "Metrics read at scrape time", says why and what it costs.
+
+Writes are best effort: a Redis error is logged and the event is not counted (a metric must
+never fail a step). Counters reset if Redis loses its data; Prometheus' rate() handles resets.
+
+Layout (`<prefix>` is SAS_REDIS_PREFIX):
+- `<prefix>sas:metrics:attempts` - hash: `o|<operation>|<outcome>` attempts by outcome;
+  `l|<operation>|<i>` / `q|<operation>|<i>` step latency / schedule-to-start observations in
+  bucket i of LATENCY_BUCKETS (non-cumulative; i = len(buckets) is +Inf); `ls|<operation>` /
+  `qs|<operation>` their sums in seconds.
+- `<prefix>sas:metrics:supervisor` - hash: `retried`, `errored`, `requeued` recoveries.
+- `<prefix>sas:periodic:last_run` - hash: periodic task name -> epoch seconds of its last run,
+  written by the task itself when it ran (not beat's `last_run_at`, which lags by minutes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Mapping
+
+from django.conf import settings
+
+from sasproject.redis_client import get_redis
+
+logger = logging.getLogger(__name__)
+
+# Seconds. An attempt's time at work spans a few ms (a local service) to its window (10-40 s).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+# What an agent's attempt ended as: its reply's outcome, or why it sent none.
+ATTEMPT_OUTCOMES: tuple[str, ...] = (
+    "success",
+    "permanent",
+    "transient",
+    "deferred",
+    "continue",
+    "deadline",
+    "dropped",
+)
+
+
+def attempts_key() -> str:
+    return f"{settings.REDIS_PREFIX}sas:metrics:attempts"
+
+
+def supervisor_key() -> str:
+    return f"{settings.REDIS_PREFIX}sas:metrics:supervisor"
+
+
+def periodic_key() -> str:
+    return f"{settings.REDIS_PREFIX}sas:periodic:last_run"
+
+
+def _enabled() -> bool:
+    return bool(settings.SAS_MONITORING["METRICS"])
+
+
+def bucket_index(seconds: float) -> int:
+    """The bucket an observation falls in: the first upper bound >= seconds (len: +Inf)."""
+    return bisect.bisect_left(LATENCY_BUCKETS, seconds)
+
+
+def attempt_observe(*, operation: str, outcome: str, seconds: float, queued: float | None) -> None:
+    """Count one agent attempt of `operation`: its outcome, its time at work (`seconds`) and,
+    when the request came through the broker, its time in the queue (`queued`, publish to
+    start). One pipelined round trip."""
+    if not _enabled():
+        return
+    key = attempts_key()
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.hincrby(key, f"o|{operation}|{outcome}", 1)
+        pipe.hincrby(key, f"l|{operation}|{bucket_index(seconds)}", 1)
+        pipe.hincrbyfloat(key, f"ls|{operation}", seconds)
+        if queued is not None:
+            queued = max(0.0, queued)
+            pipe.hincrby(key, f"q|{operation}|{bucket_index(queued)}", 1)
+            pipe.hincrbyfloat(key, f"qs|{operation}", queued)
+        pipe.execute()
+    except Exception:
+        logger.warning("metrics: could not count an attempt of %s (Redis)", operation, exc_info=True)
+
+
+def supervisor_recoveries_add(counts: Mapping[str, int]) -> None:
+    """Add a sweep's recoveries (steps sent back to Pending, marked Error, requeued)."""
+    if not _enabled() or not any(counts.values()):
+        return
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for name, count in counts.items():
+            if count:
+                pipe.hincrby(supervisor_key(), name, int(count))
+        pipe.execute()
+    except Exception:
+        logger.warning("metrics: could not count the sweep's recoveries (Redis)", exc_info=True)
+
+
+def periodic_mark(*, task: str) -> None:
+    """Record that the periodic task `task` ran now, as the engine saw it (the health page and
+    /metrics read it). Written even with SAS_METRICS off: it is the periodic tasks' health
+    signal, which Flower no longer shows (their task events are off)."""
+    try:
+        get_redis().hset(periodic_key(), task, f"{time.time():.3f}")
+    except Exception:
+        logger.warning("could not record the last run of %s (Redis)", task, exc_info=True)
