@@ -17,6 +17,10 @@ export WEB_PORT ?= 8000
 export FLOWER_PORT ?= 5555
 export SIMULATOR_PORT ?= 8055
 export SIMULATOR_URL ?= http://127.0.0.1:$(SIMULATOR_PORT)
+# Demo credentials for `make run` (printed with the URLs); set your own in the environment.
+# Flower's login (its --basic_auth) and the bearer token /metrics asks for.
+export FLOWER_BASIC_AUTH ?= flower:flower-demo
+export SAS_METRICS_TOKEN ?= metrics-demo-token
 export PYTHONUNBUFFERED := 1
 # Procfile commands (python, celery) resolve to the virtualenv.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
@@ -49,7 +53,7 @@ fi
 exit "$$code"
 endef
 
-.PHONY: help venv install run test test-fast lint format chromium bench services-status stop-services clean-devdata
+.PHONY: help venv install run test test-fast lint format chromium promtool bench services-status stop-services clean-devdata
 
 help:
 	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode)"
@@ -120,7 +124,7 @@ run: $(STAMP)
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
-test: $(STAMP) chromium
+test: $(STAMP) chromium promtool
 	@$(DEVSERVICES_ENV)
 	echo "== ruff check"
 	$(VENV)/bin/ruff check .
@@ -165,6 +169,28 @@ chromium:
 	else
 		tail -n 20 "$$apt_log" >&2
 		echo "warning: apt-get could not install chromium/chromium-driver; browser tests will fail" >&2
+	fi
+	rm -f "$$apt_log"
+
+# The Prometheus alerting rules (docker/prometheus/rules.yml) are unit-tested with
+# `promtool test rules` (tests/ops/test_prometheus_rules.py); Debian's `prometheus` package has it.
+promtool:
+	@if command -v promtool >/dev/null 2>&1; then
+		exit 0
+	fi
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "warning: promtool missing and cannot apt-get install (not root or no apt-get);" \
+			"the Prometheus rules test needs Debian's prometheus package" >&2
+		exit 0
+	fi
+	echo "== installing Debian prometheus (promtool) for the alerting rules test (apt-get)"
+	apt_log="$$(mktemp)"
+	if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } \
+		>"$$apt_log" 2>&1; then
+		echo "installed: $$(promtool --version 2>&1 | head -n 1)"
+	else
+		tail -n 20 "$$apt_log" >&2
+		echo "warning: apt-get could not install prometheus; the rules test will be skipped" >&2
 	fi
 	rm -f "$$apt_log"
 

@@ -80,6 +80,9 @@ def cmd_urls(wait: bool) -> int:
     # demo_setup creates that login only in demo mode (SAS_DEMO=1, set by `make run`).
     demo = os.environ.get("SAS_DEMO") == "1"
     login = f"login: {user} / {password}" if demo else "(no demo login: SAS_DEMO is off)"
+    flower_user, _, flower_password = os.environ.get("FLOWER_BASIC_AUTH", "").partition(":")
+    flower_login = f"     login: {flower_user} / {flower_password}" if flower_user else ""
+    metrics_token = os.environ.get("SAS_METRICS_TOKEN", "")
     line = "=" * 78
     print(
         "\n".join(
@@ -90,7 +93,11 @@ def cmd_urls(wait: bool) -> int:
                 f"   Web          http://{HOST}:{web}/",
                 f"   Admin        http://{HOST}:{web}/admin/     {login}",
                 f"   API schema   http://{HOST}:{web}/api/schema/",
-                f"   Flower       http://{HOST}:{flower}/",
+                f"   Flower       http://{HOST}:{flower}/{flower_login}",
+                f"   Metrics      http://{HOST}:{web}/metrics      (Authorization: Bearer {metrics_token})"
+                if metrics_token
+                else f"   Metrics      http://{HOST}:{web}/metrics      (set SAS_METRICS_TOKEN to open it)",
+                f"   Health       http://{HOST}:{web}/healthz  http://{HOST}:{web}/readyz",
                 f"   Simulator    http://{HOST}:{simulator}/health  (faults: /_faults, stats: /_stats)",
                 "",
                 f"   DATABASE_URL {redact(os.environ.get('DATABASE_URL', '(unset)'))}",

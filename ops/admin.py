@@ -17,6 +17,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -163,6 +164,8 @@ class OperatorRunAdmin(RunAdmin):
             "alerts_open_url": reverse("admin:supervisor_alert_changelist") + "?status=open",
             "jobs_url": reverse("admin:scheduler_job_changelist"),
             "periodic_tasks_url": reverse("admin:django_celery_beat_periodictask_changelist"),
+            "consumer_stale": settings.SAS_MONITORING["CONSUMER_STALE"],
+            "flower_url": settings.SAS_MONITORING["FLOWER_URL"],
         }
         return TemplateResponse(request, "admin/ops/health.html", context)
 

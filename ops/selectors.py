@@ -19,10 +19,14 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker, _redis
-from scheduler.models import Run, ScheduledJob
+from scheduler.metrics import periodic_key
+from scheduler.models import Run, ScheduledJob, Step
 from scheduler.selectors import count_per_run, run_list_annotated, run_state_counts, steps_overdue_count
 from supervisor.models import Alert
+from sasproject.redis_client import get_redis
 from supervisor.periodic import PERIODIC_TASKS
+
+from .queues import QueueStatus, queue_statuses
 
 logger = logging.getLogger(__name__)
 
@@ -129,19 +133,44 @@ class PeriodicTaskInfo:
     enabled: bool
     every_seconds: float | None
     last_run_at: Any
+    # When the task last ran as the engine saw it: written by the task itself when it runs
+    # (scheduler/metrics.py `periodic_mark`), not beat's last_run_at (which beat writes back
+    # only every few minutes). None: never recorded.
+    ran_at: datetime | None = None
+
+    @property
+    def late(self) -> bool:
+        """Not run for three of its intervals (and 10 s): beat or its worker is down or stuck."""
+        if self.ran_at is None or self.every_seconds is None or not self.enabled:
+            return self.enabled and self.ran_at is None
+        return (timezone.now() - self.ran_at).total_seconds() > 3 * self.every_seconds + 10
+
+
+def periodic_runs() -> dict[str, datetime]:
+    """Task name -> when it last ran, as recorded by the task itself in Redis."""
+    try:
+        raw = get_redis().hgetall(periodic_key())
+    except redis.RedisError:
+        logger.warning("cannot read the periodic tasks' last runs (Redis)", exc_info=True)
+        return {}
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): datetime.fromtimestamp(float(v), tz=UTC)
+        for k, v in raw.items()
+    }
 
 
 def engine_periodic_tasks() -> list[PeriodicTaskInfo]:
     """The engine's django-celery-beat rows (supervisor sweep, scheduler tick) with intervals."""
     from django_celery_beat.models import PeriodicTask
 
+    ran = periodic_runs()
     names = [row[0] for row in PERIODIC_TASKS]
     rows = {t.name: t for t in PeriodicTask.objects.filter(name__in=names).select_related("interval")}
     infos: list[PeriodicTaskInfo] = []
     for name, task, _queue, _setting in PERIODIC_TASKS:
         row = rows.get(name)
         if row is None:
-            infos.append(PeriodicTaskInfo(name, task, None, False, None, None))
+            infos.append(PeriodicTaskInfo(name, task, None, False, None, None, ran.get(task)))
             continue
         interval = row.interval
         every = None
@@ -156,6 +185,7 @@ def engine_periodic_tasks() -> list[PeriodicTaskInfo]:
                 enabled=row.enabled,
                 every_seconds=every,
                 last_run_at=row.last_run_at,
+                ran_at=ran.get(row.task),
             )
         )
     return infos
@@ -183,6 +213,28 @@ def jobs_overdue() -> JobsOverdue:
 
 
 @dataclass(frozen=True)
+class OldestPending:
+    step_id: int
+    run_id: Any
+    name: str
+    operation: str
+    due_since: datetime
+
+
+def oldest_pending_step() -> OldestPending | None:
+    """The Pending step that has been due the longest (its backoff over), i.e. waits for a
+    claim: normally seconds at most. Reads the Pending rows only (the partial index
+    step_pending_claim_idx), however long the history."""
+    row = (
+        Step.objects.filter(process_state=Step.State.PENDING, not_before__lte=timezone.now())
+        .order_by("not_before")
+        .values_list("pk", "run_id", "name", "operation", "not_before")
+        .first()
+    )
+    return OldestPending(*row) if row is not None else None
+
+
+@dataclass(frozen=True)
 class EngineHealth:
     run_states: dict[str, int]
     runs_need_attention: int
@@ -191,6 +243,12 @@ class EngineHealth:
     breakers: list[BreakerStatus]
     periodic_tasks: list[PeriodicTaskInfo]
     jobs_overdue: JobsOverdue
+    queues: list[QueueStatus]
+    oldest_pending: OldestPending | None
+
+    @property
+    def queues_stalled(self) -> list[QueueStatus]:
+        return [q for q in self.queues if q.stalled]
 
 
 def engine_health() -> EngineHealth:
@@ -203,4 +261,6 @@ def engine_health() -> EngineHealth:
         breakers=breaker_statuses(),
         periodic_tasks=engine_periodic_tasks(),
         jobs_overdue=jobs_overdue(),
+        queues=queue_statuses(),
+        oldest_pending=oldest_pending_step(),
     )

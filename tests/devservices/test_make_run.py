@@ -115,4 +115,5 @@ def test_make_run__new_database_then_ctrl_c__clean_start_and_clean_stop(new_data
     assert "stopped (Ctrl-C)" in text
     assert "periodic tasks in place: sas: supervisor sweep, sas: scheduler safety tick" in text
     assert "already present" not in text
+    assert "login: flower / flower-demo" in text  # Flower asks for a login (issue 19)
     assert os.waitstatus_to_exitcode(status) in (0, -signal.SIGINT)  # what any Ctrl-C'd command does
