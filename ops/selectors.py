@@ -19,11 +19,11 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker, _redis
+from sasproject.redis_client import get_redis
 from scheduler.metrics import periodic_key
 from scheduler.models import Run, ScheduledJob, Step
 from scheduler.selectors import count_per_run, run_list_annotated, run_state_counts, steps_overdue_count
 from supervisor.models import Alert
-from sasproject.redis_client import get_redis
 from supervisor.periodic import PERIODIC_TASKS
 
 from .queues import QueueStatus, queue_statuses
