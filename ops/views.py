@@ -15,7 +15,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from .metrics import EngineCollector
 from .probes import broker_check, database_check, migrations_check
@@ -69,4 +70,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return response
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EngineCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    # The classic text format (0.0.4) that every Prometheus 2.x and 3.x scrapes without a
+    # fallback setting; prometheus_client's "latest" (1.0.0) is refused by Prometheus 3 unless
+    # its scrape config names a fallback protocol. Our names need no UTF-8 escaping.
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -1,0 +1,43 @@
+"""The engine's queue list (settings.SAS_QUEUES = CELERY_TASK_QUEUES) and the compose files
+that run Prometheus and Grafana."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from celery import current_app
+from django.conf import settings
+
+DOCKER = Path(__file__).resolve().parents[2] / "docker"
+
+
+def test_sas_queues__every_registered_task_routes_to_a_listed_queue() -> None:
+    current_app.loader.import_default_modules()
+    router = current_app.amqp.router
+    missing = {}
+    for name in current_app.tasks:
+        if name.startswith("celery."):
+            continue
+        queue = router.route({}, name, args=(), kwargs={}).get("queue")
+        queue_name = getattr(queue, "name", queue)
+        if queue_name not in settings.SAS_QUEUES:
+            missing[name] = queue_name
+    assert not missing, f"tasks routed to queues missing from settings.SAS_QUEUES: {missing}"
+    assert [q.name for q in settings.CELERY_TASK_QUEUES] == settings.SAS_QUEUES
+
+
+def test_compose__prometheus_and_grafana__local_ports_healthchecks_and_mounted_files() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yml").read_text())
+    for name in ("prometheus", "grafana"):
+        service = compose["services"][name]
+        assert all(str(port).startswith("127.0.0.1:") for port in service["ports"]), service["ports"]
+        assert service["healthcheck"]["test"], name
+        for volume in service["volumes"]:
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                assert (DOCKER / source).exists(), f"{name} mounts missing {source}"
+    assert "--basic_auth" in compose["services"]["flower"]["command"]
+    dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "sasproject.json").read_text())
+    assert dashboard["panels"] and all(p["targets"] for p in dashboard["panels"])
