@@ -139,6 +139,10 @@ class PeriodicTaskInfo:
     ran_at: datetime | None = None
 
     @property
+    def ran_seconds_ago(self) -> float | None:
+        return None if self.ran_at is None else max(0.0, (timezone.now() - self.ran_at).total_seconds())
+
+    @property
     def late(self) -> bool:
         """Not run for three of its intervals (and 10 s): beat or its worker is down or stuck."""
         if self.ran_at is None or self.every_seconds is None or not self.enabled:
