@@ -1,7 +1,7 @@
-"""Flower with real processes (issue 19): it asks for a login, shows an agent task whose attempt
-failed (refused like a declined card, or a 503 of an outage) as FAILURE with the reason while the engine compensates the order as
-before, keeps the periodic engine tasks out of its task list, and lists the engine's queues on
-its broker page."""
+"""Flower with real processes (issue 19): it asks for a login; it shows an agent task whose
+attempt failed (refused like a declined card, or a 503 of an outage) as FAILURE with the reason
+while the engine handles the run as before; it keeps the periodic engine tasks out of its task
+list; its broker page lists the engine's queues."""
 
 from __future__ import annotations
 
