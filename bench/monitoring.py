@@ -1,0 +1,152 @@
+"""What monitoring costs the engine (issue 19): the engine benchmark (bench/engine.py's
+`engine`) with the metrics and Flower's task events off and on, alternated in one run.
+
+    python bench/monitoring.py [--orders 200] [--latency-samples 50] [--rounds 2] [--concurrency 2]
+
+off: SAS_METRICS=0 (no Redis writes per attempt), task events off, no Flower, no scrapes.
+on:  SAS_METRICS=1, the workers' task events and the producer's task-sent events on
+     (CELERY_WORKER_SEND_TASK_EVENTS / CELERY_TASK_SEND_SENT_EVENT = 1, what Flower turns on),
+     a real Flower consuming them, and /metrics scraped every SCRAPE_EVERY seconds meanwhile.
+Rounds alternate off/on so that the machine's drift falls on both. Printed: orders/s and the
+p50 submit->Completed of each, and the ratios on/off (target: cost <= 5%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("SAS_BENCH_DB", "sasproject_bench_monitoring")
+
+from bench.common import _free_port, bench_environment, fmt_ms, log_dir, print_table  # noqa: E402
+
+SCRAPE_EVERY = 2.0
+TOKEN = "bench-metrics-token"
+
+
+class Scraper(threading.Thread):
+    """Scrapes /metrics in this process (Django's test client, no web server) every few
+    seconds while the engine runs, as Prometheus would (more often than its 15 s)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.times: list[float] = []
+
+    def run(self) -> None:
+        from django.db import connection
+        from django.test import Client
+
+        client = Client()
+        while not self.stop.wait(SCRAPE_EVERY):
+            started = time.perf_counter()
+            response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+            self.times.append(time.perf_counter() - started)
+            assert response.status_code == 200, response.status_code
+        connection.close()
+
+
+def run_variant(base_env: dict[str, str], *, on: bool, concurrency: int, orders: int, samples: int) -> dict:
+    from django.conf import settings
+
+    from bench.engine import engine
+    from tests.harness import Proc
+
+    env = {
+        **base_env,
+        "SAS_METRICS": "1" if on else "0",
+        "CELERY_WORKER_SEND_TASK_EVENTS": "1" if on else "0",
+        "CELERY_TASK_SEND_SENT_EVENT": "1" if on else "0",
+    }
+    # This process submits the orders (the producer side of the task-sent events).
+    settings.CELERY_TASK_SEND_SENT_EVENT = on
+    from celery import current_app
+
+    current_app.conf.task_send_sent_event = on
+    settings.SAS_MONITORING = {**settings.SAS_MONITORING, "METRICS": on, "METRICS_TOKEN": TOKEN}
+    flower = scraper = None
+    if on:
+        port = _free_port()
+        flower = Proc(
+            name="bench-flower",
+            args=[sys.executable, "-m", "celery", "-A", "sasproject", "flower", "--address=127.0.0.1",
+                  f"--port={port}", "--basic_auth=bench:bench"],
+            log_path=log_dir() / "bench-flower.log",
+            env=env,
+        ).start(ready_marker="Visit me at")
+        scraper = Scraper()
+        scraper.start()
+    try:
+        result = engine(env, concurrency, orders, samples)
+    finally:
+        if scraper is not None:
+            scraper.stop.set()
+            scraper.join(timeout=30)
+        if flower is not None:
+            flower.stop()
+    if scraper is not None and scraper.times:
+        result["scrapes"] = len(scraper.times)
+        result["scrape_p50"] = statistics.median(scraper.times)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--orders", type=int, default=200)
+    parser.add_argument("--latency-samples", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    env = bench_environment()
+    from tests.harness import simulator_process
+
+    sim = simulator_process(url=env["SIMULATOR_URL"], log_dir=log_dir(), env=env).start(
+        ready_marker="SIMULATOR_LISTENING"
+    )
+    runs: dict[str, list[dict]] = {"off": [], "on": []}
+    try:
+        for round_ in range(args.rounds):
+            order = ("off", "on") if round_ % 2 == 0 else ("on", "off")
+            for name in order:
+                result = run_variant(
+                    env, on=name == "on", concurrency=args.concurrency, orders=args.orders,
+                    samples=args.latency_samples,
+                )
+                runs[name].append(result)
+                print(f"round {round_ + 1} {name}: {result['orders_per_s']:.1f} orders/s, "
+                      f"p50 {fmt_ms(result['latency_p50'])}", flush=True)
+    finally:
+        sim.stop()
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name])
+
+    tput = med("on", "orders_per_s") / med("off", "orders_per_s")
+    p50 = med("on", "latency_p50") / med("off", "latency_p50")
+    print(f"\nworker processes: {args.concurrency}   rounds: {args.rounds}   orders: {args.orders}")
+    print_table(
+        [
+            ("off: orders/s (median of rounds)", f"{med('off', 'orders_per_s'):.1f}"),
+            ("on:  orders/s", f"{med('on', 'orders_per_s'):.1f}"),
+            ("off: submit->Completed p50", fmt_ms(med("off", "latency_p50"))),
+            ("on:  submit->Completed p50", fmt_ms(med("on", "latency_p50"))),
+            ("ratio throughput on/off (target >= 0.95)", f"{tput:.3f}"),
+            ("ratio p50 on/off (target <= 1.05)", f"{p50:.3f}"),
+            ("scrapes meanwhile, p50", ", ".join(
+                f"{r.get('scrapes', 0)} @ {fmt_ms(r.get('scrape_p50', 0.0))}" for r in runs["on"])),
+        ]
+    )
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "throughput_ratio": tput, "p50_ratio": p50}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
