@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("SAS_BENCH_DB", "sasproject_bench_metrics")
 
-from bench.common import bench_environment, fmt_ms, print_table, truncate_engine  # noqa: E402
+from bench.common import bench_environment, fmt_ms, print_table, truncate_engine
 
 TOKEN = "bench-metrics-token"
 
@@ -48,13 +48,11 @@ FROM generate_series(1, %(runs)s) AS g
 
 
 def seed(runs: int, live: int) -> None:
+    from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from scheduler.services import run_submit
-
-    from django.contrib.auth import get_user_model
-
     from scheduler.models import Job
+    from scheduler.services import run_submit
 
     truncate_engine()
     with connection.cursor() as cursor:
@@ -109,7 +107,9 @@ def explain() -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--live", type=int, default=300)
     parser.add_argument("--scrapes", type=int, default=30)

@@ -25,7 +25,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("SAS_BENCH_DB", "sasproject_bench_monitoring")
 
-from bench.common import _free_port, bench_environment, fmt_ms, log_dir, print_table  # noqa: E402
+from bench.common import _free_port, bench_environment, fmt_ms, log_dir, print_table, wait_until
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
 
 SCRAPE_EVERY = 2.0
 TOKEN = "bench-metrics-token"
@@ -76,11 +87,27 @@ def run_variant(base_env: dict[str, str], *, on: bool, concurrency: int, orders:
         port = _free_port()
         flower = Proc(
             name="bench-flower",
-            args=[sys.executable, "-m", "celery", "-A", "sasproject", "flower", "--address=127.0.0.1",
-                  f"--port={port}", "--basic_auth=bench:bench"],
+            args=[
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "sasproject",
+                "flower",
+                "--address=127.0.0.1",
+                f"--port={port}",
+                "--basic_auth=bench:bench",
+            ],
             log_path=log_dir() / "bench-flower.log",
             env=env,
-        ).start(ready_marker="Visit me at")
+        ).start(ready_marker=None)
+        # The bench logs at WARNING: wait for Flower's port, not its INFO banner.
+        wait_until(
+            lambda: _answers(f"http://127.0.0.1:{port}/healthcheck"),
+            timeout=60,
+            interval=0.2,
+            what="Flower to answer",
+        )
         scraper = Scraper()
         scraper.start()
     try:
@@ -98,7 +125,9 @@ def run_variant(base_env: dict[str, str], *, on: bool, concurrency: int, orders:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--orders", type=int, default=200)
     parser.add_argument("--latency-samples", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
@@ -117,12 +146,18 @@ def main() -> None:
             order = ("off", "on") if round_ % 2 == 0 else ("on", "off")
             for name in order:
                 result = run_variant(
-                    env, on=name == "on", concurrency=args.concurrency, orders=args.orders,
+                    env,
+                    on=name == "on",
+                    concurrency=args.concurrency,
+                    orders=args.orders,
                     samples=args.latency_samples,
                 )
                 runs[name].append(result)
-                print(f"round {round_ + 1} {name}: {result['orders_per_s']:.1f} orders/s, "
-                      f"p50 {fmt_ms(result['latency_p50'])}", flush=True)
+                print(
+                    f"round {round_ + 1} {name}: {result['orders_per_s']:.1f} orders/s, "
+                    f"p50 {fmt_ms(result['latency_p50'])}",
+                    flush=True,
+                )
     finally:
         sim.stop()
 
@@ -140,8 +175,10 @@ def main() -> None:
             ("on:  submit->Completed p50", fmt_ms(med("on", "latency_p50"))),
             ("ratio throughput on/off (target >= 0.95)", f"{tput:.3f}"),
             ("ratio p50 on/off (target <= 1.05)", f"{p50:.3f}"),
-            ("scrapes meanwhile, p50", ", ".join(
-                f"{r.get('scrapes', 0)} @ {fmt_ms(r.get('scrape_p50', 0.0))}" for r in runs["on"])),
+            (
+                "scrapes meanwhile, p50",
+                ", ".join(f"{r.get('scrapes', 0)} @ {fmt_ms(r.get('scrape_p50', 0.0))}" for r in runs["on"]),
+            ),
         ]
     )
     if args.json:

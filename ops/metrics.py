@@ -259,12 +259,29 @@ class EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         started = time.monotonic()
         now = time.time()
-        yield from self._runs(now)
-        yield from self._steps(now)
-        yield from self._jobs(now)
-        yield from self._engine_counters()
-        yield from self._alerts_and_breakers()
-        yield from self._queues()
+        # Each part reads its own source; one that fails (Redis down, a query error) is left
+        # out of this scrape and flagged, the others are still served.
+        up = GaugeMetricFamily(
+            "sas_metrics_section_up", "1 if this part of the scrape could be read.", labels=["section"]
+        )
+        sections = {
+            "runs": lambda: self._runs(now),
+            "steps": lambda: self._steps(now),
+            "jobs": lambda: self._jobs(now),
+            "engine_counters": self._engine_counters,
+            "alerts_breakers": self._alerts_and_breakers,
+            "queues": self._queues,
+        }
+        for name, read in sections.items():
+            try:
+                families = list(read())
+            except Exception:
+                logger.exception("metrics: cannot read %s", name)
+                up.add_metric([name], 0.0)
+                continue
+            up.add_metric([name], 1.0)
+            yield from families
+        yield up
         yield GaugeMetricFamily(
             "sas_metrics_scrape_seconds",
             "How long this scrape's reads took.",

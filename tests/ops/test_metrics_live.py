@@ -219,6 +219,10 @@ def test_metrics__scripted_run_on_two_workers__every_figure_matches_the_database
     assert value(samples, "sas_breaker_state", service="payment", state="closed") == 1
     assert total(samples, "sas_supervisor_recoveries_total") == 0
 
+    assert {s.labels["section"]: s.value for s in samples["sas_metrics_section_up"]} == dict.fromkeys(
+        ("runs", "steps", "jobs", "engine_counters", "alerts_breakers", "queues"), 1.0
+    )
+
     # Labels stay bounded: no run, user or job ids anywhere.
     ids = {str(r) for r in run_ids} | {str(demo_user.id)}
     for name, rows in samples.items():
@@ -235,3 +239,23 @@ def test_metrics__scripted_run_on_two_workers__every_figure_matches_the_database
     ).read_text()
     for used in set(re.findall(r"\bsas_[a-z_]+", shipped)):
         assert base(used) in names, f"{used} is used by the rules or the dashboard but not exported"
+
+
+def test_metrics__redis_unreachable__served_without_its_parts_and_flagged(
+    live_db: None, metrics_settings: None, settings: Any
+) -> None:
+    # The engine's Redis (counters, folded totals) on a closed port: a real connection refusal.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    settings.SAS = {**settings.SAS, "BREAKER_REDIS_URL": f"redis://127.0.0.1:{closed}/0"}
+
+    samples = scrape(Client())
+
+    up = {s.labels["section"]: s.value for s in samples["sas_metrics_section_up"]}
+    assert up["engine_counters"] == 0 and up["runs"] == 0
+    assert up["steps"] == 1 and up["jobs"] == 1
+    assert "sas_step_attempts_total" not in samples
+    assert value(samples, "sas_jobs_due_backlog") == 0
