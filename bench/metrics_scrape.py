@@ -4,7 +4,8 @@ then time the scrape and print the EXPLAIN plan of each of its statements.
     python bench/metrics_scrape.py [--runs 1000000] [--live 300] [--scrapes 30]
 
 Seeded: `--runs` finished runs (order_fulfilment, webhook_delivery, http.call; completed with
-some compensated, failed, cancelled) spread over the last ~12 days, a tenth of them job runs, in
+some compensated, failed, cancelled), the newest 10,000 over the last 100 s (100 a second), the
+rest one a second over the ~11 days before, a tenth of them job runs, in
 one INSERT ... SELECT FROM generate_series; then `--live` orders submitted for real
 (run_submit: their steps Pending and the first claimed, its request in the agent queue) with no
 worker running, so the live figures have rows to count. The first scrape folds the whole
@@ -27,6 +28,9 @@ os.environ.setdefault("SAS_BENCH_DB", "sasproject_bench_metrics")
 from bench.common import bench_environment, fmt_ms, print_table, truncate_engine
 
 TOKEN = "bench-metrics-token"
+# The newest runs ended at 100 a second over the last 100 s (a busy engine): every scrape counts
+# the ones created after its cutoff (2 minutes ago) itself.
+RECENT = 10_000
 
 SEED_RUNS = """
 INSERT INTO scheduler_run (id, workflow, input, priority, state, cancel_requested, correlation_id, error,
@@ -38,8 +42,10 @@ SELECT gen_random_uuid(),
        CASE WHEN g %% 97 = 0 THEN 'failed' WHEN g %% 13 = 0 THEN 'compensated'
             WHEN g %% 101 = 0 THEN 'cancelled' ELSE 'completed' END,
        false, '', '',
-       now() - interval '10 minutes' - (g || ' seconds')::interval, now(),
-       now() - interval '10 minutes' - (g || ' seconds')::interval + interval '1 second',
+       now() - CASE WHEN g <= %(recent)s THEN g * interval '10 milliseconds' ELSE g * interval '1 second' END,
+       now(),
+       now() - CASE WHEN g <= %(recent)s THEN g * interval '10 milliseconds' ELSE g * interval '1 second' END
+             + interval '1 second',
        false, 0, true,
        CASE WHEN g %% 10 = 0 THEN %(job)s END,
        CASE WHEN g %% 10 = 0 THEN now() - (g || ' seconds')::interval END
@@ -61,7 +67,7 @@ def seed(runs: int, live: int) -> None:
     job = Job.objects.create(owner=user, name="bench", workflow="http.call", input={}).pk
     with connection.cursor() as cursor:
         started = time.perf_counter()
-        cursor.execute(SEED_RUNS, {"runs": runs, "job": job})
+        cursor.execute(SEED_RUNS, {"runs": runs, "job": job, "recent": RECENT})
         print(f"seeded {runs} runs in {time.perf_counter() - started:.1f}s", flush=True)
         cursor.execute("VACUUM ANALYZE scheduler_run")
     data = {"items": [{"sku": "B-1", "quantity": 1}], "amount": "9.99", "currency": "EUR"}
@@ -106,6 +112,38 @@ def explain() -> list[tuple[str, str]]:
     return plans
 
 
+def consumers_cost() -> list[tuple[str, str]]:
+    """Workers alive per queue: the heartbeats' read (every scrape and page view) and write
+    (every worker, every SAS_CONSUMER_HEARTBEAT s) against `celery inspect active_queues`."""
+    from celery import current_app
+
+    from ops.queues import consumers_alive, queue_names
+    from sasproject.redis_client import get_redis
+    from sasproject.worker_heartbeat import consumers_key
+
+    names = queue_names()
+    started = time.perf_counter()
+    for _ in range(50):
+        consumers_alive(names)
+    read = (time.perf_counter() - started) / 50
+    started = time.perf_counter()
+    for _ in range(50):
+        pipe = get_redis().pipeline(transaction=False)
+        for name in names:
+            pipe.zadd(consumers_key(name), {"bench@host": time.time()})
+            pipe.zremrangebyscore(consumers_key(name), "-inf", time.time() - 60)
+        pipe.execute()
+    write = (time.perf_counter() - started) / 50
+    started = time.perf_counter()
+    current_app.control.inspect(timeout=1.0).active_queues()
+    inspect = time.perf_counter() - started
+    return [
+        (f"consumers per queue from heartbeats ({len(names)} queues), per read", fmt_ms(read)),
+        ("one worker's heartbeat write (every 5 s)", fmt_ms(write)),
+        ("celery inspect active_queues (timeout 1 s), per read", fmt_ms(inspect)),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -145,6 +183,7 @@ def main() -> None:
             ("scrape max", fmt_ms(times[-1])),
         ]
     )
+    print_table(consumers_cost())
     for title, plan in explain():
         print(f"\n-- {title}\n{plan}")
 

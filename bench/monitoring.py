@@ -42,6 +42,39 @@ SCRAPE_EVERY = 2.0
 TOKEN = "bench-metrics-token"
 
 
+class CpuMeter(threading.Thread):
+    """CPU time (user + system) of the engine's worker processes (the bench worker and its pool
+    children, beat) and Flower, sampled every 0.2 s so that a child that exits counts up to its
+    last sample. Less sensitive than wall-clock figures to the other load on a shared machine."""
+
+    MARKERS = ("bench-engine-", "celery -A sasproject beat", "sasproject beat", "bench-flower", " flower ")
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.seen: dict[tuple[int, float], float] = {}
+
+    def sample(self) -> None:
+        import psutil
+
+        for proc in psutil.process_iter(["pid", "cmdline", "create_time"]):
+            try:
+                cmdline = " ".join(proc.info["cmdline"] or [])
+                if not any(marker in cmdline for marker in self.MARKERS) or proc.pid == os.getpid():
+                    continue
+                times = proc.cpu_times()
+                self.seen[(proc.pid, proc.info["create_time"])] = times.user + times.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            self.sample()
+
+    def total(self) -> float:
+        return sum(self.seen.values())
+
+
 class Scraper(threading.Thread):
     """Scrapes /metrics in this process (Django's test client, no web server) every few
     seconds while the engine runs, as Prometheus would (more often than its 15 s)."""
@@ -110,14 +143,20 @@ def run_variant(base_env: dict[str, str], *, on: bool, concurrency: int, orders:
         )
         scraper = Scraper()
         scraper.start()
+    meter = CpuMeter()
+    meter.start()
     try:
         result = engine(env, concurrency, orders, samples)
     finally:
+        meter.stop.set()
+        meter.join(timeout=5)
         if scraper is not None:
             scraper.stop.set()
             scraper.join(timeout=30)
         if flower is not None:
             flower.stop()
+    # Every order this call ran: 5 warm-up, the burst, the latency samples.
+    result["cpu_ms_per_order"] = 1000 * meter.total() / (5 + orders + samples)
     if scraper is not None and scraper.times:
         result["scrapes"] = len(scraper.times)
         result["scrape_p50"] = statistics.median(scraper.times)
@@ -166,6 +205,7 @@ def main() -> None:
 
     tput = med("on", "orders_per_s") / med("off", "orders_per_s")
     p50 = med("on", "latency_p50") / med("off", "latency_p50")
+    cpu = med("on", "cpu_ms_per_order") / med("off", "cpu_ms_per_order")
     print(f"\nworker processes: {args.concurrency}   rounds: {args.rounds}   orders: {args.orders}")
     print_table(
         [
@@ -175,6 +215,9 @@ def main() -> None:
             ("on:  submit->Completed p50", fmt_ms(med("on", "latency_p50"))),
             ("ratio throughput on/off (target >= 0.95)", f"{tput:.3f}"),
             ("ratio p50 on/off (target <= 1.05)", f"{p50:.3f}"),
+            ("off: worker + beat CPU per order", f"{med('off', 'cpu_ms_per_order'):.1f} ms"),
+            ("on:  worker + beat + Flower CPU per order", f"{med('on', 'cpu_ms_per_order'):.1f} ms"),
+            ("ratio CPU per order on/off", f"{cpu:.3f}"),
             (
                 "scrapes meanwhile, p50",
                 ", ".join(f"{r.get('scrapes', 0)} @ {fmt_ms(r.get('scrape_p50', 0.0))}" for r in runs["on"]),
@@ -182,7 +225,9 @@ def main() -> None:
         ]
     )
     if args.json:
-        args.json.write_text(json.dumps({"runs": runs, "throughput_ratio": tput, "p50_ratio": p50}, indent=2))
+        args.json.write_text(
+            json.dumps({"runs": runs, "throughput_ratio": tput, "p50_ratio": p50, "cpu_ratio": cpu}, indent=2)
+        )
 
 
 if __name__ == "__main__":
