@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("SAS_BENCH_DB", "sasproject_bench_metrics")
@@ -87,7 +88,7 @@ def explain() -> list[tuple[str, str]]:
     now = time.time()
     cutoff = datetime.fromtimestamp(now - metrics.RUNS_SETTLE_SECONDS, tz=UTC)
     later = datetime.fromtimestamp(now + 86400, tz=UTC)
-    statements = [
+    statements: list[tuple[str, str, dict[str, Any]]] = [
         ("live runs", metrics.SQL_RUNS_LIVE, {"states": list(metrics.UNFINISHED)}),
         (
             "finished runs since the cutoff (each scrape)",
