@@ -194,7 +194,8 @@ def main() -> None:
                 runs[name].append(result)
                 print(
                     f"round {round_ + 1} {name}: {result['orders_per_s']:.1f} orders/s, "
-                    f"p50 {fmt_ms(result['latency_p50'])}, worker CPU {result['cpu_ms_per_order']:.1f} ms/order",
+                    f"p50 {fmt_ms(result['latency_p50'])}, "
+                    f"worker CPU {result['cpu_ms_per_order']:.1f} ms/order",
                     flush=True,
                 )
     finally:
