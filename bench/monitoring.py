@@ -3,12 +3,14 @@
 
     python bench/monitoring.py [--orders 200] [--latency-samples 50] [--rounds 2] [--concurrency 2]
 
-off: SAS_METRICS=0 (no Redis writes per attempt), task events off, no Flower, no scrapes.
-on:  SAS_METRICS=1, the workers' task events and the producer's task-sent events on
+off:     SAS_METRICS=0 (no Redis writes per attempt), task events off, no Flower, no scrapes.
+metrics: SAS_METRICS=1 and /metrics scraped every SCRAPE_EVERY seconds; no task events.
+on:      SAS_METRICS=1, the workers' task events and the producer's task-sent events on
      (CELERY_WORKER_SEND_TASK_EVENTS / CELERY_TASK_SEND_SENT_EVENT = 1, what Flower turns on),
      a real Flower consuming them, and /metrics scraped every SCRAPE_EVERY seconds meanwhile.
-Rounds alternate off/on so that the machine's drift falls on both. Printed: orders/s and the
-p50 submit->Completed of each, and the ratios on/off (target: cost <= 5%).
+Rounds rotate the variants so that the machine's drift falls on all. Printed: orders/s, the p50
+submit->Completed and the CPU per order (worker, beat, Flower) of each, and the ratios to off
+(target: cost <= 5%).
 """
 
 from __future__ import annotations
@@ -71,8 +73,14 @@ class CpuMeter(threading.Thread):
         while not self.stop.wait(0.2):
             self.sample()
 
+    def begin(self) -> None:
+        """Count from now on: a process already running (Flower) counts only its CPU after this."""
+        self.sample()
+        self.base = dict(self.seen)
+        self.start()
+
     def total(self) -> float:
-        return sum(self.seen.values())
+        return sum(self.seen.values()) - sum(getattr(self, "base", {}).values())
 
 
 class Scraper(threading.Thread):
@@ -97,15 +105,20 @@ class Scraper(threading.Thread):
         connection.close()
 
 
-def run_variant(base_env: dict[str, str], *, on: bool, concurrency: int, orders: int, samples: int) -> dict:
+# name -> (the engine's metrics and scrapes, task events and a Flower)
+VARIANTS = {"off": (False, False), "metrics": (True, False), "on": (True, True)}
+
+
+def run_variant(base_env: dict[str, str], *, name: str, concurrency: int, orders: int, samples: int) -> dict:
     from django.conf import settings
 
     from bench.engine import engine
     from tests.harness import Proc
 
+    metrics, on = VARIANTS[name]
     env = {
         **base_env,
-        "SAS_METRICS": "1" if on else "0",
+        "SAS_METRICS": "1" if metrics else "0",
         "CELERY_WORKER_SEND_TASK_EVENTS": "1" if on else "0",
         "CELERY_TASK_SEND_SENT_EVENT": "1" if on else "0",
     }
@@ -114,7 +127,7 @@ def run_variant(base_env: dict[str, str], *, on: bool, concurrency: int, orders:
     from celery import current_app
 
     current_app.conf.task_send_sent_event = on
-    settings.SAS_MONITORING = {**settings.SAS_MONITORING, "METRICS": on, "METRICS_TOKEN": TOKEN}
+    settings.SAS_MONITORING = {**settings.SAS_MONITORING, "METRICS": metrics, "METRICS_TOKEN": TOKEN}
     flower = scraper = None
     if on:
         port = _free_port()
@@ -141,10 +154,12 @@ def run_variant(base_env: dict[str, str], *, on: bool, concurrency: int, orders:
             interval=0.2,
             what="Flower to answer",
         )
+
+    if metrics:
         scraper = Scraper()
         scraper.start()
     meter = CpuMeter()
-    meter.start()
+    meter.begin()
     try:
         result = engine(env, concurrency, orders, samples)
     finally:
@@ -171,6 +186,7 @@ def main() -> None:
     parser.add_argument("--latency-samples", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     env = bench_environment()
@@ -179,14 +195,16 @@ def main() -> None:
     sim = simulator_process(url=env["SIMULATOR_URL"], log_dir=log_dir(), env=env).start(
         ready_marker="SIMULATOR_LISTENING"
     )
-    runs: dict[str, list[dict]] = {"off": [], "on": []}
+    names = list(args.variants)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     try:
         for round_ in range(args.rounds):
-            order = ("off", "on") if round_ % 2 == 0 else ("on", "off")
+            # Each round starts with another variant, so that the machine's drift falls on all.
+            order = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in order:
                 result = run_variant(
                     env,
-                    on=name == "on",
+                    name=name,
                     concurrency=args.concurrency,
                     orders=args.orders,
                     samples=args.latency_samples,
@@ -204,31 +222,38 @@ def main() -> None:
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[name])
 
-    tput = med("on", "orders_per_s") / med("off", "orders_per_s")
-    p50 = med("on", "latency_p50") / med("off", "latency_p50")
-    cpu = med("on", "cpu_ms_per_order") / med("off", "cpu_ms_per_order")
     print(f"\nworker processes: {args.concurrency}   rounds: {args.rounds}   orders: {args.orders}")
-    print_table(
-        [
-            ("off: orders/s (median of rounds)", f"{med('off', 'orders_per_s'):.1f}"),
-            ("on:  orders/s", f"{med('on', 'orders_per_s'):.1f}"),
-            ("off: submit->Completed p50", fmt_ms(med("off", "latency_p50"))),
-            ("on:  submit->Completed p50", fmt_ms(med("on", "latency_p50"))),
-            ("ratio throughput on/off (target >= 0.95)", f"{tput:.3f}"),
-            ("ratio p50 on/off (target <= 1.05)", f"{p50:.3f}"),
-            ("off: worker + beat CPU per order", f"{med('off', 'cpu_ms_per_order'):.1f} ms"),
-            ("on:  worker + beat + Flower CPU per order", f"{med('on', 'cpu_ms_per_order'):.1f} ms"),
-            ("ratio CPU per order on/off", f"{cpu:.3f}"),
-            (
-                "scrapes meanwhile, p50",
-                ", ".join(f"{r.get('scrapes', 0)} @ {fmt_ms(r.get('scrape_p50', 0.0))}" for r in runs["on"]),
-            ),
+    rows = []
+    ratios: dict[str, dict[str, float]] = {}
+    for name in names:
+        rows += [
+            (f"{name}: orders/s (median of rounds)", f"{med(name, 'orders_per_s'):.1f}"),
+            (f"{name}: submit->Completed p50", fmt_ms(med(name, "latency_p50"))),
+            (f"{name}: CPU per order (worker, beat, Flower)", f"{med(name, 'cpu_ms_per_order'):.1f} ms"),
         ]
-    )
+        if name != "off" and "off" in runs:
+            ratios[name] = {
+                "throughput": med(name, "orders_per_s") / med("off", "orders_per_s"),
+                "p50": med(name, "latency_p50") / med("off", "latency_p50"),
+                "cpu": med(name, "cpu_ms_per_order") / med("off", "cpu_ms_per_order"),
+            }
+            rows += [
+                (f"{name}/off throughput (target >= 0.95)", f"{ratios[name]['throughput']:.3f}"),
+                (f"{name}/off p50 (target <= 1.05)", f"{ratios[name]['p50']:.3f}"),
+                (f"{name}/off CPU per order", f"{ratios[name]['cpu']:.3f}"),
+            ]
+        if any("scrapes" in r for r in runs[name]):
+            rows.append(
+                (
+                    f"{name}: scrapes meanwhile, p50",
+                    ", ".join(
+                        f"{r.get('scrapes', 0)} @ {fmt_ms(r.get('scrape_p50', 0.0))}" for r in runs[name]
+                    ),
+                )
+            )
+    print_table(rows)
     if args.json:
-        args.json.write_text(
-            json.dumps({"runs": runs, "throughput_ratio": tput, "p50_ratio": p50, "cpu_ratio": cpu}, indent=2)
-        )
+        args.json.write_text(json.dumps({"runs": runs, "ratios": ratios}, indent=2))
 
 
 if __name__ == "__main__":
