@@ -103,10 +103,10 @@ def _redis_depths(names: list[str], *, oldest: bool) -> dict[str, tuple[int, flo
 def _amqp_depths(names: list[str]) -> dict[str, tuple[int, float | None]]:
     """RabbitMQ: a passive queue_declare per queue (message count; no age - AMQP cannot peek
     without consuming). A queue that does not exist yet has no messages."""
-    from celery import current_app
+    from kombu import Connection
 
     result: dict[str, tuple[int, float | None]] = {}
-    with current_app.connection_for_read() as conn:
+    with Connection(settings.CELERY_BROKER_URL, connect_timeout=2) as conn:
         conn.ensure_connection(max_retries=1)
         for name in names:
             channel: Any = conn.channel()

@@ -86,7 +86,9 @@ def test_health_page__job_occurrences_overdue__counted_with_a_hint(
 def test_admin_index_and_health_page__link_flower(staff_client: Client, settings: Any) -> None:
     settings.SAS_MONITORING = {**settings.SAS_MONITORING, "FLOWER_URL": "http://flower.example:5555/"}
     index = staff_client.get(reverse("admin:index")).content.decode()
-    assert '<a href="http://flower.example:5555/" target="_blank" rel="noopener" id="sas-flower-link">' in index
+    assert (
+        '<a href="http://flower.example:5555/" target="_blank" rel="noopener" id="sas-flower-link">' in index
+    )
     health = staff_client.get(reverse("admin:scheduler_run_health")).content.decode()
     assert 'href="http://flower.example:5555/"' in health
     settings.SAS_MONITORING = {**settings.SAS_MONITORING, "FLOWER_URL": ""}

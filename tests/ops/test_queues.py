@@ -41,3 +41,37 @@ def test_compose__prometheus_and_grafana__local_ports_healthchecks_and_mounted_f
     assert "--basic_auth" in compose["services"]["flower"]["command"]
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "sasproject.json").read_text())
     assert dashboard["panels"] and all(p["targets"] for p in dashboard["panels"])
+
+
+def test_queue_statuses__rabbitmq_broker__depth_from_a_passive_declare(settings) -> None:
+    """The machine's RabbitMQ (127.0.0.1:5672, guest): a queue of this test's own with three
+    messages, and one that does not exist (0, not an error)."""
+    import os
+
+    from kombu import Connection, Exchange, Queue
+
+    from ops.queues import queue_statuses
+
+    url = os.environ.get("SAS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    name = f"test{os.getpid()}.depth"
+    missing = f"test{os.getpid()}.missing"
+    queue = Queue(name, Exchange(name, type="direct"), routing_key=name, auto_delete=False)
+    with Connection(url, connect_timeout=2) as conn:
+        try:
+            conn.ensure_connection(max_retries=1)
+        except Exception as exc:
+            import pytest
+
+            pytest.skip(f"RABBITMQ NOT REACHABLE at {url}: the amqp queue-depth path is NOT tested ({exc})")
+        producer = conn.Producer()
+        for i in range(3):
+            producer.publish({"n": i}, exchange=queue.exchange, routing_key=name, declare=[queue])
+        try:
+            settings.CELERY_BROKER_URL = url
+            settings.SAS_QUEUES = [name, missing]
+            statuses = {s.name: s for s in queue_statuses()}
+        finally:
+            queue(conn.default_channel).delete()
+    assert statuses[name].depth == 3 and statuses[name].error == ""
+    assert statuses[missing].depth == 0
+    assert statuses[name].oldest_age is None  # AMQP cannot peek
