@@ -621,7 +621,9 @@ SAS_WEBHOOKS = {
 # before a worker has consumed it (Flower falls back to task_queues when it knows no workers).
 # tests/ops/test_queues.py checks that every registered task's queue is here. Each Queue is the
 # one Celery would create for a missing name (an exchange of the queue's name, direct, routing
-# key = name), so routing and existing deployments are unchanged.
+# key = name), so routing and existing deployments are unchanged. (A worker started without -Q
+# would now consume every queue listed here rather than only "default"; every worker of the
+# Procfile, the compose file, the tests and the benches names its queues.)
 # https://docs.celeryq.dev/en/stable/userguide/configuration.html#task-queues
 SAS_QUEUES = [
     "scheduler",
