@@ -38,7 +38,14 @@ def test_compose__prometheus_and_grafana__local_ports_healthchecks_and_mounted_f
             source = volume.split(":", 1)[0]
             if source.startswith("./"):
                 assert (DOCKER / source).exists(), f"{name} mounts missing {source}"
-    assert "--basic_auth" in compose["services"]["flower"]["command"]
+    # Flower's login: FLOWER_BASIC_AUTH from the env files (Flower reads FLOWER_* variables);
+    # the command refuses to start without it.
+    assert "FLOWER_BASIC_AUTH" in compose["services"]["flower"]["command"]
+    for name in ("prometheus", "grafana"):
+        assert [f["path"] for f in compose["services"][name]["env_file"]] == [
+            "production.env.example",
+            "production.env",
+        ]
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "sasproject.json").read_text())
     assert dashboard["panels"] and all(p["targets"] for p in dashboard["panels"])
 
