@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from django import forms
 from django.utils import timezone
 
+from sasproject.json_input import JSONFormField
 from scheduler.cron import zone_error
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
@@ -30,7 +31,7 @@ from scheduler.limits import (
     LimitExceeded,
 )
 from scheduler.models import Job, OverlapPolicy
-from scheduler.services.jobs import job_create, job_update
+from scheduler.services.jobs import CATCHUP_WINDOW_MAX, job_create, job_update
 from scheduler.workflows import Workflow, WorkflowInputError, workflows_permitted
 
 from .errors import FIELD_TO_SERVICE, input_messages, split_errors
@@ -128,7 +129,7 @@ class JobForm(forms.ModelForm):
         help_text="What each run does: one of the workflows you may schedule.",
         widget=forms.Select(),
     )
-    input = forms.JSONField(
+    input = JSONFormField(
         label="Input (JSON object)",
         initial=dict,
         # Not required: Django counts {} as empty, and a workflow that takes no input must save
@@ -244,6 +245,17 @@ class JobForm(forms.ModelForm):
             value = getattr(job, name)
             self.initial[name] = None if value is None else value.astimezone(zone).replace(tzinfo=None)
         self.initial["input"] = job.input
+
+    def clean_catchup_window(self) -> int | None:
+        """Bounded before it becomes a timedelta (`timedelta(seconds=1e20)` overflowed: a 500),
+        with the service's message."""
+        value: int | None = self.cleaned_data.get("catchup_window")
+        if value is not None and not 0 <= value <= CATCHUP_WINDOW_MAX.total_seconds():
+            raise forms.ValidationError(
+                f"must be a duration between 0 and {CATCHUP_WINDOW_MAX.days} days "
+                f"(0 to {int(CATCHUP_WINDOW_MAX.total_seconds())} seconds)"
+            )
+        return value
 
     def _post_clean(self) -> None:
         """No model validation: the job service is the one validator (`job_save`)."""

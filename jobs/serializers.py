@@ -1,6 +1,8 @@
-"""API shapes for jobs. Input serializers check JSON types only, field by field; every rule (cron,
-time zone, ranges, end after start, the workflow's input) is the job service's, and its errors
-come back under the same field names (`errors.split_errors`)."""
+"""API shapes for jobs. Input serializers check JSON types and the numbers' ranges field by field
+(a number is bounded before any arithmetic on it; the ranges are the job service's constants, so
+the schema declares what the service enforces), and refuse unknown fields; every other rule
+(cron, time zone, years, end after start, the workflow's input) is the job service's, and its
+errors come back under the same field names (`errors.split_errors`)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,20 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduler.cron import zone_error
+from sasproject.api_input import ClosedSerializer
+from scheduler.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
+from scheduler.services.jobs import (
+    CATCHUP_WINDOW_MAX,
+    JITTER_MAX,
+    MAX_FIRINGS_MAX,
+    MAX_RETRY_MAX,
+    RETRY_BACKOFF_MAX,
+)
 
 JOB_STATES = [("active", "Active"), ("paused", "Paused"), ("finished", "Finished")]
 
@@ -50,6 +61,29 @@ class StrictFloatField(serializers.FloatField):
         return float(super().to_internal_value(data))
 
 
+@extend_schema_field(
+    {
+        "type": "number",
+        "format": "double",
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": RETRY_BACKOFF_MAX,
+    }
+)
+class BackoffField(StrictFloatField):
+    """Seconds, more than 0 and at most RETRY_BACKOFF_MAX. (No DRF min_value: it is inclusive,
+    and drf-spectacular would drop the schema's exclusiveMinimum for it.)"""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_value=RETRY_BACKOFF_MAX, **kwargs)
+
+    def to_internal_value(self, data: Any) -> float:
+        value = super().to_internal_value(data)
+        if value <= 0:
+            raise serializers.ValidationError("Ensure this value is greater than 0.")
+        return value
+
+
 class StrictBooleanField(serializers.BooleanField):
     """A JSON boolean only ("yes" or 1 are errors)."""
 
@@ -59,9 +93,12 @@ class StrictBooleanField(serializers.BooleanField):
         return data
 
 
-class JobWriteSerializer(serializers.Serializer[dict[str, Any]]):
+YEARS = f"Years {YEAR_MIN} to {YEAR_MAX}."
+
+
+class JobWriteSerializer(ClosedSerializer):
     """A job as a client sends it. On create `name` and `workflow` are required; on PATCH every
-    field is optional and only the fields sent change."""
+    field is optional and only the fields sent change. Any other field is refused."""
 
     name = serializers.CharField(max_length=200, help_text="Unique among your jobs.")
     workflow = serializers.CharField(
@@ -91,12 +128,20 @@ class JobWriteSerializer(serializers.Serializer[dict[str, Any]]):
         help_text="IANA time zone the cron expression is read in (default UTC).",
     )
     run_at = serializers.DateTimeField(
-        required=False, allow_null=True, help_text="One-off job: when it runs (null: now)."
+        required=False, allow_null=True, help_text=f"One-off job: when it runs (null: now). {YEARS}"
     )
-    start_at = serializers.DateTimeField(required=False, allow_null=True, help_text="No run before this.")
-    end_at = serializers.DateTimeField(required=False, allow_null=True, help_text="No run after this.")
+    start_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text=f"No run before this. {YEARS}"
+    )
+    end_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text=f"No run after this. {YEARS}"
+    )
     max_firings = StrictIntegerField(
-        required=False, allow_null=True, help_text="Stop after this many scheduled runs (null: no limit)."
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_FIRINGS_MAX,
+        help_text="Stop after this many scheduled runs (null: no limit).",
     )
     overlap_policy = serializers.ChoiceField(
         choices=OverlapPolicy.choices,
@@ -106,14 +151,25 @@ class JobWriteSerializer(serializers.Serializer[dict[str, Any]]):
     catchup_window = StrictFloatField(
         required=False,
         allow_null=True,
+        min_value=0,
+        max_value=CATCHUP_WINDOW_MAX.total_seconds(),
         help_text="Seconds: after downtime, occurrences missed within this window still run "
         "(null: only the latest missed one).",
     )
-    jitter = StrictIntegerField(required=False, help_text="Seconds: each occurrence starts up to this later.")
-    max_retry = StrictIntegerField(
-        required=False, help_text="Retries of an occurrence whose run failed or was compensated."
+    jitter = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=JITTER_MAX,
+        help_text="Seconds: each occurrence starts up to this later (less than the time between "
+        "occurrences).",
     )
-    retry_backoff = StrictFloatField(
+    max_retry = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_RETRY_MAX,
+        help_text="Retries of an occurrence whose run failed or was compensated.",
+    )
+    retry_backoff = BackoffField(
         required=False, help_text="Seconds before the first retry; doubles each retry (at most 1 h)."
     )
     priority = StrictIntegerField(
@@ -190,15 +246,17 @@ class JobSerializer(serializers.Serializer[dict[str, Any]]):
     updated_at = serializers.DateTimeField()
 
 
-class PauseSerializer(serializers.Serializer[dict[str, Any]]):
+class PauseSerializer(ClosedSerializer):
     note = serializers.CharField(
         required=False, allow_blank=True, max_length=2000, help_text="Why (shown on the job)."
     )
 
 
-class BackfillSerializer(serializers.Serializer[dict[str, Any]]):
-    start = serializers.DateTimeField(help_text="First occurrence time to consider (inclusive).")
-    end = serializers.DateTimeField(help_text="Last occurrence time to consider (inclusive), in the past.")
+class BackfillSerializer(ClosedSerializer):
+    start = serializers.DateTimeField(help_text=f"First occurrence time to consider (inclusive). {YEARS}")
+    end = serializers.DateTimeField(
+        help_text=f"Last occurrence time to consider (inclusive), in the past. {YEARS}"
+    )
 
 
 class BackfillResultSerializer(serializers.Serializer[dict[str, Any]]):

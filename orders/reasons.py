@@ -8,9 +8,9 @@ or stock.
 
 from __future__ import annotations
 
-import json
 import re
 
+from sasproject.json_input import json_parse
 from scheduler.models import Run
 
 # The remote services of the order workflow, as a customer would name them.
@@ -51,7 +51,8 @@ def customer_reason(*, operation: str, error: str) -> str:
     refused = _REFUSED.match(text)
     if refused:
         try:
-            body = json.loads(refused.group("body"))
+            # A remote service's words: read with the users' limits (depth, NUL), never a crash.
+            body = json_parse(refused.group("body"))
         except ValueError:
             body = None
         code = body.get("error") if isinstance(body, dict) else None

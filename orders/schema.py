@@ -1,4 +1,5 @@
-"""OpenAPI post-processing for drf-spectacular (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"])."""
+"""OpenAPI post-processing for drf-spectacular (SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]).
+(Closed inputs - additionalProperties: false - are sasproject.api_schema's, for every app.)"""
 
 from __future__ import annotations
 
@@ -6,15 +7,9 @@ from typing import Any
 
 from .workflows import MAX_ITEMS
 
-# The order input refuses unknown fields (a typo must not be silently ignored): say so.
-CLOSED_REQUEST_COMPONENTS = ("OrderCreateRequest", "ItemRequest")
 
-
-def close_request_objects(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+def order_items_length(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     schemas = result.get("components", {}).get("schemas", {})
-    for name in CLOSED_REQUEST_COMPONENTS:
-        if name in schemas:
-            schemas[name]["additionalProperties"] = False
     items = schemas.get("OrderCreateRequest", {}).get("properties", {}).get("items")
     if items is not None:  # drf-spectacular does not carry a list serializer's length limits
         items.update({"minItems": 1, "maxItems": MAX_ITEMS})

@@ -9,6 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from sasproject.api_input import ClosedSerializer
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 
 from .models import CURRENCIES
@@ -64,12 +65,12 @@ class HttpUrlField(serializers.CharField):
         super().__init__(validators=[callback_url_validator], **kwargs)
 
 
-class ItemSerializer(serializers.Serializer[dict[str, Any]]):
+class ItemSerializer(ClosedSerializer):
     sku = serializers.CharField(max_length=64, help_text="Stock keeping unit, e.g. SKU-1.")
     quantity = StrictIntegerField(min_value=1, max_value=MAX_QUANTITY)
 
 
-class OrderCreateSerializer(serializers.Serializer[dict[str, Any]]):
+class OrderCreateSerializer(ClosedSerializer):
     items = ItemSerializer(many=True, allow_empty=False, min_length=1, max_length=MAX_ITEMS)
     amount = AmountField(
         help_text=(
@@ -93,9 +94,6 @@ class OrderCreateSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
         try:  # the currency's decimals, now that both fields are known
             attrs["amount"] = amount_parse(attrs["amount"], currency=attrs["currency"])
         except AmountError as exc:

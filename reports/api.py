@@ -11,6 +11,8 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from scheduler.cron import YEAR_MAX, YEAR_MIN
+
 from .selectors import ReportNotFound, report_subject, user_report
 from .serializers import ReportSerializer
 from .windows import MAX_RANGE, WINDOW_CHOICES, window_parse
@@ -20,14 +22,18 @@ from .windows import MAX_RANGE, WINDOW_CHOICES, window_parse
     summary="Your report over a window: jobs, outcomes, success rate, retries, durations, missed deadlines",
     parameters=[
         OpenApiParameter(
-            "window", str, enum=list(WINDOW_CHOICES), description="Default day (the last 24 hours)."
+            "window",
+            str,
+            # Empty is taken (the report page sends its own query): as if not given.
+            enum=[*WINDOW_CHOICES, ""],
+            description="Default (or empty): day, the last 24 hours; custom when start or end is given.",
         ),
         OpenApiParameter(
             "start",
             str,
             description=(
                 "With window=custom: ISO 8601 date-time (naive ones are in `tz`) or date. "
-                f"At most {MAX_RANGE.days} days before `end`."
+                f"At most {MAX_RANGE.days} days before `end`; years {YEAR_MIN} to {YEAR_MAX}."
             ),
         ),
         OpenApiParameter(

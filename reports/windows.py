@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.conf import settings
 from django.utils.dateparse import parse_date, parse_datetime
 
+from scheduler.cron import year_error
 from scheduler.workflows import WorkflowInputError
 
 WINDOWS: dict[str, timedelta] = {
@@ -77,9 +78,14 @@ def _bucket_for(span: timedelta) -> timedelta:
     return _DAY
 
 
+class _OutOfRange(ValueError):
+    pass
+
+
 def _parse_moment(value: str, *, zone: ZoneInfo, end: bool) -> datetime | None:
     """A date-time (ISO 8601; naive ones are in `zone`) or a date: a start date is its midnight,
-    an end date includes that whole day (the next midnight)."""
+    an end date includes that whole day (the next midnight). _OutOfRange (the message) for a
+    year the scheduler does not take, before any arithmetic on it."""
     value = value.strip()
     try:
         # A date first: Python reads "2026-01-10" as a date-time (midnight) too.
@@ -87,6 +93,9 @@ def _parse_moment(value: str, *, zone: ZoneInfo, end: bool) -> datetime | None:
         moment = None if day is not None else parse_datetime(value)
     except ValueError:
         return None
+    parsed = day if day is not None else moment
+    if parsed is not None and (why := year_error(parsed)):
+        raise _OutOfRange(why)
     if day is not None:
         return datetime.combine(day + timedelta(days=1) if end else day, time(), tzinfo=zone)
     if moment is None:
@@ -126,7 +135,11 @@ def window_parse(params: Mapping[str, str], *, now: datetime) -> Window:
         if not raw:
             errors[field] = "required for a custom range"
             continue
-        moment = _parse_moment(raw, zone=zone, end=field == "end")
+        try:
+            moment = _parse_moment(raw, zone=zone, end=field == "end")
+        except _OutOfRange as exc:
+            errors[field] = str(exc)
+            continue
         if moment is None:
             errors[field] = (
                 "not a date or date-time (YYYY-MM-DD, or YYYY-MM-DDTHH:MM with an optional offset)"

@@ -533,15 +533,22 @@ CACHES = {
 # https://docs.djangoproject.com/en/5.2/ref/settings/#data-upload-max-memory-size
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("SAS_MAX_BODY_BYTES", str(64 * 1024)))
 
+# JSON from users (API bodies, the pages' and admin's JSON fields) nested deeper than this is
+# refused with a 400 / form error (sasproject/json_input.py): Python's parser recurses per level,
+# and ~1,000 levels (a 2 kB body) exhausted the stack (issue 18). An order nests 3 deep.
+SAS_JSON_MAX_DEPTH = int(os.environ.get("SAS_JSON_MAX_DEPTH", "32"))
+
 # https://www.django-rest-framework.org/api-guide/settings/
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's JSON parser with a depth limit, no NUL, no NaN and the body size limit.
+    "DEFAULT_PARSER_CLASSES": ["sasproject.json_input.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "sasproject.api_input.PageNumberPagination",
     "PAGE_SIZE": 20,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's, plus additionalProperties: false for inputs that refuse unknown fields.
+    "DEFAULT_SCHEMA_CLASS": "sasproject.api_schema.AutoSchema",
     "EXCEPTION_HANDLER": "orders.api_base.exception_handler",
 }
 
@@ -558,7 +565,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_AUTHENTICATION": [],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "orders.schema.close_request_objects",
+        "orders.schema.order_items_length",
+        "sasproject.api_schema.document_common_responses",
     ],
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "scheduler.models.RunState",

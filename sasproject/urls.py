@@ -4,8 +4,10 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, JsonResponse
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
@@ -36,6 +38,13 @@ class FaviconRedirect(RedirectView):
         return static("orders/favicon.svg")
 
 
+@csrf_exempt  # it writes nothing; a POST to no route is a 404, not CSRF's 403
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    """An /api/ address no route takes (`/api/jobs/null/`): a JSON 404 like the API's own, not
+    the HTML page (nor, with DEBUG on, Django's page listing every route)."""
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
 urlpatterns = [
     # Pages link their icon; this answers clients that ask for /favicon.ico anyway.
     path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),
@@ -52,6 +61,8 @@ urlpatterns = [
     path("api/exports/", include("exports.api_urls")),
     path("api/reports/", report_api, name="api-reports"),
     path("api/", include(router.urls)),
+    # Only addresses ending in "/": one without it still gets APPEND_SLASH's redirect.
+    re_path(r"^api/.*/$", api_not_found),
     path("jobs/", include("jobs.urls")),
     path("catalogue/", include("catalogue.urls")),
     path("exports/", include("exports.urls")),

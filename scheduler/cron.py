@@ -13,7 +13,7 @@ paths).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -30,6 +30,19 @@ ALIASES = {
 }
 
 FIELDS = "minute hour day-of-month month day-of-week"
+
+# Every date a person gives the scheduler (a job's times, a backfill's or a preview's window, a
+# report's range) has its own wall-clock year in this range. Python's datetime ends at year
+# 9999 and begins at year 1: a window, a zone's offset or a cron search from a date near either
+# end overflowed, a 500 (issue 18). The year is checked before any arithmetic.
+YEAR_MIN, YEAR_MAX = 1970, 2999
+
+
+def year_error(moment: date) -> str | None:
+    """Why `moment` (a date or date-time) is out of the scheduler's years, or None."""
+    if not YEAR_MIN <= moment.year <= YEAR_MAX:
+        return f"must be between the years {YEAR_MIN} and {YEAR_MAX}"
+    return None
 
 
 def cron_normalise(expression: str) -> str:

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.forms.models import model_to_dict
 
 from scheduler import job_transitions, transitions
-from scheduler.cron import cron_between, cron_error, cron_normalise, cron_preview, zone_error
+from scheduler.cron import cron_between, cron_error, cron_normalise, cron_preview, year_error, zone_error
 from scheduler.job_selectors import owners_staff
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
@@ -48,6 +48,15 @@ from .submit import run_submit, run_validate_input
 
 BACKFILL_MAX = 1_000
 PREVIEW_MAX = 100
+
+# The ranges of a job's numbers (inclusive), checked here for every caller; the API's schema,
+# its serializer and the form declare the same (issue 18: a number is bounded before any
+# arithmetic - `timedelta(seconds=1e20)` was a 500).
+MAX_RETRY_MAX = 100
+RETRY_BACKOFF_MAX = 86_400  # seconds
+CATCHUP_WINDOW_MAX = timedelta(days=366)
+JITTER_MAX = 3_600  # seconds
+MAX_FIRINGS_MAX = 2_000_000_000
 
 
 class JobBusy(Exception):
@@ -95,6 +104,9 @@ def _aware(value: Any, name: str, errors: dict[str, str]) -> datetime | None:
         return None
     if not isinstance(value, datetime) or value.tzinfo is None:
         errors[name] = "must be a date and time with a time zone"
+        return None
+    if why := year_error(value):  # before any arithmetic on it
+        errors[name] = why
         return None
     return value
 
@@ -173,12 +185,16 @@ def _clean(
     if why := zone_error(zone):
         errors["timezone"] = why
     out["timezone"] = zone
-    out["max_retry"] = _int_in(data["max_retry"], "max_retry", 0, 100, errors)
+    out["max_retry"] = _int_in(data["max_retry"], "max_retry", 0, MAX_RETRY_MAX, errors)
     backoff = data["retry_backoff"]
     if isinstance(backoff, timedelta):
         backoff = backoff.total_seconds()
-    if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not 0 < backoff <= 86400:
-        errors["retry_backoff"] = "must be between 0 and 86400 seconds (more than 0)"
+    if (
+        isinstance(backoff, bool)
+        or not isinstance(backoff, int | float)
+        or not 0 < backoff <= RETRY_BACKOFF_MAX
+    ):
+        errors["retry_backoff"] = f"must be between 0 and {RETRY_BACKOFF_MAX} seconds (more than 0)"
         backoff = 10
     out["retry_backoff"] = timedelta(seconds=backoff)
     priority = CUSTOMER_PRIORITY_DEFAULT if data["priority"] is None else data["priority"]
@@ -196,11 +212,11 @@ def _clean(
     out["overlap_policy"] = policy
     window = data["catchup_window"]
     if window is not None and (
-        not isinstance(window, timedelta) or window < timedelta(0) or window > timedelta(days=366)
+        not isinstance(window, timedelta) or window < timedelta(0) or window > CATCHUP_WINDOW_MAX
     ):
-        errors["catchup_window"] = "must be a duration between 0 and 366 days"
+        errors["catchup_window"] = f"must be a duration between 0 and {CATCHUP_WINDOW_MAX.days} days"
     out["catchup_window"] = window
-    out["jitter"] = _int_in(data["jitter"], "jitter", 0, 3600, errors)
+    out["jitter"] = _int_in(data["jitter"], "jitter", 0, JITTER_MAX, errors)
     if out["jitter"] and recurring and "cron" not in errors and "timezone" not in errors:
         # A delay as long as the gap to the next occurrence would make occurrences overtake
         # each other (and be taken for misfires).
@@ -217,7 +233,7 @@ def _clean(
         errors["end_at"] = "must be after the start time"
     max_firings = data["max_firings"]
     if max_firings is not None:
-        max_firings = _int_in(max_firings, "max_firings", 1, 2_000_000_000, errors)
+        max_firings = _int_in(max_firings, "max_firings", 1, MAX_FIRINGS_MAX, errors)
     if not recurring:
         for key, value in (
             ("start_at", start_at),
