@@ -7,7 +7,7 @@ In-process over WSGI against the real database, rolled back at the end, as a ded
 owns a job, an order, a run and an export, so that half the generated ids of the positive cases
 are real ones and the operations behind them are reached too.
 
-Bounded in time for `make test`: SAS_FUZZ_EXAMPLES generated requests per operation and mode (6
+Bounded in time for `make test`: SAS_FUZZ_EXAMPLES generated requests per operation and mode (8
 by default). A bigger run by hand:
 `SAS_FUZZ_EXAMPLES=400 .venv/bin/pytest -p no:cacheprovider tests/sasproject/test_api_schemathesis.py -s`
 """
@@ -42,7 +42,7 @@ from ..jobs.conftest import job_body, make_user
 
 pytestmark = pytest.mark.usefixtures("manual_scheduler")
 
-EXAMPLES_PER_OPERATION_AND_MODE = int(os.environ.get("SAS_FUZZ_EXAMPLES", "6"))
+EXAMPLES_PER_OPERATION_AND_MODE = int(os.environ.get("SAS_FUZZ_EXAMPLES", "8"))
 # Every operation of /api/schema/: orders 4, webhook secret 2, jobs 13, reports 1, run progress
 # 1, exports 4. A new operation that the schema does not show fails this count.
 OPERATIONS = 25
