@@ -91,7 +91,8 @@ def report_subject(*, viewer: User, username: str | None) -> Any:
     username = (username or "").strip()
     if not username or username == viewer.get_username():
         return viewer
-    if not (viewer.is_active and getattr(viewer, "is_staff", False)):
+    # A NUL cannot be in a username, and PostgreSQL refuses it in a query (a 500, issue 18).
+    if not (viewer.is_active and getattr(viewer, "is_staff", False)) or "\x00" in username:
         raise ReportNotFound(f"no user {username!r}")
     try:
         return get_user_model().objects.get(**{get_user_model().USERNAME_FIELD: username})

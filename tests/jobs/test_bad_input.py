@@ -244,3 +244,11 @@ def test_report__year_out_of_range__400_on_the_api_and_the_page(
     assert response.status_code == 400, response.content[:300]
     assert response.json()[field] == [YEARS]
     assert page.status_code == 400 and YEARS in page.content.decode()
+
+
+def test_report__staff_naming_a_user_with_a_nul__404_not_a_500(staff: Client) -> None:
+    """PostgreSQL refuses a NUL in a query's text: the name is no user, asked of the database or not."""
+    api = _no_raise(staff).get("/api/reports/", {"user": "a\x00b"})  # the API takes the session too
+    page = _no_raise(staff).get("/reports/", {"user": "a\x00b"})
+
+    assert (api.status_code, page.status_code) == (404, 404)
