@@ -31,7 +31,7 @@ from scheduler.limits import (
     LimitExceeded,
 )
 from scheduler.models import Job, OverlapPolicy
-from scheduler.services.jobs import CATCHUP_WINDOW_MAX, job_create, job_update
+from scheduler.services.jobs import CATCHUP_WINDOW_MAX, CATCHUP_WINDOW_MESSAGE, job_create, job_update
 from scheduler.workflows import Workflow, WorkflowInputError, workflows_permitted
 
 from .errors import FIELD_TO_SERVICE, input_messages, split_errors
@@ -251,10 +251,7 @@ class JobForm(forms.ModelForm):
         with the service's message."""
         value: int | None = self.cleaned_data.get("catchup_window")
         if value is not None and not 0 <= value <= CATCHUP_WINDOW_MAX.total_seconds():
-            raise forms.ValidationError(
-                f"must be a duration between 0 and {CATCHUP_WINDOW_MAX.days} days "
-                f"(0 to {int(CATCHUP_WINDOW_MAX.total_seconds())} seconds)"
-            )
+            raise forms.ValidationError(CATCHUP_WINDOW_MESSAGE)
         return value
 
     def _post_clean(self) -> None:

@@ -20,10 +20,13 @@ from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, C
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
 from scheduler.services.jobs import (
     CATCHUP_WINDOW_MAX,
+    CATCHUP_WINDOW_MESSAGE,
     JITTER_MAX,
     MAX_FIRINGS_MAX,
     MAX_RETRY_MAX,
     RETRY_BACKOFF_MAX,
+    RETRY_BACKOFF_MESSAGE,
+    range_message,
 )
 
 JOB_STATES = [("active", "Active"), ("paused", "Paused"), ("finished", "Finished")]
@@ -75,13 +78,25 @@ class BackoffField(StrictFloatField):
     and drf-spectacular would drop the schema's exclusiveMinimum for it.)"""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_value=RETRY_BACKOFF_MAX, **kwargs)
+        super().__init__(
+            max_value=RETRY_BACKOFF_MAX, error_messages={"max_value": RETRY_BACKOFF_MESSAGE}, **kwargs
+        )
 
     def to_internal_value(self, data: Any) -> float:
         value = super().to_internal_value(data)
         if value <= 0:
-            raise serializers.ValidationError("Ensure this value is greater than 0.")
+            raise serializers.ValidationError(RETRY_BACKOFF_MESSAGE)
         return value
+
+
+def _ranged(low: int, high: int) -> dict[str, Any]:
+    """A whole number's bounds, with the job service's message for both."""
+    message = range_message(low, high)
+    return {
+        "min_value": low,
+        "max_value": high,
+        "error_messages": {"min_value": message, "max_value": message},
+    }
 
 
 class StrictBooleanField(serializers.BooleanField):
@@ -139,8 +154,7 @@ class JobWriteSerializer(ClosedSerializer):
     max_firings = StrictIntegerField(
         required=False,
         allow_null=True,
-        min_value=1,
-        max_value=MAX_FIRINGS_MAX,
+        **_ranged(1, MAX_FIRINGS_MAX),
         help_text="Stop after this many scheduled runs (null: no limit).",
     )
     overlap_policy = serializers.ChoiceField(
@@ -153,20 +167,19 @@ class JobWriteSerializer(ClosedSerializer):
         allow_null=True,
         min_value=0,
         max_value=CATCHUP_WINDOW_MAX.total_seconds(),
+        error_messages={"min_value": CATCHUP_WINDOW_MESSAGE, "max_value": CATCHUP_WINDOW_MESSAGE},
         help_text="Seconds: after downtime, occurrences missed within this window still run "
         "(null: only the latest missed one).",
     )
     jitter = StrictIntegerField(
         required=False,
-        min_value=0,
-        max_value=JITTER_MAX,
+        **_ranged(0, JITTER_MAX),
         help_text="Seconds: each occurrence starts up to this later (less than the time between "
         "occurrences).",
     )
     max_retry = StrictIntegerField(
         required=False,
-        min_value=0,
-        max_value=MAX_RETRY_MAX,
+        **_ranged(0, MAX_RETRY_MAX),
         help_text="Retries of an occurrence whose run failed or was compensated.",
     )
     retry_backoff = BackoffField(

@@ -57,6 +57,16 @@ RETRY_BACKOFF_MAX = 86_400  # seconds
 CATCHUP_WINDOW_MAX = timedelta(days=366)
 JITTER_MAX = 3_600  # seconds
 MAX_FIRINGS_MAX = 2_000_000_000
+# Their messages, the same from the API's serializer, the form and here.
+RETRY_BACKOFF_MESSAGE = f"must be between 0 and {RETRY_BACKOFF_MAX} seconds (more than 0)"
+CATCHUP_WINDOW_MESSAGE = (
+    f"must be a duration between 0 and {CATCHUP_WINDOW_MAX.days} days "
+    f"(0 to {int(CATCHUP_WINDOW_MAX.total_seconds())} seconds)"
+)
+
+
+def range_message(low: int, high: int) -> str:
+    return f"must be a whole number between {low} and {high}"
 
 
 class JobBusy(Exception):
@@ -113,7 +123,7 @@ def _aware(value: Any, name: str, errors: dict[str, str]) -> datetime | None:
 
 def _int_in(value: Any, name: str, low: int, high: int, errors: dict[str, str]) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        errors[name] = f"must be a whole number between {low} and {high}"
+        errors[name] = range_message(low, high)
         return 0
     return value
 
@@ -194,7 +204,7 @@ def _clean(
         or not isinstance(backoff, int | float)
         or not 0 < backoff <= RETRY_BACKOFF_MAX
     ):
-        errors["retry_backoff"] = f"must be between 0 and {RETRY_BACKOFF_MAX} seconds (more than 0)"
+        errors["retry_backoff"] = RETRY_BACKOFF_MESSAGE
         backoff = 10
     out["retry_backoff"] = timedelta(seconds=backoff)
     priority = CUSTOMER_PRIORITY_DEFAULT if data["priority"] is None else data["priority"]
@@ -214,7 +224,7 @@ def _clean(
     if window is not None and (
         not isinstance(window, timedelta) or window < timedelta(0) or window > CATCHUP_WINDOW_MAX
     ):
-        errors["catchup_window"] = f"must be a duration between 0 and {CATCHUP_WINDOW_MAX.days} days"
+        errors["catchup_window"] = CATCHUP_WINDOW_MESSAGE
     out["catchup_window"] = window
     out["jitter"] = _int_in(data["jitter"], "jitter", 0, JITTER_MAX, errors)
     if out["jitter"] and recurring and "cron" not in errors and "timezone" not in errors:

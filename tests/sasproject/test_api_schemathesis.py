@@ -8,8 +8,9 @@ owns a job, an order, a run and an export, so that half the generated ids of the
 are real ones and the operations behind them are reached too.
 
 Bounded in time for `make test`: SAS_FUZZ_EXAMPLES generated requests per operation and mode (8
-by default). A bigger run by hand:
-`SAS_FUZZ_EXAMPLES=400 .venv/bin/pytest -p no:cacheprovider tests/sasproject/test_api_schemathesis.py -s`
+by default). A bigger run by hand (pytest-timeout stops a test at 300 s unless told otherwise):
+`SAS_FUZZ_EXAMPLES=150 .venv/bin/pytest -p no:cacheprovider -s --timeout 2300 \
+    tests/sasproject/test_api_schemathesis.py`
 """
 
 from __future__ import annotations
