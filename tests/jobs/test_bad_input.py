@@ -79,7 +79,9 @@ def test_api_create__input_that_gave_a_500__400_naming_the_field_and_nothing_wri
 def test_api_edit__input_that_gave_a_500__400_and_the_job_unchanged(
     api: APIClient, user: Any, change: dict[str, Any], field: str, message: str
 ) -> None:
-    job = job_create(owner_id=user.pk, name="kept", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *")
+    job = job_create(
+        by_staff=False, owner_id=user.pk, name="kept", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *"
+    )
     before = (_rows(), type(job).objects.values().get(pk=job.pk))
 
     response = _no_raise(api).patch(
@@ -106,7 +108,9 @@ def test_api__unknown_fields__each_named_with_the_known_fields_errors(api: APICl
 
 
 def test_api__unknown_fields_of_pause_backfill_and_an_order_item__refused(api: APIClient, user: Any) -> None:
-    job = job_create(owner_id=user.pk, name="kept", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *")
+    job = job_create(
+        by_staff=False, owner_id=user.pk, name="kept", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *"
+    )
     before = _rows()
 
     pause = api.post(f"/api/jobs/{job.pk}/pause/", {"note": "x", "force": True}, format="json")
@@ -138,7 +142,9 @@ def test_api__unknown_fields_of_pause_backfill_and_an_order_item__refused(api: A
 def test_api_backfill__year_out_of_range__400_and_nothing_queued(
     api: APIClient, user: Any, body: dict[str, str], field: str
 ) -> None:
-    job = job_create(owner_id=user.pk, name="kept", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *")
+    job = job_create(
+        by_staff=False, owner_id=user.pk, name="kept", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *"
+    )
     before = _rows()
 
     response = _no_raise(api).post(f"/api/jobs/{job.pk}/backfill/", body, format="json")

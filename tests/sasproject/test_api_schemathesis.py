@@ -82,6 +82,7 @@ def _own_objects(user: Any) -> dict[str, str]:
 
     body = job_body(name="fuzzed")
     job = job_create(
+        by_staff=False,
         owner_id=user.pk,
         name=body["name"],
         workflow=body["workflow"],

@@ -79,7 +79,9 @@ def test_json_form_field__refused_text__form_error_naming_the_rule() -> None:
 
 
 def _owned_job(user: Any) -> int:
-    job = job_create(owner_id=user.pk, name="mine", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *")
+    job = job_create(
+        by_staff=False, owner_id=user.pk, name="mine", workflow=WORKFLOW, input=ORDER_INPUT, cron="30 2 * * *"
+    )
     return int(job.pk)
 
 
