@@ -121,6 +121,14 @@ def start_hostile_server(mode: str, **options: Any) -> HostileServer:
             self.end_headers()
             self.wfile.write(b"{}")
 
+        def _deep(self) -> None:  # JSON nested 5,000 deep (10 kB): Python's parser recursed per level
+            body = b"[" * 5000 + b"]" * 5000
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
