@@ -10,6 +10,8 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
+from .changelist import BoundedChangeListMixin
+
 
 def parse_uuid(term: str) -> uuid.UUID | None:
     """A search term as a UUID, or None: the admins search by exact id (an index lookup)."""
@@ -31,7 +33,7 @@ class CappedCountPaginator(Paginator):
         return int(self.object_list[: self.cap].count())  # type: ignore[attr-defined]
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(BoundedChangeListMixin, admin.ModelAdmin):
     """No add, no edit, no delete: the rows are the engine's state and audit log. Staff see the
     detail pages in Django's view-only mode."""
 

@@ -34,6 +34,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from adminkit.changelist import BoundedChangeListMixin
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
 from scheduler.admin import WorkflowFilter, actor_name, run_link
 from scheduler.job_selectors import job_history, job_schedule_text, job_scheduled
@@ -157,7 +158,7 @@ OPERATIONS = {
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
     form = JobAdminForm
     change_form_template = "admin/jobs/job_change_form.html"
     list_display = (

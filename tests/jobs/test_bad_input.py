@@ -256,3 +256,21 @@ def test_report__staff_naming_a_user_with_a_nul__404_not_a_500(staff: Client) ->
     page = _no_raise(staff).get("/reports/", {"user": "a\x00b"})
 
     assert (api.status_code, page.status_code) == (404, 404)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        pytest.param(
+            {"created_at__year": "9999", "created_at__month": "12", "created_at__day": "31"}, id="day-9999"
+        ),
+        pytest.param({"created_at__year": "9999"}, id="year-9999"),
+    ],
+)
+def test_admin_changelist__date_filter_out_of_range__the_bad_filter_redirect(
+    staff: Client, query: dict[str, str]
+) -> None:
+    """Django's date hierarchy adds a day (or a month, a year) to the date asked for."""
+    response = _no_raise(staff).get("/admin/scheduler/run/", query)
+
+    assert response.status_code == 302 and response["Location"].endswith("?e=1")
