@@ -14,7 +14,7 @@ from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from sasproject.api_input import ClosedSerializer
+from sasproject.api_input import ClosedSerializer, StrictCharField
 from scheduler.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
@@ -115,8 +115,8 @@ class JobWriteSerializer(ClosedSerializer):
     """A job as a client sends it. On create `name` and `workflow` are required; on PATCH every
     field is optional and only the fields sent change. Any other field is refused."""
 
-    name = serializers.CharField(max_length=200, help_text="Unique among your jobs.")
-    workflow = serializers.CharField(
+    name = StrictCharField(max_length=200, help_text="Unique among your jobs.")
+    workflow = StrictCharField(
         max_length=100,
         help_text="A registered workflow's name that you may schedule: customers may schedule "
         "`order_fulfilment` and `http.call`; every other workflow and `task:*` is staff-only "
@@ -130,14 +130,14 @@ class JobWriteSerializer(ClosedSerializer):
         help_text="true: runs on `cron`, which must then not be empty; false: runs once (at `run_at`). "
         "Default on create: true when `cron` is given; on edit: the job's kind.",
     )
-    cron = serializers.CharField(
+    cron = StrictCharField(
         required=False,
         allow_blank=True,
         max_length=100,
         help_text="Five fields (minute hour day-of-month month day-of-week) or @hourly, @daily, "
         "@weekly, @monthly, @yearly; empty for a one-off job.",
     )
-    timezone = serializers.CharField(
+    timezone = StrictCharField(
         required=False,
         max_length=64,
         help_text="IANA time zone the cron expression is read in (default UTC).",
@@ -260,7 +260,7 @@ class JobSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class PauseSerializer(ClosedSerializer):
-    note = serializers.CharField(
+    note = StrictCharField(
         required=False, allow_blank=True, max_length=2000, help_text="Why (shown on the job)."
     )
 

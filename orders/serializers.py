@@ -9,7 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from sasproject.api_input import ClosedSerializer
+from sasproject.api_input import ClosedSerializer, StrictCharField
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 
 from .models import CURRENCIES
@@ -57,7 +57,7 @@ class AmountField(serializers.Field):
 
 
 @extend_schema_field({"type": "string", "format": "uri"})
-class HttpUrlField(serializers.CharField):
+class HttpUrlField(StrictCharField):
     """An http(s) URL, checked once by the order rule's validator. (DRF's URLField adds its own
     URLValidator to any given one, and a bad URL got "Enter a valid URL." twice.)"""
 
@@ -66,7 +66,7 @@ class HttpUrlField(serializers.CharField):
 
 
 class ItemSerializer(ClosedSerializer):
-    sku = serializers.CharField(max_length=64, help_text="Stock keeping unit, e.g. SKU-1.")
+    sku = StrictCharField(max_length=64, help_text="Stock keeping unit, e.g. SKU-1.")
     quantity = StrictIntegerField(min_value=1, max_value=MAX_QUANTITY)
 
 
@@ -79,7 +79,7 @@ class OrderCreateSerializer(ClosedSerializer):
         ),
     )
     currency = serializers.ChoiceField(choices=list(CURRENCIES))
-    card = serializers.CharField(
+    card = StrictCharField(
         max_length=64,
         required=False,
         default="tok_ok",

@@ -6,6 +6,8 @@ silently taken (issue 18: `max_retires: 5` made a job with 0 retries). Nested se
 closed too. The schema says so: `sasproject.api_schema.AutoSchema` gives a closed serializer's
 request component `additionalProperties: false`.
 
+`StrictCharField`: a string field that takes only JSON strings.
+
 `PageNumberPagination`: the API's pages (REST_FRAMEWORK DEFAULT_PAGINATION_CLASS).
 """
 
@@ -47,3 +49,15 @@ class PageNumberPagination(pagination.PageNumberPagination):
         if raw is not None and not (raw.isascii() and raw.isdigit()):
             raise NotFound("Invalid page.")
         return super().get_page_number(request, paginator)
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string only: DRF's CharField turns 42 or true into "42" / "True", where the schema
+    says string (schemathesis sent `"sku": 2132011941` and got a 201)."""
+
+    default_error_messages = {"invalid": "Not a valid string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))

@@ -62,7 +62,7 @@ urlpatterns = [
     path("api/reports/", report_api, name="api-reports"),
     path("api/", include(router.urls)),
     # Only addresses ending in "/": one without it still gets APPEND_SLASH's redirect.
-    re_path(r"^api/.*/$", api_not_found),
+    re_path(r"^api/[\s\S]*/$", api_not_found),  # any character, a newline too
     path("jobs/", include("jobs.urls")),
     path("catalogue/", include("catalogue.urls")),
     path("exports/", include("exports.urls")),

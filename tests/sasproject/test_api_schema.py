@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 
@@ -90,3 +91,41 @@ def test_schema__every_operation__its_common_answers(generated: Any) -> None:
             for parameter in operation.get("parameters", []):
                 if parameter["name"] == "page":
                     assert parameter["schema"]["minimum"] == 1, (method, path)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/api/jobs/null/", "/api/jobs/2%0A%C3%AF/pause/", "/api/nothing-here/"])
+def test_api__address_no_route_takes__json_404_as_the_schema_says(path: str) -> None:
+    """Not Django's HTML page (with DEBUG on, the one that lists every route); a POST too."""
+    response = Client().post(path)
+
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found."}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        (
+            "/api/orders/",
+            {"items": [{"sku": 42, "quantity": 1}], "amount": "5.00", "currency": "EUR"},
+            "items",
+        ),
+        ("/api/jobs/", {"name": 42, "workflow": "order_fulfilment", "cron": "* * * * *"}, "name"),
+    ],
+)
+def test_api__number_where_a_string_is_declared__400(path: str, body: dict[str, Any], field: str) -> None:
+    """DRF's CharField took 42 as "42"; the schema says string (schemathesis found it)."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    from ..jobs.conftest import make_user
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=make_user('strict')).key}")
+
+    response = client.post(path, body, format="json")
+
+    assert response.status_code == 400 and field in response.json(), response.json()
