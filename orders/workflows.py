@@ -207,6 +207,9 @@ def build_order_workflow() -> Workflow:
         # Customers' own orders: every step acts on what the input names, for the run's owner.
         customer_schedulable=True,
         validate=validate_order_input,
+        # A submitted order is never dropped for waiting: it waits its turn, which the fair
+        # claim bounds (docs/fairness.md).
+        schedule_to_start=None,
         steps=[
             StepDef(
                 name="reserve_inventory",

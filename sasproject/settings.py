@@ -410,6 +410,11 @@ SAS: dict[str, Any] = {
     # A step that a reply claims runs in place, with no broker hop, when the replying worker
     # serves its queue: at most this many per task (0: off). agents/eager.py.
     "EAGER_STEPS": int(os.environ.get("SAS_EAGER_STEPS", "8")),
+    # Schedule-to-start (issue 18, docs/fairness.md): seconds a job occurrence's run may wait
+    # for its first step to be claimed; past it the supervisor skips the occurrence (run
+    # Cancelled, a "skipped: not started within N s (backlog)" job history row). A workflow may
+    # set its own (`Workflow.schedule_to_start`); orders never expire. 0: never.
+    "SCHEDULE_TO_START": env_float("SAS_SCHEDULE_TO_START", 300.0),
     # Claim a new run's first step in the submit transaction when there is room (no kick hop).
     "CLAIM_ON_SUBMIT": env_bool("SAS_CLAIM_ON_SUBMIT", True),
     # Circuit breaker (per remote service, shared by all workers through Redis).

@@ -5,8 +5,9 @@ what a real implementation needs beside it: a lease token per claim (fencing), a
 backoff, and an idempotency key that stays the same across attempts.
 
 Hot-path queries are served by partial indexes that hold only the rows they act on:
-`step_pending_claim_idx` (the scheduler's claim) and `step_processing_deadline_idx` (the
-supervisor's sweep). Both stay small however large the table grows.
+`step_pending_owner_idx` and `step_pending_op_owner_idx` (the scheduler's fair claim),
+`step_processing_deadline_idx` (the supervisor's sweep) and `step_pending_expiry_idx` (unstarted
+job occurrences past their schedule-to-start deadline). Both stay small however large the table grows.
 """
 
 from __future__ import annotations
@@ -452,6 +453,20 @@ class Step(models.Model):
 
     priority = models.SmallIntegerField(default=0)
     deadline = models.DateTimeField(null=True, blank=True)
+    # The run's owner, copied onto each step at submit (0: a run nobody owns) so the claim can
+    # share slots fairly between owners by an index alone (issue 18; docs/fairness.md). Not a
+    # foreign key: the claim reads it on every step, and nothing joins through it.
+    owner_id = models.BigIntegerField(
+        default=0, db_default=0, help_text="The run's owner (copied from the run; 0: nobody's)."
+    )
+    # Schedule-to-start (issue 18): a job occurrence's first step that has not been claimed by
+    # then is skipped (`run_skip_unstarted`, the supervisor's sweep). Null: never (orders,
+    # every step after the first, compensations).
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Its run is skipped if this (first) step has not started by then (backlog).",
+    )
 
     attempts = models.IntegerField(default=0, validators=NON_NEGATIVE)
     # Request body for the agent, built from the run input and earlier results when the step
@@ -495,26 +510,37 @@ class Step(models.Model):
             ),
         ]
         indexes = [
-            # The scheduler's claim: only Pending rows, in claim order.
+            # The scheduler's claim: only Pending rows, per owner in claim order - the fair
+            # claim (sas_step_pick) walks the owners that have Pending rows (a loose index
+            # scan) and takes each one's head in claim order (docs/fairness.md).
             models.Index(
+                "owner_id",
                 models.F("priority").desc(),
                 models.F("deadline").asc(nulls_last=True),
                 "not_before",
                 "id",
-                name="step_pending_claim_idx",
+                name="step_pending_owner_idx",
                 condition=Q(process_state="pending"),
             ),
             # A reply's claim of one more step of its own operation (the slot it freed): the
-            # same order within one operation, so a backlog of another operation's Pending
-            # rows is never walked through (bench/saturation.py).
+            # same, within one operation, so a backlog of another operation's Pending rows is
+            # never walked through (bench/saturation.py).
             models.Index(
                 "operation",
+                "owner_id",
                 models.F("priority").desc(),
                 models.F("deadline").asc(nulls_last=True),
                 "not_before",
                 "id",
-                name="step_pending_operation_idx",
+                name="step_pending_op_owner_idx",
                 condition=Q(process_state="pending"),
+            ),
+            # Schedule-to-start: unstarted first steps of job occurrences, by when they expire
+            # (only rows with a deadline: orders' steps never enter it).
+            models.Index(
+                "expires_at",
+                name="step_pending_expiry_idx",
+                condition=Q(process_state="pending", attempts=0, expires_at__isnull=False),
             ),
             # The supervisor's sweep: only Processing rows, by the first deadline they have -
             # the start-by while no agent has been seen starting them, then the complete-by.

@@ -423,6 +423,36 @@ def step_requeue(*, attempts: Sequence[AttemptOutcome], actor: str) -> Failed:
 
 
 @dataclass(frozen=True)
+class SkippedRun:
+    run_id: str
+    job_id: int | None
+    error: str
+
+
+@dataclass
+class Skipped:
+    """Runs `run_skip_unstarted` skipped, how many expired rows it found, and the events of
+    observed runs among them."""
+
+    runs: list[SkippedRun] = field(default_factory=list)
+    examined: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_skip_unstarted(*, batch: int) -> Skipped:
+    """Schedule-to-start: up to `batch` job occurrences whose first step was never claimed
+    before its `expires_at` - run Pending -> Cancelled, its steps Cancelled, the job's history
+    row closed as skipped ("skipped: not started within N s (backlog)"); one statement
+    (sas_run_skip_unstarted)."""
+    data = _scalar_json("run_skip_unstarted", {"batch": batch})
+    return Skipped(
+        runs=[SkippedRun(run_id=r["run_id"], job_id=r["job_id"], error=r["error"]) for r in data["skipped"]],
+        examined=int(data["examined"]),
+        events=list(data.get("events") or []),
+    )
+
+
+@dataclass(frozen=True)
 class Supervised:
     step_id: int
     lease: str
@@ -616,6 +646,8 @@ class NewRuns:
     job_attempts: list[int] = field(default_factory=list)
     deadlines: list[datetime | None] = field(default_factory=list)
     observed: list[bool] = field(default_factory=list)
+    # Per run: its first step's schedule-to-start (None: it never expires).
+    schedule_to_start: list[timedelta | None] = field(default_factory=list)
     step_run_ids: list[uuid.UUID] = field(default_factory=list)
     step_names: list[str] = field(default_factory=list)
     step_seqs: list[int] = field(default_factory=list)

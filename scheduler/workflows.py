@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from django.conf import settings
 
 
 class WorkflowInputError(ValueError):
@@ -153,6 +155,10 @@ class Workflow:
     # for any customer to aim at with any input, and that its runs only touch the owner's own
     # data. The rule is `workflow_permitted`; docs/jobs-targets.md ("Who may schedule what").
     customer_schedulable: bool = False
+    # Schedule-to-start of a job occurrence's run (issue 18): seconds its first step may wait
+    # to be claimed before the occurrence is skipped ("setting": SAS["SCHEDULE_TO_START"];
+    # None or 0: never). Runs submitted directly (orders through their API) never expire.
+    schedule_to_start: float | Literal["setting"] | None = "setting"
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps] + [s.compensation.name for s in self.steps if s.compensation]
@@ -162,6 +168,13 @@ class Workflow:
             raise ValueError(f"workflow {self.name}: needs at least one step")
         if not self.label:
             object.__setattr__(self, "label", step_label_default(self.name))
+
+    def schedule_to_start_window(self) -> float | None:
+        """Seconds a job occurrence's first step may wait to start, or None (never expires)."""
+        value = self.schedule_to_start
+        if value == "setting":
+            value = settings.SAS["SCHEDULE_TO_START"]
+        return float(value) if value else None
 
     def step_label(self, name: str) -> str:
         """The label of step `name`; a step this definition no longer has (a run submitted

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
 from scheduler.metrics import periodic_mark, supervisor_recoveries_add
-from scheduler.services import scheduler_instance_id
+from scheduler.services import runs_skip_unstarted, scheduler_instance_id
 
 from .services import step_expire_sweep
 
@@ -21,17 +21,26 @@ logger = logging.getLogger(__name__)
 # /metrics' sas_periodic_task_last_run_timestamp_seconds and the SasSweepStale alert).
 @shared_task(name="supervisor.sweep", ignore_result=True, send_events=False)
 def supervisor_sweep() -> dict[str, int]:
-    """Sweep expired Processing steps. Survives a database outage: logs and returns, the next
+    """Sweep expired Processing steps, then skip job occurrences not started within their
+    schedule-to-start. Survives a database outage: logs and returns, the next
     beat tick tries again (a sweep that ran half-way committed its finished batches)."""
     periodic_mark(task="supervisor.sweep")
     try:
         result = step_expire_sweep(
             batch=settings.SAS["SWEEP_BATCH"], instance=f"supervisor@{scheduler_instance_id()}"
         )
+        # Schedule-to-start: job occurrences whose first step waited too long are skipped
+        # (one bounded batch per tick; the next tick takes the rest).
+        skipped = runs_skip_unstarted(batch=settings.SAS["SWEEP_BATCH"])
     except (DatabaseError, OperationalError):
         logger.exception("supervisor sweep failed; next tick retries")
-        return {"examined": 0, "retried": 0, "errored": 0}
+        return {"examined": 0, "retried": 0, "errored": 0, "skipped": 0}
     supervisor_recoveries_add(
         {"retried": result.retried, "errored": result.errored, "requeued": result.requeued}
     )
-    return {"examined": result.examined, "retried": result.retried, "errored": result.errored}
+    return {
+        "examined": result.examined,
+        "retried": result.retried,
+        "errored": result.errored,
+        "skipped": len(skipped.runs),
+    }

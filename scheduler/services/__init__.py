@@ -3,6 +3,7 @@
 - `submit`: a run and its steps written in one transaction, then claimed or kicked;
 - `dispatch`: claims sent to the agents' queues; kicks; backpressure;
 - `reply`: an agent's answer, fenced by lease and deadline (a success is one round trip);
+- `expiry`: job occurrences skipped when not started within their schedule-to-start;
 - `failure`: what follows a failed attempt or an errored step;
 - `compensation`: undo in reverse order; cancel; an operator's resume;
 - `events`: events recorded and announced to receivers of observed runs;
@@ -36,6 +37,7 @@ from .dispatch import (
     step_claim_due,
 )
 from .events import event_record, events_announce, run_observe
+from .expiry import runs_skip_unstarted
 from .failure import failures_settle, step_errored_settle
 from .jobs import (
     Backfill,
@@ -116,6 +118,7 @@ __all__ = [
     "run_resume_compensation",
     "run_submit",
     "run_validate_input",
+    "runs_skip_unstarted",
     "runs_submit_many",
     "scheduler_instance_id",
     "scheduler_kick_enqueue",

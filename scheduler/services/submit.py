@@ -65,6 +65,7 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
         idempotency_key=f"{run.id}:{definition.name}",
         priority=run.priority,
         deadline=run.deadline,
+        owner_id=run.owner_id or 0,
         **step_policy(definition, kind=kind),
     )
 
@@ -276,6 +277,8 @@ def _new_runs(specs: Sequence[RunSpec], *, worker: str = "") -> transitions.NewR
         new.job_reasons.append(spec.job_reason)
         new.deadlines.append(spec.deadline)
         new.observed.append(spec.observed)
+        window = spec.definition.schedule_to_start_window() if spec.job_id is not None else None
+        new.schedule_to_start.append(timedelta(seconds=window) if window else None)
         steps = spec.definition.steps
         ctx = StepContext(
             run_id=str(run_id),

@@ -17,6 +17,9 @@
 -- Signatures that changed or went away (CREATE OR REPLACE cannot change a signature).
 DROP FUNCTION IF EXISTS sas_step_expire_due(integer, text);
 DROP FUNCTION IF EXISTS sas_step_fail(bigint[], uuid[], text[], text, double precision, text, text, boolean);
+DROP FUNCTION IF EXISTS sas_runs_insert(uuid[], text[], jsonb[], bigint[], smallint[], bigint[], text[], timestamptz[],
+    smallint[], timestamptz[], boolean[], uuid[], text[], integer[], text[], interval[], interval[], interval[],
+    integer[], interval[], float8[], float8[], smallint[], jsonb[], text[], text);
 
 -- A version 7 UUID (RFC 9562: 48 bits of Unix time in ms, version, variant, random): ids that
 -- sort by time, so the indexes they key fill at their right-hand edge (scheduler/ids.py says
@@ -173,25 +176,184 @@ END;
 $$;
 
 
--- claim_due: the scheduler's claim. Picks up to p_limit due Pending steps, highest priority,
--- then earliest run deadline, then longest waiting (the partial index step_pending_claim_idx
--- serves exactly this order), skipping rows another scheduler holds, and claims them.
+-- pick: the fair choice of up to p_limit due Pending steps, locked (FOR UPDATE SKIP LOCKED) for
+-- the caller's claim. Priority first, strictly; within a priority, the slots of an operation
+-- are shared between owners max-min fairly: each candidate's rank is the number of steps of
+-- that operation its owner already has Processing plus its place in its owner's own queue
+-- (1, 2, ...), lowest first - so an owner with nothing in flight goes before one with fifty,
+-- and a batch interleaves owners until their in-flight counts are level. Ties: earliest run
+-- deadline, longest waiting, lowest id (the engine's claim order before issue 18).
+-- The owners that have Pending rows are found by a loose index scan (one descent per owner)
+-- of step_pending_owner_idx, or step_pending_op_owner_idx when one operation is asked for;
+-- each owner's head is read from the same index. With one owner (the common case, and every
+-- single-tenant bench) that owner's head is taken as before, with no count and no sort.
 -- Filters: only one operation (a reply claiming one more step for the slot it freed); not the
--- saturated operations (backpressure); only one run (tests, operators). NULL / empty = no filter.
+-- saturated operations (backpressure); only one run (tests, operators). NULL / empty = none.
+-- docs/fairness.md says what this bounds and measures its cost (bench/README.md).
+CREATE OR REPLACE FUNCTION sas_step_pick(
+    p_limit integer, p_operation text, p_exclude text[], p_run_id uuid
+) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exclude text[] := coalesce(p_exclude, '{}');
+    v_owners bigint[];
+BEGIN
+    IF p_run_id IS NOT NULL THEN
+        RETURN ARRAY(
+            SELECT id FROM scheduler_step
+            WHERE run_id = p_run_id AND process_state = 'pending' AND not_before <= statement_timestamp()
+              AND (p_operation IS NULL OR operation = p_operation) AND operation <> ALL(v_exclude)
+            ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    IF p_operation IS NOT NULL THEN
+        v_owners := ARRAY(
+            WITH RECURSIVE o(owner_id) AS (
+                (SELECT owner_id FROM scheduler_step
+                 WHERE process_state = 'pending' AND operation = p_operation
+                 ORDER BY owner_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT s.owner_id FROM scheduler_step AS s
+                        WHERE s.process_state = 'pending' AND s.operation = p_operation AND s.owner_id > o.owner_id
+                        ORDER BY s.owner_id LIMIT 1)
+                FROM o WHERE o.owner_id IS NOT NULL
+            )
+            SELECT owner_id FROM o WHERE owner_id IS NOT NULL);
+    ELSE
+        v_owners := ARRAY(
+            WITH RECURSIVE o(owner_id) AS (
+                (SELECT owner_id FROM scheduler_step WHERE process_state = 'pending'
+                 ORDER BY owner_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT s.owner_id FROM scheduler_step AS s
+                        WHERE s.process_state = 'pending' AND s.owner_id > o.owner_id
+                        ORDER BY s.owner_id LIMIT 1)
+                FROM o WHERE o.owner_id IS NOT NULL
+            )
+            SELECT owner_id FROM o WHERE owner_id IS NOT NULL);
+    END IF;
+
+    IF cardinality(v_owners) = 0 THEN
+        RETURN '{}'::bigint[];
+    END IF;
+    IF cardinality(v_owners) = 1 THEN
+        -- One owner: nobody to be fair to.
+        RETURN ARRAY(
+            SELECT id FROM scheduler_step
+            WHERE process_state = 'pending' AND owner_id = v_owners[1] AND not_before <= statement_timestamp()
+              AND (p_operation IS NULL OR operation = p_operation) AND operation <> ALL(v_exclude)
+            ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+
+    RETURN ARRAY(
+        WITH heads AS (
+            SELECT h.*, row_number() OVER (PARTITION BY h.owner_id, h.operation
+                                           ORDER BY h.priority DESC, h.deadline ASC NULLS LAST,
+                                                    h.not_before ASC, h.id ASC) AS place
+            FROM unnest(v_owners) AS o(owner_id)
+            CROSS JOIN LATERAL (
+                SELECT s.id, s.owner_id, s.operation, s.priority, s.deadline, s.not_before
+                FROM scheduler_step AS s
+                WHERE s.process_state = 'pending' AND s.owner_id = o.owner_id
+                  AND s.not_before <= statement_timestamp()
+                  AND (p_operation IS NULL OR s.operation = p_operation) AND s.operation <> ALL(v_exclude)
+                ORDER BY s.priority DESC, s.deadline ASC NULLS LAST, s.not_before ASC, s.id ASC
+                LIMIT p_limit
+            ) AS h
+        ), busy AS (
+            -- Processing steps per (owner, operation): the partial index of Processing rows,
+            -- whose size the in-flight cap bounds.
+            SELECT p.owner_id, p.operation, count(*) AS n FROM scheduler_step AS p
+            WHERE p.process_state = 'processing' AND p.owner_id = ANY(v_owners)
+              AND (p_operation IS NULL OR p.operation = p_operation)
+            GROUP BY p.owner_id, p.operation
+        )
+        SELECT s.id
+        FROM heads AS c
+        JOIN scheduler_step AS s ON s.id = c.id
+        LEFT JOIN busy AS b ON b.owner_id = c.owner_id AND b.operation = c.operation
+        WHERE s.process_state = 'pending'
+        ORDER BY c.priority DESC, coalesce(b.n, 0) + c.place ASC, c.deadline ASC NULLS LAST,
+                 c.not_before ASC, c.id ASC
+        LIMIT p_limit
+        FOR UPDATE OF s SKIP LOCKED);
+END;
+$$;
+
+
+-- claim_due: the scheduler's claim - up to p_limit due Pending steps in fair order
+-- (sas_step_pick), claimed.
 CREATE OR REPLACE FUNCTION sas_step_claim_due(
     p_instance text, p_limit integer, p_operation text, p_exclude text[], p_run_id uuid
 ) RETURNS jsonb
 LANGUAGE sql AS $$
-    SELECT sas_step_claim(ARRAY(
-        SELECT id FROM scheduler_step
-        WHERE process_state = 'pending' AND not_before <= statement_timestamp()
-          AND (p_operation IS NULL OR operation = p_operation)
-          AND operation <> ALL(coalesce(p_exclude, '{}'))
-          AND (p_run_id IS NULL OR run_id = p_run_id)
-        ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
-        LIMIT p_limit
+    SELECT sas_step_claim(sas_step_pick(p_limit, p_operation, p_exclude, p_run_id), p_instance)
+$$;
+
+
+-- skip_unstarted: schedule-to-start (issue 18). A job occurrence's first step still Pending and
+-- never claimed past its expires_at: its run Pending -> Cancelled with the reason as its error
+-- (nothing ran, nothing to undo; the jobs layer does not retry a cancelled run), its forward
+-- steps Pending | Waiting -> Cancelled, a "cancelled" event, and the occurrence's open job
+-- history row closed as skipped, saying so: "skipped: not started within N s (backlog)".
+-- Guard: step pending, attempts = 0, expires_at < now (partial index step_pending_expiry_idx),
+-- FOR UPDATE SKIP LOCKED (a claim that holds the row wins: the step starts, late); run pending.
+-- Orders and compensations have no expires_at (docs/fairness.md).
+CREATE OR REPLACE FUNCTION sas_run_skip_unstarted(p_batch integer) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_result jsonb;
+BEGIN
+    WITH due AS (
+        SELECT id, run_id, expires_at, created_at FROM scheduler_step
+        WHERE process_state = 'pending' AND attempts = 0 AND expires_at IS NOT NULL
+          AND expires_at < statement_timestamp()
+        ORDER BY expires_at
+        LIMIT p_batch
         FOR UPDATE SKIP LOCKED
-    ), p_instance)
+    ), skipped AS (
+        UPDATE scheduler_run AS r
+        SET state = 'cancelled',
+            error = 'skipped: not started within '
+                    || round(extract(epoch FROM d.expires_at - d.created_at))::bigint::text || ' s (backlog)',
+            finished_at = statement_timestamp(), updated_at = statement_timestamp()
+        FROM due AS d
+        WHERE r.id = d.run_id AND r.state = 'pending'
+        RETURNING r.id, r.job_id, r.error, r.correlation_id
+    ), steps AS (
+        UPDATE scheduler_step AS s
+        SET process_state = 'cancelled', last_error = k.error, finished_at = statement_timestamp(),
+            updated_at = statement_timestamp()
+        FROM skipped AS k
+        WHERE s.run_id = k.id AND s.kind = 'forward' AND s.process_state IN ('pending', 'waiting')
+    ), history AS (
+        UPDATE scheduler_taskexecutionhistory AS h
+        SET status = 'skipped', ended_at = statement_timestamp(), error = k.error,
+            -- A skipped occurrence's reason is its sentence (as the overlap policy's are); why
+            -- it had started stays beside it.
+            detail = h.detail || jsonb_build_object('reason', k.error, 'start_reason', h.detail -> 'reason')
+        FROM skipped AS k
+        WHERE h.run_id = k.id AND h.kind = 'job' AND h.ended_at IS NULL
+    ), events AS (
+        INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
+        SELECT sas_uuid7(), id, NULL, 'cancelled',
+               jsonb_build_object('correlation_id', correlation_id, 'reason', error), statement_timestamp()
+        FROM skipped
+        RETURNING id
+    )
+    SELECT jsonb_build_object(
+        'skipped', (SELECT coalesce(jsonb_agg(jsonb_build_object('run_id', id, 'job_id', job_id, 'error', error)),
+                                    '[]'::jsonb) FROM skipped),
+        'examined', (SELECT count(*) FROM due),
+        'event_ids', (SELECT coalesce(jsonb_agg(id), '[]'::jsonb) FROM events))
+    INTO v_result;
+    RETURN v_result || jsonb_build_object('events', sas_observed_events(ARRAY(
+        SELECT jsonb_array_elements_text(v_result -> 'event_ids')::bigint)));
+END;
 $$;
 
 
@@ -290,14 +452,9 @@ BEGIN
     IF p_claim_next THEN
         -- One more step of the operation whose slot this reply freed (not the run's own: that
         -- one was claimed above), so in-flight work per operation stays level between ticks.
-        v_more := sas_step_claim(ARRAY(
-            SELECT id FROM scheduler_step
-            WHERE process_state = 'pending' AND not_before <= statement_timestamp()
-              AND operation = s.operation
-            ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED
-        ), p_instance);
+        -- Fair across owners (sas_step_pick): the owner with the fewest of this operation
+        -- in flight gets the slot.
+        v_more := sas_step_claim(sas_step_pick(1, s.operation, NULL, NULL), p_instance);
         v_claim := jsonb_build_object(
             'claims', (v_claim -> 'claims') || (v_more -> 'claims'),
             'events', (v_claim -> 'events') || (v_more -> 'events'));
@@ -604,7 +761,8 @@ $$;
 -- Pending, due now; the rest Waiting), a "received" event each and, for a run that a job's
 -- occurrence started (a reason in p_job_reasons), the job's "started" history row. A run whose
 -- job occurrence already has a run (unique run_job_occurrence_unique) is not written, nor its
--- steps, event or history row. One row per run written: its id, its first step's id and its
+-- steps, event or history row. Every step carries its run's owner (0 for none: the fair claim's
+-- key); a run's first step expires at now + its p_schedule_to_start (NULL: never; issue 18). One row per run written: its id, its first step's id and its
 -- "received" event (the event's created_at is the run's: one statement_timestamp()). plpgsql,
 -- so that a session plans the statement once (the jobs dispatcher's batches; run_submit's one
 -- run); arrays in, one element per row (unnest).
@@ -620,6 +778,7 @@ CREATE OR REPLACE FUNCTION sas_runs_insert(
     p_job_attempts smallint[],
     p_deadlines timestamptz[],
     p_observed boolean[],
+    p_schedule_to_start interval[],
     p_step_run_ids uuid[],
     p_step_names text[],
     p_step_seqs integer[],
@@ -654,7 +813,8 @@ BEGIN
                  AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt,
                       deadline, observed)
             ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
-            RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline
+            RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline,
+                      owner_id
         ), history AS (
             INSERT INTO scheduler_taskexecutionhistory
                 (kind, status, lease, retry_count, worker, error, detail, started_at, ended_at, run_id, step_id,
@@ -669,13 +829,15 @@ BEGIN
                 (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,
                  failure_count, not_before, lease, idempotency_key, start_by, close_by, reached, timeout,
                  queue_timeout, schedule_to_close, max_failures, heartbeat_window, backoff_base, backoff_max, priority,
-                 deadline, attempts, payload, result, last_error, error_permanent, created_at, updated_at, finished_at)
+                 deadline, attempts, payload, result, last_error, error_permanent, created_at, updated_at, finished_at,
+                 owner_id, expires_at)
             SELECT s.run_id, s.name, 'forward', s.seq, s.operation, NULL,
                    CASE WHEN s.seq = 0 THEN 'pending' ELSE 'waiting' END, NULL, NULL,
                    0, statement_timestamp(), NULL, s.run_id::text || ':' || s.name, NULL, NULL, false, s.timeout,
                    s.queue_timeout, s.schedule_to_close, s.max_failures, s.heartbeat_window, s.backoff_base,
                    s.backoff_max, s.priority, runs.deadline, 0, s.payload, NULL, '', false, statement_timestamp(),
-                   statement_timestamp(), NULL
+                   statement_timestamp(), NULL, coalesce(runs.owner_id, 0),
+                   CASE WHEN s.seq = 0 THEN statement_timestamp() + w.schedule_to_start END
             FROM unnest(p_step_run_ids, p_step_names, p_step_seqs,
                         p_step_operations, p_step_timeouts, p_step_queue_timeouts,
                         p_step_schedule_to_close, p_step_max_failures,
@@ -684,6 +846,7 @@ BEGIN
                  AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
                       heartbeat_window, backoff_base, backoff_max, priority, payload)
             JOIN runs ON runs.id = s.run_id
+            JOIN unnest(p_run_ids, p_schedule_to_start) AS w(run_id, schedule_to_start) ON w.run_id = s.run_id
             RETURNING id, run_id, seq
         ), events AS (
             INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)

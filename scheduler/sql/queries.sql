@@ -28,6 +28,9 @@ SELECT sas_step_succeed(%(step_id)s, %(lease)s::uuid, %(result)s::jsonb, %(insta
 SELECT sas_step_fail(%(ids)s::bigint[], %(leases)s::uuid[], %(errors)s::text[], %(reached)s::boolean[],
                      %(cause)s, %(count)s, %(min_backoff)s, %(actor)s, %(history_kind)s, %(require_live)s)
 
+-- name: run_skip_unstarted
+SELECT sas_run_skip_unstarted(%(batch)s)
+
 -- name: step_due_for_supervision
 -- The supervisor's batch: Processing steps past their first deadline - start_by while no agent
 -- has been seen starting them, complete_by after - oldest first, skipping rows a reply or
@@ -260,6 +263,7 @@ SELECT * FROM sas_runs_insert(
     %(job_attempts)s::smallint[],
     %(deadlines)s::timestamptz[],
     %(observed)s::boolean[],
+    %(schedule_to_start)s::interval[],
     %(step_run_ids)s::uuid[],
     %(step_names)s::text[],
     %(step_seqs)s::integer[],

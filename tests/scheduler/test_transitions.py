@@ -82,6 +82,8 @@ NOT_STATES = {
     "hex",
     # keys of a job's operator history rows (jobs.sql: job_pause, job_resume, job_edit_record)
     "note", "changed",
+    # keys of sas_run_skip_unstarted's answer (schedule-to-start)
+    "examined", "job_id",
 }  # fmt: skip
 # ...and their reasons: each one the job pages put in words.
 NOT_STATES |= set(OPERATOR_ACTIONS)
@@ -218,7 +220,7 @@ def test_queries__every_named_statement_is_loaded_once():
         "step_fail_permanent", "step_advance", "run_compensate", "step_cancel_unstarted", "step_stop",
         "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
         "step_resume", "step_continue", "step_heartbeat", "checkpoint_page_begin", "checkpoint_advance",
-        "heartbeat_complete", "runs_insert_many", "runs_cancel_unstarted",
+        "heartbeat_complete", "runs_insert_many", "runs_cancel_unstarted", "run_skip_unstarted",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
@@ -266,8 +268,9 @@ def test_claim_due__reads_the_pending_partial_index(user, plans):
 
     transitions.step_claim_due(instance="t", limit=2)
 
+    # One owner: its head, read from the owner's part of the pending index.
     plan = _plan_of(plans, "FOR UPDATE SKIP LOCKED")
-    assert "step_pending_claim_idx" in plan, plan
+    assert "step_pending_owner_idx" in plan, plan
 
 
 def test_due_for_supervision__reads_the_processing_partial_index(user, plans):
@@ -295,7 +298,7 @@ def test_succeed__finds_next_step_and_attempt_by_index(user, plans):
     next_step = _plan_of(plans, "seq > s.seq")
     assert "step_run_seq_unique" in next_step or "Index Scan using scheduler_step_run_id" in next_step, plans
     assert "history_lease_idx" in _plan_of(plans, "SET status = 'succeeded'"), plans
-    assert "step_pending_operation_idx" in _plan_of(plans, "operation = s.operation"), plans
+    assert "step_pending_op_owner_idx" in _plan_of(plans, "operation = p_operation"), plans
 
 
 def test_claim__only_a_runs_first_claim__starts_it(user, plans):
@@ -510,3 +513,38 @@ def test_fail__at_limit__error_kept_with_its_lease(user):
     step = Step.objects.get(pk=claim.step_id)
     assert step.process_state == "error" and str(step.lease) == claim.lease and step.finished_at is not None
     assert step.complete_by < datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def test_claim_due__several_owners__fair_pick_reads_the_pending_owner_index(user, django_user_model, plans):
+    other = django_user_model.objects.create(username="other-owner")
+    for owner in (user, user, other):
+        submit(owner)
+    claim_first(Run.objects.filter(owner=user).first())  # an owner with one in flight
+    plans.clear()
+
+    transitions.step_claim_due(instance="t", limit=2)
+
+    # The owners are found by a loose scan of the owner index, each owner's head read from it;
+    # the in-flight counts read the partial index of Processing rows.
+    owners = _plan_of(plans, "WITH RECURSIVE")
+    assert "step_pending_owner_idx" in owners, owners
+    pick = _plan_of(plans, "FOR UPDATE OF s SKIP LOCKED")
+    assert "step_pending_owner_idx" in pick and "step_processing_deadline_idx" in pick, pick
+    assert "Seq Scan" not in owners + pick, pick
+
+
+def test_reply_one_more__several_owners__reads_the_operation_owner_index(user, django_user_model, plans):
+    other = django_user_model.objects.create(username="other-owner")
+    run = submit(user)
+    submit(user)
+    submit(other)
+    claim = claim_first(run)
+    plans.clear()
+
+    transitions.step_succeed(
+        step_id=claim.step_id, lease=claim.lease, result={}, instance="t", claim_next=True, observed_ok=True
+    )
+
+    pick = _plan_of(plans, "FOR UPDATE OF s SKIP LOCKED")
+    assert "step_pending_op_owner_idx" in pick, pick
+    assert "step_pending_op_owner_idx" in _plan_of(plans, "WITH RECURSIVE"), plans
