@@ -340,16 +340,22 @@ def job_lags(job_id: int, start: float, end: float) -> dict[str, Any]:
     }
 
 
+def order_workflow() -> str:
+    from orders.workflows import ORDER_WORKFLOW
+
+    return ORDER_WORKFLOW
+
+
 def order_figures(a_id: int, start: float, end: float) -> dict[str, Any]:
     rows = sql(
         """
         SELECT r.id, extract(epoch FROM r.created_at)::float8, extract(epoch FROM r.finished_at)::float8,
                r.state
         FROM scheduler_run AS r
-        WHERE r.owner_id = %s AND r.workflow = 'order' AND r.job_id IS NULL
+        WHERE r.owner_id = %s AND r.workflow = %s AND r.job_id IS NULL
           AND r.created_at >= to_timestamp(%s) AND r.created_at < to_timestamp(%s)
         """,
-        [a_id, start, end],
+        [a_id, order_workflow(), start, end],
     )
     done = [r[2] - r[1] for r in rows if r[3] == "completed" and r[2] is not None]
     # Where the time goes: per order, time in attempts (claim -> attempt closed) against time
@@ -361,11 +367,11 @@ def order_figures(a_id: int, start: float, end: float) -> dict[str, Any]:
                array_agg(extract(epoch FROM coalesce(h.ended_at, h.started_at))::float8 ORDER BY h.started_at)
         FROM scheduler_run AS r
         JOIN scheduler_taskexecutionhistory AS h ON h.run_id = r.id AND h.kind = 'attempt'
-        WHERE r.owner_id = %s AND r.workflow = 'order' AND r.state = 'completed'
+        WHERE r.owner_id = %s AND r.workflow = %s AND r.state = 'completed'
           AND r.created_at >= to_timestamp(%s) AND r.created_at < to_timestamp(%s)
         GROUP BY r.id
         """,
-        [a_id, start, end],
+        [a_id, order_workflow(), start, end],
     )
     waiting, working = [], []
     for _, created, starts, ends in parts:

@@ -1,13 +1,15 @@
 """The step statement alone: what one success reply costs, as the agent sees it and on the server.
 
     SAS_BENCH_DB=<name> python bench/reply_statement.py [--runs 300] [--backlog 0] [--rounds 1]
-                                                        [--set synchronous_commit=off ...]
+                                                        [--owners 1] [--set synchronous_commit=off ...]
 
 In this process, no worker: submits `--runs` runs of a three-step test workflow, claims their
 first steps, then replies success to every step in turn (`transitions.step_succeed` with
 claim_next, as an agent's reply: the next step is claimed in the same statement), three replies
 a run. `--backlog` more runs are submitted and left Pending, so each reply's "one more" claim
-(the slot it freed) finds one, as under a burst. Prints per reply: the wall time p50 and mean
+(the slot it freed) finds one, as under a burst; `--owners K` spreads that backlog over K owners
+(the replying runs' owner one of them), so each "one more" takes the fair claim's several-owner
+path (docs/fairness.md) instead of the one-owner path. Prints per reply: the wall time p50 and mean
 (the round trip and the commit, as the agent waits for it), this process's CPU, and the CPU of
 the PostgreSQL backend serving it (`/proc/<pid>/stat`). `--set name=value` sets a PostgreSQL
 setting for the session first (to weigh one). Server CPU per reply is the figure to compare
@@ -40,6 +42,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--backlog", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--owners", type=int, default=1, help="owners the backlog is spread over")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
     for setting in args.set:
@@ -56,6 +59,10 @@ def main() -> None:
 
     register_engine_workflow()
     user, _ = get_user_model().objects.get_or_create(username="bench-reply")
+    owners = [user.id] + [
+        get_user_model().objects.get_or_create(username=f"bench-reply-{i}")[0].id
+        for i in range(1, args.owners)
+    ]
     with connection.cursor() as cursor:
         for setting in args.set:
             name, value = setting.split("=", 1)
@@ -73,8 +80,10 @@ def main() -> None:
         for run in runs:
             with transaction.atomic():
                 claims += step_claim_due(instance="bench", limit=1, run_id=run.id)
-        for _ in range(args.backlog):
-            run_submit(workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, owner_id=user.id, kick=False)
+        for i in range(args.backlog):
+            run_submit(
+                workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, owner_id=owners[i % len(owners)], kick=False
+            )
 
         walls: list[float] = []
         cpu0, backend0, started = time.process_time(), _backend_cpu(pid), time.perf_counter()
@@ -98,7 +107,8 @@ def main() -> None:
         elapsed = time.perf_counter() - started
         n = len(walls)
         print(
-            f"round {round_no}: {n} replies ({args.runs} runs, backlog {args.backlog}, "
+            f"round {round_no}: {n} replies ({args.runs} runs, "
+            f"backlog {args.backlog} of {args.owners} owner(s), "
             f"settings {args.set or 'default'})"
         )
         print_table(

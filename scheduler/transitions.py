@@ -283,7 +283,8 @@ def step_claim_due(
     exclude_operations: Sequence[str] | None = None,
     run_id: uuid.UUID | str | None = None,
 ) -> Transitioned:
-    """Pending -> Processing for up to `limit` due steps, in claim order, skipping locked rows."""
+    """Pending -> Processing for up to `limit` due steps, in claim order - priority, then fair
+    between owners (sas_step_pick) - skipping locked rows."""
     return _transitioned(
         _scalar_json(
             "step_claim_due",

@@ -192,8 +192,10 @@ def step_claim_due(
     them (`claims_dispatch`, after commit) - or is a test playing the agent.
 
     Invariant: two schedulers never claim the same step (`FOR UPDATE SKIP LOCKED` and the state
-    change in one statement); highest priority, then earliest run deadline, first. Each claim
-    gets a fresh lease and `complete_by = now() + timeout` from the database clock.
+    change in one statement); highest priority first, and within a priority fair between owners:
+    the owner with the fewest steps of the operation in flight first, then earliest run deadline
+    (`sas_step_pick`, docs/fairness.md). Each claim gets a fresh lease and
+    `complete_by = now() + timeout` from the database clock.
     Transaction: the caller's.
     """
     return claimed_settle(
