@@ -46,9 +46,9 @@ def _attempts_since(run_ids_of_a: list, since) -> list[bool]:
 
 def _owners():
     # Not pytest-django's django_user_model: it brings the `db` fixture, whose transaction the
-    # workers would never see.
+    # workers would never see. Users outlive a live test (live_db truncates the engine's tables).
     users = get_user_model().objects
-    return users.create(username="fair-live-a"), users.create(username="fair-live-b")
+    return users.get_or_create(username="fair-live-a")[0], users.get_or_create(username="fair-live-b")[0]
 
 
 def test_backlog_of_one_owner__another_owners_newer_step__among_the_first_claims(engine):
@@ -58,6 +58,7 @@ def test_backlog_of_one_owner__another_owners_newer_step__among_the_first_claims
         written_at = db_now()
         runs_submit_many(_specs(b, BACKLOG, url))
         (a_run,) = runs_submit_many(_specs(a, 1, url))  # the newest Pending row of all
+    assert a_run is not None
 
     wait_run(a_run, (Run.State.COMPLETED,), timeout=120)
 
@@ -77,6 +78,7 @@ def test_backlog_in_flight__idle_owners_step__takes_the_next_freed_slot(engine):
         what="B's first steps done",
     )
     (a_run,) = runs_submit_many(_specs(a, 1, url))
+    assert a_run is not None
     a_written = Run.objects.get(pk=a_run).created_at
     pending_b = Step.objects.filter(owner_id=b.id, process_state="pending").count()
     assert pending_b >= 100, "B's backlog drained before A came: the test proves nothing"
@@ -92,12 +94,13 @@ def test_backlog_in_flight__idle_owners_step__takes_the_next_freed_slot(engine):
 def test_job_occurrence_not_started_in_time__supervisor_skips_it_with_a_history_row(
     engine,
 ):
-    owner = get_user_model().objects.create(username="fair-live-s2s")
+    owner = get_user_model().objects.get_or_create(username="fair-live-s2s")[0]
     job = job_create(
         owner_id=owner.id, name="late", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="0 * * * *"
     )
     with transaction.atomic():
         firing = job_run_now(job_id=job.id)
+        assert firing.run_id is not None
         # Its first step cannot be claimed (as behind a backlog) and its window has passed.
         first = Step.objects.filter(run_id=firing.run_id, seq=0)
         first.update(

@@ -63,6 +63,7 @@ def test_skip_unstarted__past_the_window__run_cancelled_and_history_says_skipped
     reason = f"skipped: not started within {window} s (backlog)"
     assert run.state == Run.State.CANCELLED and run.error == reason and run.finished_at is not None
     assert set(run.steps.values_list("process_state", flat=True)) == {Step.State.CANCELLED}
+    assert run.job_id is not None
     (row,) = TaskExecutionHistory.objects.filter(job_id=run.job_id, kind=TaskExecutionHistory.Kind.JOB)
     assert row.status == TaskExecutionHistory.Status.SKIPPED and row.error == reason
     assert row.detail["reason"] == reason and row.detail["start_reason"] == "schedule"

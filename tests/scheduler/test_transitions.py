@@ -82,8 +82,8 @@ NOT_STATES = {
     "hex",
     # keys of a job's operator history rows (jobs.sql: job_pause, job_resume, job_edit_record)
     "note", "changed",
-    # keys of sas_run_skip_unstarted's answer (schedule-to-start)
-    "examined", "job_id",
+    # keys of sas_run_skip_unstarted's answer and of a skipped occurrence's history detail
+    "examined", "job_id", "start_reason",
 }  # fmt: skip
 # ...and their reasons: each one the job pages put in words.
 NOT_STATES |= set(OPERATOR_ACTIONS)
