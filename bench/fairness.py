@@ -273,6 +273,7 @@ def a_job(a_id: int, sim: str, priority: int) -> int:
         input={"method": "POST", "url": f"{sim}/echo", "body": {"from": "a"}},
         cron="* * * * *",
         priority=priority,
+        by_staff=False,
     )
     return job.pk
 
@@ -295,6 +296,7 @@ def b_jobs(b_id: int, sim: str, priority: int, n: int, slow_ms: int) -> list[int
                 },
                 cron="* * * * *",
                 priority=priority,
+                by_staff=False,
             )
         except Exception as exc:  # the active-jobs quota: B got what the limits allow
             print(f"  B's job {i} refused: {exc}"[:200], flush=True)
@@ -576,6 +578,9 @@ def main() -> None:
     os.environ["SAS_CLAIM_BATCH"] = str(args.claim_batch)
     if args.schedule_to_start is not None:
         os.environ["SAS_SCHEDULE_TO_START"] = str(args.schedule_to_start)
+    # A's callback receivers listen on this machine's loopback (a customer's would be on a public
+    # host): the egress policy must let callbacks reach it (SAS_CALLBACK_PRIVATE_HOSTS).
+    os.environ["SAS_CALLBACK_PRIVATE_HOSTS"] = "127.0.0.1"
     env = bench_environment()
     env["PYTHONUNBUFFERED"] = "1"
     from exports.services import export_request
@@ -611,7 +616,13 @@ def main() -> None:
             print(f"  B: {len(made)} every-minute jobs to a {args.slow_ms} ms endpoint", flush=True)
             rate = 1.0  # "run now" at the submit rate (SAS_SUBMIT_RATE, 60/minute)
             turn = iter(range(10**9))
-            flood.append(Loop("b-run-now", rate, lambda: job_run_now(job_id=made[next(turn) % len(made)])))
+            flood.append(
+                Loop(
+                    "b-run-now",
+                    rate,
+                    lambda: job_run_now(job_id=made[next(turn) % len(made)], by_staff=False),
+                )
+            )
             exports_cap = limit("EXPORTS_IN_FLIGHT", args.b_exports)
 
             def keep_exports() -> None:

@@ -96,10 +96,15 @@ def test_job_occurrence_not_started_in_time__supervisor_skips_it_with_a_history_
 ):
     owner = get_user_model().objects.get_or_create(username="fair-live-s2s")[0]
     job = job_create(
-        owner_id=owner.id, name="late", workflow=ENGINE_WORKFLOW, input=ENGINE_INPUT, cron="0 * * * *"
+        owner_id=owner.id,
+        name="late",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="0 * * * *",
+        by_staff=True,  # the engine's test workflow is staff-only work
     )
     with transaction.atomic():
-        firing = job_run_now(job_id=job.id)
+        firing = job_run_now(job_id=job.id, by_staff=True)
         assert firing.run_id is not None
         # Its first step cannot be claimed (as behind a backlog) and its window has passed.
         first = Step.objects.filter(run_id=firing.run_id, seq=0)
