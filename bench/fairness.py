@@ -167,7 +167,12 @@ def start_stack(env: dict[str, str], logs: Path) -> dict[str, Any]:
     procs: dict[str, Any] = {}
 
     def add(name: str, proc: Any, marker: str) -> None:
-        procs[name] = proc.start(ready_marker=marker, timeout=90)
+        procs[name] = proc
+        try:
+            proc.start(ready_marker=marker, timeout=180)
+        except BaseException:
+            stop_stack(procs)  # what started so far; a loaded machine can be slow to start one
+            raise
 
     add(
         "simulator", simulator_process(url=env["SIMULATOR_URL"], log_dir=logs, env=env), "SIMULATOR_LISTENING"
