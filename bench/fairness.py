@@ -165,6 +165,8 @@ def start_stack(env: dict[str, str], logs: Path) -> dict[str, Any]:
     from tests.harness import celery_beat, celery_worker, simulator_process
 
     procs: dict[str, Any] = {}
+    # Workers log at INFO: their " ready." line is how the stack knows they started.
+    env = {**env, "LOG_LEVEL": "INFO"}
 
     def add(name: str, proc: Any, marker: str) -> None:
         procs[name] = proc
