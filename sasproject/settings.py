@@ -578,6 +578,16 @@ SPECTACULAR_SETTINGS = {
 # N/minute, N/hour, N/day. Read at request time, so tests can override it.
 SAS_SUBMIT_RATE = os.environ.get("SAS_SUBMIT_RATE", "60/minute")
 
+# Sign-in throttling (issue 22; sasproject/login_throttle.py): failed sign-ins on the site's and
+# the admin's forms, counted in Redis per username and per client address in a window that starts
+# at the first failure. At the limit every attempt is refused with a form error naming it until the
+# window ends. 0 disables a limit.
+SAS_LOGIN_THROTTLE: dict[str, int] = {
+    "FAILURES_PER_USERNAME": int(os.environ.get("SAS_LOGIN_FAILURES_PER_USERNAME", "5")),
+    "FAILURES_PER_IP": int(os.environ.get("SAS_LOGIN_FAILURES_PER_IP", "20")),
+    "WINDOW": int(os.environ.get("SAS_LOGIN_WINDOW", "900")),  # seconds
+}
+
 # Fair share per owner (issue 18, docs/api.md "Limits"). Every path that creates work - pages
 # and API alike - takes a token from its scope's budget per user (scheduler/limits.py: one
 # Redis-backed limiter, a burst of N then one every period/N). A scope left empty uses
