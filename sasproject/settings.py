@@ -419,6 +419,10 @@ SAS: dict[str, Any] = {
     # At most this much of a remote service's answer is read (the call's total deadline bounds
     # the time): a larger answer is a transient fault (agents/outbound.py).
     "REMOTE_RESPONSE_MAX_BYTES": int(os.environ.get("SAS_REMOTE_RESPONSE_MAX_BYTES", str(1024 * 1024))),
+    # The largest JSON an engine message may carry as an agent request's payload or a reply's
+    # result; a larger one is dropped unread (scheduler/messages.py). Above the remote answer's
+    # limit, whose parsed body a success reply carries.
+    "MESSAGE_MAX_BYTES": int(os.environ.get("SAS_MESSAGE_MAX_BYTES", str(2 * 1024 * 1024))),
     # Where the remote services live. The simulator serves all three under one base URL.
     "REMOTE_URLS": {
         "inventory": os.environ.get(
