@@ -97,6 +97,7 @@ def test_validate_order_input__anything__clean_or_field_errors(data: dict[str, A
 @given(
     data=order_like, callback=st.text(max_size=60) | st.sampled_from(["http://127.0.0.1/x", "http://[::1]/"])
 )
+@example(data={"items": [{"sku": "A\x00", "quantity": 1}], "amount": "1.00", "currency": "EUR"}, callback="")
 def test_order_submit__anything__order_or_refusal_nothing_written(
     django_user_model: Any, data: Any, callback: str
 ) -> None:
@@ -173,6 +174,7 @@ def test_zone_error__anything__none_or_message(name: str) -> None:
         },
     ),
 )
+@example(name="a\x00b", workflow="nope", job_input={}, cron="", zone="UTC", numbers={})
 def test_job_create__anything__job_or_refusal_nothing_written(
     django_user_model: Any, name: str, workflow: str, job_input: Any, cron: str, zone: str, numbers: Any
 ) -> None:
