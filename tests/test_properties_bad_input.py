@@ -331,3 +331,47 @@ def test_alert_acknowledge__any_ids__count_of_existing_only(django_user_model: A
         Alert.objects.filter(pk__in=ids, acknowledged_at__isnull=True).values_list("pk", flat=True)
     )
     assert alert_acknowledge(alert_ids=ids, user=operator) == len(existing)
+
+
+@pytest.mark.django_db
+@DB
+@given(
+    changes=st.fixed_dictionaries(
+        {},
+        optional={
+            "name": st.text(max_size=250),
+            "input": st.dictionaries(st.text(max_size=10), json_values, max_size=3) | json_values,
+            "cron": cron_text,
+            "timezone_name": zones | st.text(max_size=12),
+            "max_retry": st.integers(),
+            "jitter": st.integers(),
+            "priority": st.integers(),
+            "max_firings": st.integers() | st.none(),
+            "overlap_policy": st.text(max_size=10) | st.sampled_from(["skip", "queue", "allow"]),
+            "idempotent": json_values,
+        },
+    )
+)
+@example(changes={"name": "x\x00"})
+@example(changes={"input": {"x": "\x00"}})
+def test_job_update__any_editable_values__edit_or_refusal_nothing_changed(
+    django_user_model: Any, changes: dict[str, Any]
+) -> None:
+    from scheduler.services import job_create, job_update
+    from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
+
+    register_engine_workflow()
+    user, _ = django_user_model.objects.get_or_create(username="prop-edit")
+    job = Job.objects.filter(owner=user).first() or job_create(
+        owner_id=user.id,
+        by_staff=False,
+        name="edited",
+        workflow=ENGINE_WORKFLOW,
+        input=ENGINE_INPUT,
+        cron="*/5 * * * *",
+    )
+    before = Job.objects.filter(pk=job.pk).values().get()
+    try:
+        job_update(job_id=job.pk, by_staff=False, actor="prop", **changes)
+    except (WorkflowInputError, ValidationError, LimitExceeded):
+        assert Job.objects.filter(pk=job.pk).values().get() == before
