@@ -36,6 +36,7 @@ from django.utils import timezone
 from sasproject.json_input import json_parse
 from sasproject.logs import log_context
 from scheduler.attempts import StartMark, attempt_start_mark
+from scheduler.messages import agent_request_problem, message_step_label
 from scheduler.metrics import attempt_observe
 from scheduler.services import scheduler_instance_id, step_reply
 
@@ -219,6 +220,14 @@ class AgentTask(Task):
     throws = (AttemptFailed,)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # A malformed request (forged, truncated, from another release) is dropped before any
+        # of it is used: logged, acknowledged, nothing called or written (scheduler/messages.py).
+        problem = agent_request_problem(args, kwargs)
+        if problem is not None:
+            logger.error(
+                "agent request to %s for step %s dropped: %s", self.name, message_step_label(kwargs), problem
+            )
+            return "invalid"
         if self.request.called_directly:
             return run_with_next_steps(self, super().__call__, args, kwargs)
         # Run by a worker: the first attempt's outcome becomes the task's state.

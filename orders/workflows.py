@@ -107,7 +107,7 @@ def validate_order_input(data: Mapping[str, Any]) -> dict[str, Any]:
                 )
                 continue
             sku, quantity = item.get("sku"), item.get("quantity")
-            if not isinstance(sku, str) or not sku.strip() or len(sku) > 64:
+            if not isinstance(sku, str) or not sku.strip() or len(sku) > 64 or "\x00" in sku:
                 errors.setdefault("items", []).append(
                     f"item {index}: sku must be a non-empty string (max 64)"
                 )

@@ -424,6 +424,10 @@ SAS: dict[str, Any] = {
     # At most this much of a remote service's answer is read (the call's total deadline bounds
     # the time): a larger answer is a transient fault (agents/outbound.py).
     "REMOTE_RESPONSE_MAX_BYTES": int(os.environ.get("SAS_REMOTE_RESPONSE_MAX_BYTES", str(1024 * 1024))),
+    # The largest JSON an engine message may carry as an agent request's payload or a reply's
+    # result; a larger one is dropped unread (scheduler/messages.py). Above the remote answer's
+    # limit, whose parsed body a success reply carries.
+    "MESSAGE_MAX_BYTES": int(os.environ.get("SAS_MESSAGE_MAX_BYTES", str(2 * 1024 * 1024))),
     # Where the remote services live. The simulator serves all three under one base URL.
     "REMOTE_URLS": {
         "inventory": os.environ.get(
@@ -582,6 +586,16 @@ SPECTACULAR_SETTINGS = {
 # Order submissions per user (web form and API share the budget), DRF rate syntax: N/second,
 # N/minute, N/hour, N/day. Read at request time, so tests can override it.
 SAS_SUBMIT_RATE = os.environ.get("SAS_SUBMIT_RATE", "60/minute")
+
+# Sign-in throttling (issue 22; sasproject/login_throttle.py): failed sign-ins on the site's and
+# the admin's forms, counted in Redis per username and per client address in a window that starts
+# at the first failure. At the limit every attempt is refused with a form error naming it until the
+# window ends. 0 disables a limit.
+SAS_LOGIN_THROTTLE: dict[str, int] = {
+    "FAILURES_PER_USERNAME": int(os.environ.get("SAS_LOGIN_FAILURES_PER_USERNAME", "5")),
+    "FAILURES_PER_IP": int(os.environ.get("SAS_LOGIN_FAILURES_PER_IP", "20")),
+    "WINDOW": int(os.environ.get("SAS_LOGIN_WINDOW", "900")),  # seconds
+}
 
 # Fair share per owner (issue 18, docs/api.md "Limits"). Every path that creates work - pages
 # and API alike - takes a token from its scope's budget per user (scheduler/limits.py: one

@@ -15,6 +15,7 @@ from rest_framework.routers import SimpleRouter
 from jobs.api import JobViewSet
 from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
 from reports.api import report_api
+from sasproject.login_throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 from scheduler.api import run_progress_view
 
 router = SimpleRouter()
@@ -25,6 +26,8 @@ router.register("jobs", JobViewSet, basename="api-job")
 admin.site.site_header = "sasproject operations"
 admin.site.site_title = "sasproject admin"
 admin.site.index_title = "Engine and orders"
+# Both sign-in forms count failures and refuse brute force (issue 22).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 class FaviconRedirect(RedirectView):
@@ -52,7 +55,13 @@ urlpatterns = [
     # other apps' URLs: sasproject never imports ops (pyproject.toml's "ops-on-top" contract).
     path("", include("ops.urls")),
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(
+            redirect_authenticated_user=True, authentication_form=ThrottledAuthenticationForm
+        ),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/webhook-secret/", webhook_secret, name="api-webhook-secret"),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
 from sasproject.redis_client import get_redis
 
 from . import services
+from .messages import message_step_label, reply_problem
 from .metrics import periodic_mark
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,20 @@ def bench_noop(counter_key: str = "") -> None:
         get_redis().incr(counter_key)
 
 
-@shared_task(name="scheduler.reply", ignore_result=True)
+class ReplyTask(Task):
+    """scheduler.reply's base: a malformed reply (wrong types, unknown fields, an oversized
+    result, a lease that is no UUID) is logged and dropped before the service sees it
+    (scheduler/messages.py); acknowledged, so it cannot loop."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        problem = reply_problem(args, kwargs)
+        if problem is not None:
+            logger.error("reply for step %s dropped: %s", message_step_label(kwargs), problem)
+            return "invalid"
+        return super().__call__(*args, **kwargs)
+
+
+@shared_task(name="scheduler.reply", ignore_result=True, base=ReplyTask)
 def scheduler_reply(
     *,
     step_id: int,
@@ -97,9 +111,6 @@ def scheduler_reply(
     reached: bool = False,
 ) -> str:
     """An agent's reply, in "queue" reply mode. Fenced by the lease in the service."""
-    if outcome not in ("success", "permanent", "transient", "deferred", "continue"):
-        logger.error("reply with unknown outcome %r for step %s dropped", outcome, step_id)
-        return "invalid"
     return services.step_reply(
         step_id=step_id,
         lease=lease,

@@ -76,6 +76,8 @@ def _rate_budgets_fresh() -> None:
 
     client = get_redis()
     keys = list(client.scan_iter(f"{settings.REDIS_PREFIX}sas:rate:*", count=1000))
+    # ...and with no failed sign-ins counted (sasproject/login_throttle.py).
+    keys += list(client.scan_iter(f"{settings.REDIS_PREFIX}sas:login:*", count=1000))
     if keys:
         client.delete(*keys)
 

@@ -43,7 +43,8 @@ def signature_verify(
     signatures: list[str] = []
     for item in (header or "").split(","):
         key, _, value = item.strip().partition("=")
-        if key == "t" and value.isdigit() and len(value) <= 12:
+        # ASCII digits only: str.isdigit() is also true of "²", which int() refuses (issue 22).
+        if key == "t" and value.isascii() and value.isdigit() and len(value) <= 12:
             timestamp = int(value)
         elif key == SCHEME and value:
             signatures.append(value)

@@ -121,6 +121,20 @@ def _aware(value: Any, name: str, errors: dict[str, str]) -> datetime | None:
     return value
 
 
+def _holds_nul(value: Any, depth: int = 0) -> bool:
+    """A NUL in any string or key of `value` (PostgreSQL's text and jsonb refuse it). Bounded
+    depth: deeper than 64 levels is refused too."""
+    if depth > 64:
+        return True
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_holds_nul(k, depth + 1) or _holds_nul(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(item, depth + 1) for item in value)
+    return False
+
+
 def _int_in(value: Any, name: str, low: int, high: int, errors: dict[str, str]) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         errors[name] = range_message(low, high)
@@ -182,6 +196,10 @@ def _clean(
     name = str(data["name"]).strip()
     if not name or len(name) > 200:
         errors["name"] = "must be 1 to 200 characters"
+    elif "\x00" in name:  # PostgreSQL text refuses NUL: a DataError at the INSERT (issue 22)
+        errors["name"] = "must not contain a NUL character"
+    if _holds_nul(data["input"]):
+        errors.setdefault("input", "a string holds a NUL character (\\u0000), which is not accepted")
     out["name"] = name
     cron = cron_normalise(str(data["cron"] or ""))
     recurring = data.get("recurring")
