@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import re
 import signal
 import time
@@ -12,6 +14,7 @@ from ..harness import wait_for
 from .helpers import step, submit_order, wait_run, wait_step_state
 
 
+@pytest.mark.both_brokers
 def test_agent_worker_killed_mid_charge__order_completes_with_exactly_one_payment(engine, demo_user):
     # The charge takes 1.5 s at the payment service, so the kill lands while the agent waits on it.
     engine.sim.set_faults("payment", latency_ms=1500)

@@ -8,6 +8,8 @@ ignored, and the step is retried under a new lease - the remote effect still hap
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import signal
 import time
@@ -20,6 +22,7 @@ from ..harness import wait_for
 from .helpers import step, submit_order, wait_run
 
 
+@pytest.mark.both_brokers
 def test_reply__delayed_past_deadline_in_reply_queue__ignored_and_step_retried(
     engine, demo_user, start_worker
 ):
