@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 import re
 import signal
 import time
+
+import pytest
 
 from scheduler.models import Run, Step, TaskExecutionHistory
 

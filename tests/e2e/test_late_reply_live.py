@@ -8,12 +8,11 @@ ignored, and the step is retried under a new lease - the remote effect still hap
 
 from __future__ import annotations
 
-import pytest
-
 import os
 import signal
 import time
 
+import pytest
 from django.utils import timezone
 
 from scheduler.models import Run, Step, TaskExecutionHistory
