@@ -226,17 +226,17 @@ def publishing_to(url: str) -> Iterator[None]:
     from celery import current_app
 
     def drop_pools() -> None:
-        current_app.amqp._producer_pool = None
-        current_app._pool = None
+        current_app.amqp._producer_pool = None  # type: ignore[attr-defined]
+        current_app._pool = None  # type: ignore[attr-defined]
 
     before = current_app.conf.broker_url
     drop_pools()
-    current_app.conf.broker_url = url
+    current_app.conf.broker_url = url  # type: ignore[misc]
     try:
         yield
     finally:
         drop_pools()
-        current_app.conf.broker_url = before
+        current_app.conf.broker_url = before  # type: ignore[misc]
 
 
 @pytest.fixture(scope="session")

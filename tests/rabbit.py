@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def port_open(host: str, port: int) -> bool:
 
 
 @contextlib.contextmanager
-def session_vhost(name: str):  # type: ignore[no-untyped-def]
+def session_vhost(name: str) -> Iterator[str]:
     """A vhost of its own on the machine's RabbitMQ, guest allowed everything on it, deleted
     at the end with every queue in it."""
     if not port_open(RABBIT_HOST, RABBIT_PORT):
