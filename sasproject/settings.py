@@ -334,6 +334,16 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
 }
 if REDIS_PREFIX:
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = REDIS_PREFIX
+# RabbitMQ's consumer_timeout (seconds; its default is 30 min): a delivery a consumer holds
+# unacked longer closes the channel and is delivered again. With task_acks_late a message stays
+# unacked for as long as its task runs, and an ETA/countdown message for as long as the worker
+# waits for its time (Celery holds both unacked). Ours stay far below it: the task time limit
+# above (300 s) and the countdowns (kicks after a backoff, at most the *_BACKOFF_MAX settings;
+# dispatcher wake-ups, under JOBS_DISPATCH_INTERVAL) - tests/deploy/test_brokers.py checks every
+# one against this value and the machine's broker against it. Set it to your broker's
+# consumer_timeout if you lowered it; never raise time limits or backoffs above it.
+# https://www.rabbitmq.com/docs/consumers#acknowledgement-timeout
+SAS_BROKER_CONSUMER_TIMEOUT = env_float("SAS_BROKER_CONSUMER_TIMEOUT", 1800.0)
 
 # Explicit queues: one for the scheduler, one for the supervisor, one per remote service (so a
 # slow payment provider cannot starve inventory calls). Routing is by task name prefix.
