@@ -33,6 +33,7 @@ from .harness import (
     Proc,
     celery_beat,
     celery_worker,
+    publishing_to,
     simulator_process,
     wait_for,
 )
@@ -216,27 +217,6 @@ def broker_env(broker: str, worker_env: dict[str, str], request: pytest.FixtureR
     if broker == "rabbitmq":
         return dict(request.getfixturevalue("rabbit_env"))
     return worker_env
-
-
-@contextlib.contextmanager
-def publishing_to(url: str) -> Iterator[None]:
-    """The test process's Celery app publishes to `url`: its references to the connection and
-    producer pools are dropped before and after, so each is looked up again for the broker URL
-    of the moment (kombu keeps one pool per URL, process-wide: they are not closed here)."""
-    from celery import current_app
-
-    def drop_pools() -> None:
-        current_app.amqp._producer_pool = None  # type: ignore[attr-defined]
-        current_app._pool = None  # type: ignore[attr-defined]
-
-    before = current_app.conf.broker_url
-    drop_pools()
-    current_app.conf.broker_url = url  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        drop_pools()
-        current_app.conf.broker_url = before  # type: ignore[misc]
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,3 +167,24 @@ def procfile_process(name: str, *, log_dir: Path, env: dict[str, str]) -> Proc:
     bin_dir = str(Path(sys.executable).parent)
     env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', os.environ.get('PATH', ''))}"}
     return Proc(name=name, args=["/bin/sh", "-c", command], log_path=log_dir / f"{name}.log", env=env)
+
+
+@contextlib.contextmanager
+def publishing_to(url: str) -> Iterator[None]:
+    """The test process's Celery app publishes to `url`: its references to the connection and
+    producer pools are dropped before and after, so each is looked up again for the broker URL
+    of the moment (kombu keeps one pool per URL, process-wide: they are not closed here)."""
+    from celery import current_app
+
+    def drop_pools() -> None:
+        current_app.amqp._producer_pool = None  # type: ignore[attr-defined]
+        current_app._pool = None  # type: ignore[attr-defined]
+
+    before = current_app.conf.broker_url
+    drop_pools()
+    current_app.conf.broker_url = url  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        drop_pools()
+        current_app.conf.broker_url = before  # type: ignore[misc]

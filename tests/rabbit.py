@@ -135,12 +135,25 @@ class PrivateRabbit:
         """kill -9 the node (its whole process group: beam.smp and its helpers)."""
         if self.popen is None:
             return
+        pid_file = self.base / "pid"
+        beam = int(pid_file.read_text().strip() or 0) if pid_file.exists() else 0
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)
+        if beam:  # the node itself (the server script runs it as the rabbitmq user)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(beam, signal.SIGKILL)
+            with contextlib.suppress(FileNotFoundError):
+                pid_file.unlink()
         self.popen.wait(timeout=30)
         self.popen = None
-        deadline = time.monotonic() + 30
-        while port_open("127.0.0.1", self.port) and time.monotonic() < deadline:
+        # Until epmd has let go of the node's name (a restart needs it, with the same dist port).
+        short = self.node.split("@")[0]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            names = subprocess.run(["epmd", "-names"], capture_output=True, text=True, check=False).stdout
+            gone = not beam or not Path(f"/proc/{beam}").exists()
+            if gone and not port_open("127.0.0.1", self.port) and f"name {short} " not in names:
+                break
             time.sleep(0.2)
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ def _longest_holds() -> dict[str, float]:
 def test_every_unacked_hold__time_limit_and_countdowns__below_the_consumer_timeout() -> None:
     timeout = float(settings.SAS_BROKER_CONSUMER_TIMEOUT)
     holds = _longest_holds()
-    assert holds and all(0 < v for v in holds.values())
+    assert holds and all(v > 0 for v in holds.values())
     too_long = {name: v for name, v in holds.items() if v >= timeout}
     assert not too_long, f"held unacked past consumer_timeout {timeout}s: {too_long}"
 
