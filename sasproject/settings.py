@@ -344,6 +344,21 @@ if REDIS_PREFIX:
 # consumer_timeout if you lowered it; never raise time limits or backoffs above it.
 # https://www.rabbitmq.com/docs/consumers#acknowledgement-timeout
 SAS_BROKER_CONSUMER_TIMEOUT = env_float("SAS_BROKER_CONSUMER_TIMEOUT", 1800.0)
+# RabbitMQ only: "quorum" declares every queue a quorum queue (replicated over a RabbitMQ
+# cluster, survives the loss of a minority of nodes) instead of a classic one. Quorum queues
+# have no global QoS (Celery detects them and uses per-consumer prefetch:
+# worker_detect_quorum_queues, on by default) and no x-max-priority (our priorities are applied
+# when PostgreSQL hands out steps, not by the broker); countdowns then use RabbitMQ's native
+# delayed delivery (Celery 5.5+), and publishes wait for the broker's confirm. Redis ignores it.
+# https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/rabbitmq.html#using-quorum-queues
+SAS_BROKER_QUEUE_TYPE = os.environ.get("SAS_BROKER_QUEUE_TYPE", "classic").strip() or "classic"
+if SAS_BROKER_QUEUE_TYPE not in ("classic", "quorum"):
+    raise ImproperlyConfigured(f"SAS_BROKER_QUEUE_TYPE is classic or quorum, not {SAS_BROKER_QUEUE_TYPE!r}")
+if SAS_BROKER_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith(("amqp", "pyamqp")):
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = "quorum"
+    CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = "quorum"
+    CELERY_WORKER_DETECT_QUORUM_QUEUES = True
+    CELERY_BROKER_TRANSPORT_OPTIONS["confirm_publish"] = True
 
 # Explicit queues: one for the scheduler, one for the supervisor, one per remote service (so a
 # slow payment provider cannot starve inventory calls). Routing is by task name prefix.

@@ -170,21 +170,25 @@ def procfile_process(name: str, *, log_dir: Path, env: dict[str, str]) -> Proc:
 
 
 @contextlib.contextmanager
-def publishing_to(url: str) -> Iterator[None]:
-    """The test process's Celery app publishes to `url`: its references to the connection and
-    producer pools are dropped before and after, so each is looked up again for the broker URL
-    of the moment (kombu keeps one pool per URL, process-wide: they are not closed here)."""
+def publishing_to(url: str, *, queue_type: str = "classic") -> Iterator[None]:
+    """The test process's Celery app publishes to `url` (declaring queues of `queue_type`, as
+    the workers there do): its AMQP helper (queues, producer pool) and its connection pool are
+    dropped before and after, so each is made again from the configuration of the moment (kombu
+    keeps one connection pool per URL, process-wide: they are not closed here)."""
     from celery import current_app
 
-    def drop_pools() -> None:
-        current_app.amqp._producer_pool = None  # type: ignore[attr-defined]
+    conf = current_app.conf
+    names = ("broker_url", "task_default_queue_type", "task_create_missing_queue_type")
+    before = {name: conf[name] for name in names}
+
+    def drop_cached() -> None:
+        current_app.__dict__.pop("amqp", None)  # a cached_property
         current_app._pool = None  # type: ignore[attr-defined]
 
-    before = current_app.conf.broker_url
-    drop_pools()
-    current_app.conf.broker_url = url  # type: ignore[misc]
+    drop_cached()
+    conf.update(broker_url=url, task_default_queue_type=queue_type, task_create_missing_queue_type=queue_type)
     try:
         yield
     finally:
-        drop_pools()
-        current_app.conf.broker_url = before  # type: ignore[misc]
+        drop_cached()
+        conf.update(before)
