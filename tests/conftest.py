@@ -158,17 +158,41 @@ class Engine:
     paused: bool = False
 
     def pause(self) -> None:
-        """SIGSTOP its workers and beat (whole process groups): another engine's test runs."""
-        if not self.paused:
-            for proc in (self.beat, self.control, self.agents):
+        """SIGSTOP its workers and beat (whole process groups): another engine's test runs. Never
+        inside a transaction: a process stopped in one (beat reading its schedule, a worker in
+        a step) would hold its locks for as long as it is stopped, and the next TRUNCATE or
+        schedule update would wait on them forever. So stop, look, and if any connection of the
+        test database but ours is idle in a transaction, continue them a moment and try again."""
+        if self.paused:
+            return
+        procs = (self.beat, self.control, self.agents)
+        for _ in range(100):
+            for proc in procs:
                 proc.kill(signal.SIGSTOP)
-            self.paused = True
+            time.sleep(0.05)  # statements already sent finish on the server
+            if not _others_in_transaction():
+                break
+            for proc in procs:
+                proc.kill(signal.SIGCONT)
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the {self.broker} engine is always inside a transaction")
+        self.paused = True
 
     def resume(self) -> None:
         if self.paused:
             for proc in (self.beat, self.control, self.agents):
                 proc.kill(signal.SIGCONT)
             self.paused = False
+
+
+def _others_in_transaction() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'"
+        )
+        return bool(cursor.fetchone()[0])
 
 
 # The session's engines by broker, once a test of this process has started them (see
