@@ -354,6 +354,7 @@ SAS_BROKER_CONSUMER_TIMEOUT = env_float("SAS_BROKER_CONSUMER_TIMEOUT", 1800.0)
 SAS_BROKER_QUEUE_TYPE = os.environ.get("SAS_BROKER_QUEUE_TYPE", "classic").strip() or "classic"
 if SAS_BROKER_QUEUE_TYPE not in ("classic", "quorum"):
     raise ImproperlyConfigured(f"SAS_BROKER_QUEUE_TYPE is classic or quorum, not {SAS_BROKER_QUEUE_TYPE!r}")
+CELERY_TASK_DEFAULT_QUEUE_TYPE = "classic"
 if SAS_BROKER_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith(("amqp", "pyamqp")):
     CELERY_TASK_DEFAULT_QUEUE_TYPE = "quorum"
     CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = "quorum"
@@ -678,7 +679,13 @@ SAS_QUEUES = [
 def _celery_queues() -> list[Any]:
     from kombu import Exchange, Queue
 
-    return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in SAS_QUEUES]
+    # Quorum queues (SAS_BROKER_QUEUE_TYPE above, RabbitMQ only) are declared with their type.
+    quorum = CELERY_TASK_DEFAULT_QUEUE_TYPE == "quorum"
+    arguments = {"x-queue-type": "quorum"} if quorum else None
+    return [
+        Queue(name, Exchange(name, type="direct"), routing_key=name, queue_arguments=arguments)
+        for name in SAS_QUEUES
+    ]
 
 
 CELERY_TASK_QUEUES = _celery_queues()

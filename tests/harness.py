@@ -176,17 +176,28 @@ def publishing_to(url: str, *, queue_type: str = "classic") -> Iterator[None]:
     dropped before and after, so each is made again from the configuration of the moment (kombu
     keeps one connection pool per URL, process-wide: they are not closed here)."""
     from celery import current_app
+    from kombu import Queue
 
     conf = current_app.conf
-    names = ("broker_url", "task_default_queue_type", "task_create_missing_queue_type")
+    names = ("broker_url", "task_default_queue_type", "task_create_missing_queue_type", "task_queues")
     before = {name: conf[name] for name in names}
+    arguments = {"x-queue-type": queue_type} if queue_type != "classic" else None
+    queues = [
+        Queue(q.name, q.exchange, routing_key=q.routing_key, queue_arguments=arguments)
+        for q in before["task_queues"] or ()
+    ]
 
     def drop_cached() -> None:
         current_app.__dict__.pop("amqp", None)  # a cached_property
         current_app._pool = None  # type: ignore[attr-defined]
 
     drop_cached()
-    conf.update(broker_url=url, task_default_queue_type=queue_type, task_create_missing_queue_type=queue_type)
+    conf.update(
+        broker_url=url,
+        task_default_queue_type=queue_type,
+        task_create_missing_queue_type=queue_type,
+        task_queues=queues or before["task_queues"],
+    )
     try:
         yield
     finally:
