@@ -334,6 +334,32 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
 }
 if REDIS_PREFIX:
     CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = REDIS_PREFIX
+# RabbitMQ's consumer_timeout (seconds; its default is 30 min): a delivery a consumer holds
+# unacked longer closes the channel and is delivered again. With task_acks_late a message stays
+# unacked for as long as its task runs, and an ETA/countdown message for as long as the worker
+# waits for its time (Celery holds both unacked). Ours stay far below it: the task time limit
+# above (300 s) and the countdowns (kicks after a backoff, at most the *_BACKOFF_MAX settings;
+# dispatcher wake-ups, under JOBS_DISPATCH_INTERVAL) - tests/deploy/test_brokers.py checks every
+# one against this value and the machine's broker against it. Set it to your broker's
+# consumer_timeout if you lowered it; never raise time limits or backoffs above it.
+# https://www.rabbitmq.com/docs/consumers#acknowledgement-timeout
+SAS_BROKER_CONSUMER_TIMEOUT = env_float("SAS_BROKER_CONSUMER_TIMEOUT", 1800.0)
+# RabbitMQ only: "quorum" declares every queue a quorum queue (replicated over a RabbitMQ
+# cluster, survives the loss of a minority of nodes) instead of a classic one. Quorum queues
+# have no global QoS (Celery detects them and uses per-consumer prefetch:
+# worker_detect_quorum_queues, on by default) and no x-max-priority (our priorities are applied
+# when PostgreSQL hands out steps, not by the broker); countdowns then use RabbitMQ's native
+# delayed delivery (Celery 5.5+), and publishes wait for the broker's confirm. Redis ignores it.
+# https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/rabbitmq.html#using-quorum-queues
+SAS_BROKER_QUEUE_TYPE = os.environ.get("SAS_BROKER_QUEUE_TYPE", "classic").strip() or "classic"
+if SAS_BROKER_QUEUE_TYPE not in ("classic", "quorum"):
+    raise ImproperlyConfigured(f"SAS_BROKER_QUEUE_TYPE is classic or quorum, not {SAS_BROKER_QUEUE_TYPE!r}")
+CELERY_TASK_DEFAULT_QUEUE_TYPE = "classic"
+if SAS_BROKER_QUEUE_TYPE == "quorum" and CELERY_BROKER_URL.startswith(("amqp", "pyamqp")):
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = "quorum"
+    CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = "quorum"
+    CELERY_WORKER_DETECT_QUORUM_QUEUES = True
+    CELERY_BROKER_TRANSPORT_OPTIONS["confirm_publish"] = True
 
 # Explicit queues: one for the scheduler, one for the supervisor, one per remote service (so a
 # slow payment provider cannot starve inventory calls). Routing is by task name prefix.
@@ -672,7 +698,13 @@ SAS_QUEUES = [
 def _celery_queues() -> list[Any]:
     from kombu import Exchange, Queue
 
-    return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in SAS_QUEUES]
+    # Quorum queues (SAS_BROKER_QUEUE_TYPE above, RabbitMQ only) are declared with their type.
+    quorum = CELERY_TASK_DEFAULT_QUEUE_TYPE == "quorum"
+    arguments = {"x-queue-type": "quorum"} if quorum else None
+    return [
+        Queue(name, Exchange(name, type="direct"), routing_key=name, queue_arguments=arguments)
+        for name in SAS_QUEUES
+    ]
 
 
 CELERY_TASK_QUEUES = _celery_queues()

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -32,6 +33,7 @@ from .harness import (
     Proc,
     celery_beat,
     celery_worker,
+    publishing_to,
     simulator_process,
     wait_for,
 )
@@ -154,81 +156,230 @@ class Engine:
     sim: SimulatorControl
     env: dict[str, str]
     log_dir: Path
+    broker: str = "redis"
+    paused: bool = False
+
+    def pause(self) -> None:
+        """SIGSTOP its workers and beat (whole process groups): another engine's test runs. Never
+        inside a transaction: a process stopped in one (beat reading its schedule, a worker in
+        a step) would hold its locks for as long as it is stopped, and the next TRUNCATE or
+        schedule update would wait on them forever. So stop, look, and if any connection of the
+        test database but ours is idle in a transaction, continue them a moment and try again."""
+        if self.paused:
+            return
+        procs = (self.beat, self.control, self.agents)
+        for _ in range(100):
+            for proc in procs:
+                proc.kill(signal.SIGSTOP)
+            time.sleep(0.05)  # statements already sent finish on the server
+            if not _others_in_transaction():
+                break
+            for proc in procs:
+                proc.kill(signal.SIGCONT)
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the {self.broker} engine is always inside a transaction")
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            for proc in (self.beat, self.control, self.agents):
+                proc.kill(signal.SIGCONT)
+            self.paused = False
 
 
-# The session engine, once a test of this process has started it (see `engine_paused`).
-_ENGINES: list[Engine] = []
+def _others_in_transaction() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'"
+        )
+        return bool(cursor.fetchone()[0])
+
+
+# The session's engines by broker, once a test of this process has started them (see
+# `engine_paused`). Only one runs at a time: both would sweep and claim the same tables.
+_ENGINES: dict[str, Engine] = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Both brokers (issue 22). A test marked `both_brokers` runs twice, [redis] and [rabbitmq]: the
+# `broker` fixture says which, `broker_env` is the subprocesses' environment on it, `engine` the
+# session engine on it, and the test process publishes to it. RabbitMQ is the machine's, on a
+# vhost of the session's own (tests/rabbit.py); when it is unreachable the [rabbitmq] tests FAIL.
+# ---------------------------------------------------------------------------------------------
+BROKERS = ("redis", "rabbitmq")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_brokers") and "broker" in metafunc.fixturenames:
+        metafunc.parametrize("broker", BROKERS, indirect=True)
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest) -> str:
+    """ "redis" unless the test is marked `both_brokers` (then each in turn)."""
+    return str(getattr(request, "param", "redis"))
 
 
 @pytest.fixture(scope="session")
-def engine_session(
-    worker_env: dict[str, str], redis_client: redis.Redis, tmp_path_factory: pytest.TempPathFactory
+def rabbit_vhost() -> Iterator[str]:
+    from .rabbit import session_vhost
+
+    with session_vhost(f"sas-test-{os.getpid()}") as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def rabbit_env(worker_env: dict[str, str], rabbit_vhost: str) -> dict[str, str]:
+    from .rabbit import amqp_url
+
+    return {**worker_env, "CELERY_BROKER_URL": amqp_url(rabbit_vhost)}
+
+
+@pytest.fixture
+def broker_env(broker: str, worker_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
+    """The subprocesses' environment on the test's broker."""
+    if broker == "rabbitmq":
+        return dict(request.getfixturevalue("rabbit_env"))
+    return worker_env
+
+
+@pytest.fixture(scope="session")
+def simulator_session(worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """The session's simulator, shared by the engines of both brokers."""
+    log_dir = tmp_path_factory.mktemp("simulator-logs")
+    proc = simulator_process(url=os.environ["SIMULATOR_URL"], log_dir=log_dir, env=worker_env)
+    proc.start(ready_marker="SIMULATOR_LISTENING")
+    yield proc
+    proc.stop()
+
+
+@contextlib.contextmanager
+def _engine_running(
+    *, broker_name: str, env: dict[str, str], simulator: Proc, log_dir: Path
 ) -> Iterator[Engine]:
-    log_dir = tmp_path_factory.mktemp("engine-logs")
-    url = os.environ["SIMULATOR_URL"]
-    sim_proc = simulator_process(url=url, log_dir=log_dir, env=worker_env).start(
-        ready_marker="SIMULATOR_LISTENING"
-    )
-    control = celery_worker(
-        name="control", queues=CONTROL_QUEUES, log_dir=log_dir, env=worker_env, concurrency=2
-    )
-    agents = celery_worker(name="agents", queues=AGENT_QUEUES, log_dir=log_dir, env=worker_env, concurrency=4)
-    beat = celery_beat(log_dir=log_dir, env=worker_env)
+    control = celery_worker(name="control", queues=CONTROL_QUEUES, log_dir=log_dir, env=env, concurrency=2)
+    agents = celery_worker(name="agents", queues=AGENT_QUEUES, log_dir=log_dir, env=env, concurrency=4)
+    beat = celery_beat(log_dir=log_dir, env=env)
     procs = [control, agents, beat]
+    # The other engine, if running, must not claim while this one starts.
+    for other in _ENGINES.values():
+        other.pause()
     try:
         control.start(ready_marker=" ready.")
         agents.start(ready_marker=" ready.")
         beat.start(ready_marker="beat: Starting")
-        engine = Engine(sim_proc, control, agents, beat, SimulatorControl(url), worker_env, log_dir)
-        _ENGINES.append(engine)
+        engine = Engine(
+            simulator,
+            control,
+            agents,
+            beat,
+            SimulatorControl(os.environ["SIMULATOR_URL"]),
+            env,
+            log_dir,
+            broker_name,
+        )
+        _ENGINES[broker_name] = engine
         yield engine
     finally:
-        _ENGINES.clear()
-        for proc in [*procs, sim_proc]:
+        _ENGINES.pop(broker_name, None)
+        for proc in procs:
+            proc.kill(signal.SIGCONT)  # a stopped process would not see the SIGTERM
             proc.stop()
 
 
+@pytest.fixture(scope="session")
+def engine_session(
+    worker_env: dict[str, str],
+    redis_client: redis.Redis,
+    simulator_session: Proc,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Engine]:
+    log_dir = tmp_path_factory.mktemp("engine-logs")
+    with _engine_running(
+        broker_name="redis", env=worker_env, simulator=simulator_session, log_dir=log_dir
+    ) as e:
+        yield e
+
+
+@pytest.fixture(scope="session")
+def engine_session_rabbitmq(
+    rabbit_env: dict[str, str],
+    redis_client: redis.Redis,
+    simulator_session: Proc,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Engine]:
+    """The same engine with RabbitMQ as its broker (the session's vhost); paused between its
+    tests, so that outside them the Redis engine is the one that runs, as before."""
+    log_dir = tmp_path_factory.mktemp("engine-rabbitmq-logs")
+    with _engine_running(
+        broker_name="rabbitmq", env=rabbit_env, simulator=simulator_session, log_dir=log_dir
+    ) as e:
+        e.pause()
+        for other in _ENGINES.values():
+            if other is not e:
+                other.resume()
+        yield e
+
+
 @pytest.fixture
-def engine(engine_session: Engine, live_db: None, redis_client: redis.Redis) -> Iterator[Engine]:
-    """The running engine with a clean simulator, clean breakers and clean engine tables."""
-    for proc in (
-        engine_session.control,
-        engine_session.agents,
-        engine_session.beat,
-        engine_session.simulator,
-    ):
+def engine(
+    broker: str, request: pytest.FixtureRequest, live_db: None, redis_client: redis.Redis
+) -> Iterator[Engine]:
+    """The running engine on the test's broker, with a clean simulator, clean breakers and clean
+    engine tables; any other broker's engine is paused for the test."""
+    chosen: Engine = request.getfixturevalue(
+        "engine_session_rabbitmq" if broker == "rabbitmq" else "engine_session"
+    )
+    for other in _ENGINES.values():
+        if other is not chosen:
+            other.pause()
+    chosen.resume()
+    for proc in (chosen.control, chosen.agents, chosen.beat, chosen.simulator):
         assert proc.alive(), f"{proc.name} died:\n{proc.log()[-3000:]}"
-    engine_session.sim.reset()
+    chosen.sim.reset()
     for key in redis_client.scan_iter(f"{settings.REDIS_PREFIX}sas:breaker:*"):
         redis_client.delete(key)
-    yield engine_session
-    engine_session.sim.reset()
+    try:
+        if broker == "rabbitmq":
+            with publishing_to(chosen.env["CELERY_BROKER_URL"]):
+                yield chosen
+        else:
+            yield chosen
+    finally:
+        chosen.sim.reset()
+        # Outside a RabbitMQ test the Redis engine runs, as before there was a second one.
+        if broker == "rabbitmq":
+            chosen.pause()
+            if "redis" in _ENGINES:
+                _ENGINES["redis"].resume()
 
 
 @pytest.fixture
 def engine_paused(live_db: None) -> Iterator[None]:
-    """For a live test that plays the scheduler itself on committed rows: the session engine,
-    if an earlier test of this process started it (pytest-xdist runs files in any order), would
-    claim them. Its workers and beat are stopped (SIGSTOP, whole process groups) for the test
-    and continued after it, before `live_db` truncates."""
-    procs = [proc for engine in _ENGINES for proc in (engine.beat, engine.control, engine.agents)]
-    for proc in procs:
-        proc.kill(signal.SIGSTOP)
+    """For a live test that plays the scheduler itself on committed rows: the session engines,
+    if an earlier test of this process started them (pytest-xdist runs files in any order),
+    would claim them. Their workers and beat are stopped (SIGSTOP, whole process groups) for
+    the test and continued after it (those that ran), before `live_db` truncates."""
+    running = [engine for engine in _ENGINES.values() if not engine.paused]
+    for engine in running:
+        engine.pause()
     try:
         yield
     finally:
-        for proc in procs:
-            proc.kill(signal.SIGCONT)
+        for engine in running:
+            engine.resume()
 
 
 @pytest.fixture
-def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    """Start extra workers for one test; all are stopped at the end."""
+def start_worker(broker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """Start extra workers for one test (on the test's broker); all are stopped at the end."""
     started: list[Proc] = []
 
     def _start(*, name: str, queues: str = AGENT_QUEUES, concurrency: int = 2, **env: str) -> Proc:
         proc = celery_worker(
-            name=name, queues=queues, log_dir=tmp_path, env={**worker_env, **env}, concurrency=concurrency
+            name=name, queues=queues, log_dir=tmp_path, env={**broker_env, **env}, concurrency=concurrency
         )
         started.append(proc)
         return proc.start(ready_marker=" ready.")

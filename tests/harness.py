@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,3 +167,39 @@ def procfile_process(name: str, *, log_dir: Path, env: dict[str, str]) -> Proc:
     bin_dir = str(Path(sys.executable).parent)
     env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', os.environ.get('PATH', ''))}"}
     return Proc(name=name, args=["/bin/sh", "-c", command], log_path=log_dir / f"{name}.log", env=env)
+
+
+@contextlib.contextmanager
+def publishing_to(url: str, *, queue_type: str = "classic") -> Iterator[None]:
+    """The test process's Celery app publishes to `url` (declaring queues of `queue_type`, as
+    the workers there do): its AMQP helper (queues, producer pool) and its connection pool are
+    dropped before and after, so each is made again from the configuration of the moment (kombu
+    keeps one connection pool per URL, process-wide: they are not closed here)."""
+    from celery import current_app
+    from kombu import Queue
+
+    conf = current_app.conf
+    names = ("broker_url", "task_default_queue_type", "task_create_missing_queue_type", "task_queues")
+    before = {name: conf[name] for name in names}
+    arguments = {"x-queue-type": queue_type} if queue_type != "classic" else None
+    queues = [
+        Queue(q.name, q.exchange, routing_key=q.routing_key, queue_arguments=arguments)
+        for q in before["task_queues"] or ()
+    ]
+
+    def drop_cached() -> None:
+        current_app.__dict__.pop("amqp", None)  # a cached_property
+        current_app._pool = None  # type: ignore[attr-defined]
+
+    drop_cached()
+    conf.update(
+        broker_url=url,
+        task_default_queue_type=queue_type,
+        task_create_missing_queue_type=queue_type,
+        task_queues=queues or before["task_queues"],
+    )
+    try:
+        yield
+    finally:
+        drop_cached()
+        conf.update(before)

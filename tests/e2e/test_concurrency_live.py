@@ -77,6 +77,7 @@ def quiet_engine(engine):
         yield engine
 
 
+@pytest.mark.both_brokers
 def test_two_schedulers_and_two_supervisors__each_step_claimed_once_and_counted_once(quiet_engine, demo_user):
     for i in range(RUNS):
         run_submit(

@@ -6,12 +6,15 @@ import re
 import signal
 import time
 
+import pytest
+
 from scheduler.models import Run, Step, TaskExecutionHistory
 
 from ..harness import wait_for
 from .helpers import step, submit_order, wait_run, wait_step_state
 
 
+@pytest.mark.both_brokers
 def test_agent_worker_killed_mid_charge__order_completes_with_exactly_one_payment(engine, demo_user):
     # The charge takes 1.5 s at the payment service, so the kill lands while the agent waits on it.
     engine.sim.set_faults("payment", latency_ms=1500)

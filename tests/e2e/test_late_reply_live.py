@@ -12,6 +12,7 @@ import os
 import signal
 import time
 
+import pytest
 from django.utils import timezone
 
 from scheduler.models import Run, Step, TaskExecutionHistory
@@ -20,6 +21,7 @@ from ..harness import wait_for
 from .helpers import step, submit_order, wait_run
 
 
+@pytest.mark.both_brokers
 def test_reply__delayed_past_deadline_in_reply_queue__ignored_and_step_retried(
     engine, demo_user, start_worker
 ):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scheduler.models import Run, Step, TaskExecutionHistory
 
 from .helpers import step, submit_order, wait_run, wait_step_state
 
 
+@pytest.mark.both_brokers
 def test_order__healthy_services__completes_with_one_effect_each(engine, demo_user):
     order = submit_order(demo_user)
 

@@ -89,8 +89,9 @@ def test_dispatcher_killed_between_claim_and_commit__nothing_lost_nothing_double
     assert not ScheduledJob.objects.filter(job__in=jobs).exists()
 
 
+@pytest.mark.both_brokers
 def test_two_dispatchers__1000_jobs__every_occurrence_fires_exactly_once(
-    beat_dispatcher_off, owner, worker_env
+    beat_dispatcher_off, owner, broker_env
 ):
     # 600 every-minute jobs whose occurrence is spread over 15 s by their jitter, and 400
     # one-off jobs due every few seconds meanwhile; two dispatcher processes tick against them.
@@ -143,7 +144,7 @@ def test_two_dispatchers__1000_jobs__every_occurrence_fires_exactly_once(
             cwd=REPO,
             # 1,000 runs of one owner: the per-user runs-in-flight quota (issue 18) is not what
             # this measures (the dispatcher would skip past it, as tests/jobs/test_limits.py shows).
-            env={**worker_env, "SAS_QUOTA_RUNS_IN_FLIGHT": "0"},
+            env={**broker_env, "SAS_QUOTA_RUNS_IN_FLIGHT": "0"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
