@@ -303,7 +303,9 @@ class OperatorToolsMixin:
         if request.method == "POST":
             return self._bulk_do(request)
         now = timezone.now().replace(second=0, microsecond=0)
-        form = BulkForm(request.GET or None, initial={"since": now - timedelta(hours=1), "until": now})
+        # The last hour, up to the end of this minute (a step that failed just now is in it).
+        until = now + timedelta(minutes=1)
+        form = BulkForm(request.GET or None, initial={"since": until - timedelta(hours=1), "until": until})
         items: list[operator.BulkItem] | None = None
         if form.is_bound and form.is_valid():
             try:

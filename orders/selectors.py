@@ -247,15 +247,17 @@ def attempt_groups(attempts: list[Attempt]) -> list[dict[str, Any]]:
     """The failed attempts as a customer reads them, consecutive ones with the same reason as
     one line: "The payment service was not available at that moment. 17:14-17:15, 18 tries",
     not 18 lines after a one-minute outage. An attempt with no reason (a success, one still
-    running) ends a group; its order is kept (oldest first)."""
+    running) ends a group; its order is kept (oldest first). A group's status is its last try's."""
     groups: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for a in attempts:
         if not a.reason:
             current = None
             continue
-        if current is not None and current["reason"] == a.reason and current["status"] == a.status:
+        if current is not None and current["reason"] == a.reason:
+            # The same sentence for the customer (a 503, then the breaker it opened): one line.
             current["tries"] += 1
+            current["status"] = a.status
             current["last_attempt"] = a.number
             current["_last"] = a.ended_at or a.started_at
         else:

@@ -20,11 +20,17 @@ from ops.roles import OPERATOR_GROUP, READ_ONLY_GROUP
 from scheduler.models import Run, Step
 from supervisor.models import OperatorAction
 
-from .factories import claim, order_completed, order_failed, order_pending, order_running, reply
+from .factories import (
+    claim,
+    order_compensated,
+    order_completed,
+    order_failed,
+    order_pending,
+    order_running,
+    reply,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
-
-OUTAGE = "payment unreachable: connection refused (payment service unavailable)"
 
 
 def _act(run_id: Any, action: str) -> str:
@@ -33,16 +39,6 @@ def _act(run_id: Any, action: str) -> str:
 
 def _run_page(client: Client, run_id: Any) -> str:
     return client.get(reverse("admin:scheduler_run_change", args=[run_id])).content.decode()
-
-
-def order_compensated(user: Any, error: str = OUTAGE) -> Any:
-    """reserve done, charge refused (its error `error`), release done: the run is Compensated."""
-    order = order_pending(user)
-    reply(claim(order.run_id), "success")
-    reply(claim(order.run_id), "permanent", error=error)
-    reply(claim(order.run_id), "success")
-    assert Run.objects.get(pk=order.run_id).state == Run.State.COMPENSATED
-    return order
 
 
 def order_compensation_struggling(user: Any) -> tuple[Any, Step]:
