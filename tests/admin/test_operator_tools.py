@@ -526,3 +526,51 @@ def test_roles__operator_group_may_act__staff_in_no_group_sees_nothing(
         "bulk_resubmit",
         "change_run",
     } <= operators
+
+
+# ---------------------------------------------------------------------------------------------
+# The dry run of the next sweep
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sweep_preview__retry_error_requeue_leave_with_why__changes_nothing(
+    staff_client: Client, customer: Any
+) -> None:
+    past = timezone.now() - timedelta(seconds=30)
+    # Started by its agent (no start-by left), no reply by complete-by: retried.
+    retried = order_running(customer)
+    Step.objects.filter(run_id=retried.run_id, process_state="processing").update(
+        start_by=None, complete_by=past
+    )
+    # The same, at its last failure: errored.
+    errored = order_running(customer)
+    Step.objects.filter(run_id=errored.run_id, process_state="processing").update(
+        start_by=None, complete_by=past, failure_count=2, max_failures=3
+    )
+    # Claimed, no agent ever started it (no start mark in Redis), start-by passed: requeued.
+    requeued = order_pending(customer)
+    claim(requeued.run_id)
+    Step.objects.filter(run_id=requeued.run_id, process_state="processing").update(start_by=past)
+    # Claimed just now: left.
+    left = order_pending(customer)
+    claim(left.run_id)
+    before = list(Step.objects.order_by("id").values_list("id", "process_state", "lease", "failure_count"))
+
+    page = staff_client.get(reverse("admin:scheduler_run_sweep_preview"))
+
+    assert page.status_code == 200
+    items = {i.run_id: i for i in page.context["preview"].items}
+    assert items[str(retried.run_id)].decision == "retry"
+    assert "failure 1 of 3: retried after" in items[str(retried.run_id)].why
+    assert items[str(errored.run_id)].decision == "error"
+    assert "failure 3 of 3: gives up" in items[str(errored.run_id)].why
+    assert items[str(requeued.run_id)].decision == "requeue"
+    assert "not started by" in items[str(requeued.run_id)].why
+    assert items[str(left.run_id)].decision == "leave"
+    assert page.context["preview"].due == 3
+    html = page.content.decode()
+    assert "3 due: " in html and 'data-decision="requeue"' in html
+    assert (
+        list(Step.objects.order_by("id").values_list("id", "process_state", "lease", "failure_count"))
+        == before
+    )
