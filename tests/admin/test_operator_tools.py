@@ -182,6 +182,7 @@ def test_resubmit_run__new_run_same_input_linked_both_ways(staff_client: Client,
     )
 
     entry = OperatorAction.objects.get(action="resubmit_run")
+    assert entry.new_run_id is not None
     new = Run.objects.get(pk=entry.new_run_id)
     assert done.status_code == 302 and done["Location"].endswith(f"/{new.pk}/change/")
     assert (new.workflow, new.input, new.owner_id, new.correlation_id) == (
@@ -228,7 +229,7 @@ def test_resubmit_run__edited_input_validated_like_a_new_submission(
     )
     assert ok.status_code == 302
     entry = OperatorAction.objects.get(action="resubmit_run")
-    assert entry.detail["input_edited"] is True
+    assert entry.detail["input_edited"] is True and entry.new_run_id is not None
     assert Run.objects.get(pk=entry.new_run_id).input["amount"] == "20.00"
 
 
@@ -465,7 +466,7 @@ def test_roles__read_only_sees_everything_and_cannot_act_by_any_post(
     assert reader.get(reverse("admin:scheduler_run_sweep_preview")).status_code == 200
 
     # Cannot act: every action URL, by POST, answers 403 and changes nothing.
-    posts = [
+    posts: list[tuple[str, dict[str, Any]]] = [
         (_act(failed.run_id, "resubmit_step"), {"step": release.pk, "seen": release.updated_at.isoformat()}),
         (_act(failed.run_id, "mark_done"), {"step": release.pk, "seen": release.updated_at.isoformat()}),
         (
