@@ -79,12 +79,16 @@ def test_order_page__an_outage_of_18_deferred_tries_then_success__one_grouped_li
     charge_json = next(s for s in status["steps"] if s["name"] == "charge_payment")
     assert [g["tries"] for g in charge_json["attempt_groups"]] == [18]
     assert len(charge_json["attempt_history"]) == 19  # every attempt is still in the data
-    # The timeline too: one bar for the 18 deferred tries (no waits drawn inside it), one for
-    # the success; the admin's timeline (operators) keeps every attempt.
+    # The timeline too: one bar for the 18 deferred tries (no waits drawn inside it), the wait
+    # after the last of them, one bar for the success.
     timeline = response.context["timeline"]
     lane = next(i for i, lane in enumerate(timeline.lanes) if lane.name == "charge_payment")
     bars = [s for s in timeline.spans if s.lane == lane and s.kind in ("attempt", "wait")]
-    assert [(s.kind, s.status) for s in bars] == [("attempt", "deferred"), ("attempt", "succeeded")]
+    assert [(s.kind, s.status) for s in bars] == [
+        ("attempt", "deferred"),
+        ("wait", "wait"),
+        ("attempt", "succeeded"),
+    ]
     assert "attempts 1\u201318" in bars[0].title and "18 tries" in bars[0].title
     assert UNAVAILABLE in bars[0].title
 
