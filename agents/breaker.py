@@ -67,12 +67,32 @@ if state == 'half_open' then
 end
 if state == 'open' then return 'open' end
 local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
-if failures >= tonumber(ARGV[1]) then
+-- Held closed by an operator until a time: failures are counted but do not open it.
+local held = tonumber(redis.call('HGET', KEYS[1], 'held_closed_until') or '0')
+if failures >= tonumber(ARGV[1]) and now >= held then
   redis.call('HSET', KEYS[1], 'state', 'open', 'open_until', tostring(now + tonumber(ARGV[2])), 'failures', 0)
   redis.call('HINCRBY', KEYS[1], 'opened', 1)
   return 'open'
 end
 return 'closed'
+"""
+
+# An operator's hand (ARGV[1] = "open" or "closed", ARGV[2] = seconds it lasts, ARGV[3] = who).
+# Open: fail fast until then, then the usual half-open probe. Closed: calls flow and failures do
+# not open it until then. Returns the state set.
+_FORCE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local until_ = tostring(now + tonumber(ARGV[2]))
+if ARGV[1] == 'open' then
+  redis.call('HSET', KEYS[1], 'state', 'open', 'open_until', until_, 'failures', 0, 'held_closed_until', 0,
+             'by_hand', ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'opened', 1)
+else
+  redis.call('HSET', KEYS[1], 'state', 'closed', 'failures', 0, 'open_until', 0, 'held_closed_until', until_,
+             'by_hand', ARGV[3])
+end
+return ARGV[1]
 """
 
 _SUCCESS = """
@@ -182,3 +202,11 @@ class CircuitBreaker:
 
     def reset(self) -> None:
         _redis().delete(self.key)
+
+    def force(self, *, state: str, seconds: float, by: str) -> None:
+        """An operator's hand: open (fail fast) or closed (failures do not open it) for
+        `seconds`, then the breaker's own rules again. Raises redis.RedisError (the operator
+        must know it did not take)."""
+        if state not in (OPEN, CLOSED):
+            raise ValueError("state must be open or closed")
+        self._eval(_FORCE, state, float(seconds), by)

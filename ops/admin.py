@@ -34,8 +34,10 @@ from orders.models import Order
 from reports.timeline import run_timeline
 from scheduler.admin import AttentionFilter, RunAdmin, actor_name
 from scheduler.models import Run
+from supervisor.operator import run_operator_actions
 
 from . import selectors
+from .operator_admin import P_BREAKER, P_BULK, P_SWEEP_PREVIEW, OperatorToolsMixin, _has
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ def _with_alerts(names: Sequence[Any]) -> list[Any]:
     return names
 
 
-class OperatorRunAdmin(RunAdmin):
+class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
     """The scheduler's run admin plus what reads the other apps: open alerts per run (a column,
     a detail field and the "needs attention" filter) and the link to the run's order."""
 
@@ -118,6 +120,9 @@ class OperatorRunAdmin(RunAdmin):
         with the raw errors (operators see what the remote services said)."""
         if obj is not None:
             context["timeline"] = run_timeline(run=obj, now=timezone.now())
+            # The operator's tools this user may use on this run now, and the audit of those used.
+            context["operator_buttons"] = self.operator_buttons(request, obj)
+            context["operator_actions"] = run_operator_actions(run_id=obj.pk)
         return super().render_change_form(
             request, context, add=add, change=change, form_url=form_url, obj=obj
         )
@@ -135,7 +140,7 @@ class OperatorRunAdmin(RunAdmin):
             ),
         ]
         # Before the run admin's own URLs: its "<path:object_id>/" would take "health/".
-        return health + super().get_urls()
+        return health + self.operator_urls() + super().get_urls()
 
     def health_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -158,6 +163,11 @@ class OperatorRunAdmin(RunAdmin):
             "health": health,
             "states": states,
             "can_operate": self.has_operate_permission(request),
+            "can_hold_breaker": _has(request, P_BREAKER),
+            "bulk_url": reverse("admin:scheduler_run_bulk_resubmit") if _has(request, P_BULK) else "",
+            "sweep_preview_url": reverse("admin:scheduler_run_sweep_preview")
+            if _has(request, P_SWEEP_PREVIEW)
+            else "",
             "runs_attention_url": f"{changelist}?attention=needs",
             "runs_stuck_url": f"{changelist}?attention=stuck",
             "steps_overdue_url": reverse("admin:scheduler_step_changelist") + "?overdue=yes",

@@ -10,6 +10,7 @@ Every count is served by an index: see each function.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -73,6 +74,9 @@ class BreakerStatus:
     opened: int
     open_until: datetime | None
     error: str = ""
+    # Held closed by an operator until then (failures do not open it); who set it by hand.
+    held_closed_until: datetime | None = None
+    by_hand: str = ""
 
 
 def breaker_is_known(*, name: str) -> bool:
@@ -113,13 +117,18 @@ def breaker_statuses(*, services: tuple[str, ...] | None = None) -> list[Breaker
             statuses.append(BreakerStatus(service, "unknown", 0, 0, None, error=str(exc)))
             continue
         open_until = raw.get("open_until")
+        held = float(raw.get("held_closed_until") or 0)
         statuses.append(
             BreakerStatus(
                 service=service,
                 state=raw.get("state", "closed"),
                 failures=int(raw.get("failures") or 0),
                 opened=int(raw.get("opened") or 0),
-                open_until=datetime.fromtimestamp(float(open_until), tz=UTC) if open_until else None,
+                open_until=datetime.fromtimestamp(float(open_until), tz=UTC)
+                if open_until and float(open_until) > 0
+                else None,
+                held_closed_until=datetime.fromtimestamp(held, tz=UTC) if held > time.time() else None,
+                by_hand=raw.get("by_hand", ""),
             )
         )
     return statuses

@@ -230,7 +230,57 @@ def step_as_dict(step: Step, *, label: str = "", attempts: list[Attempt] | None 
             }
             for a in attempts or []
         ],
+        # The same failures, repeated ones grouped: what the order page lists.
+        "attempt_groups": attempt_groups(attempts or []),
     }
+
+
+def _span_text(first: datetime, last: datetime) -> str:
+    """17:14-17:15 (UTC, as the rest of the page); to the second within one minute."""
+    if first.strftime("%H:%M") == last.strftime("%H:%M"):
+        begin, end = first.strftime("%H:%M:%S"), last.strftime("%H:%M:%S")
+        return begin if begin == end else f"{begin}\u2013{end}"
+    return f"{first:%H:%M}\u2013{last:%H:%M}"
+
+
+def attempt_groups(attempts: list[Attempt]) -> list[dict[str, Any]]:
+    """The failed attempts as a customer reads them, consecutive ones with the same reason as
+    one line: "The payment service was not available at that moment. 17:14-17:15, 18 tries",
+    not 18 lines after a one-minute outage. An attempt with no reason (a success, one still
+    running) ends a group; its order is kept (oldest first). A group's status is its last try's."""
+    groups: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for a in attempts:
+        if not a.reason:
+            current = None
+            continue
+        if current is not None and current["reason"] == a.reason:
+            # The same sentence for the customer (a 503, then the breaker it opened): one line.
+            current["tries"] += 1
+            current["status"] = a.status
+            current["last_attempt"] = a.number
+            current["_last"] = a.ended_at or a.started_at
+        else:
+            current = {
+                "reason": a.reason,
+                "status": a.status,
+                "tries": 1,
+                "first_attempt": a.number,
+                "last_attempt": a.number,
+                "_first": a.started_at,
+                "_last": a.ended_at or a.started_at,
+            }
+            groups.append(current)
+    for g in groups:
+        first, last = g.pop("_first"), g.pop("_last")
+        g["from"], g["to"] = first.isoformat(), last.isoformat()
+        if g["tries"] == 1:
+            g["label"] = f"Attempt {g['first_attempt']}"
+            g["when"] = ""
+        else:
+            g["label"] = f"Attempts {g['first_attempt']}\u2013{g['last_attempt']}"
+            g["when"] = f"{_span_text(first, last)}, {g['tries']} tries"
+    return groups
 
 
 def event_as_dict(event: RunEvent) -> dict[str, Any]:

@@ -119,6 +119,21 @@ class AttemptSerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(allow_blank=True, help_text="The same, as a sentence for your customer.")
 
 
+class AttemptGroupSerializer(serializers.Serializer[dict[str, Any]]):
+    reason = serializers.CharField(help_text="The failure, as a sentence for your customer.")
+    status = serializers.ChoiceField(choices=TaskExecutionHistory.Status.choices)
+    tries = serializers.IntegerField(help_text="Consecutive attempts that failed this way.")
+    first_attempt = serializers.IntegerField()
+    last_attempt = serializers.IntegerField()
+    label = serializers.CharField(help_text='"Attempt 3", or "Attempts 1-18" for a group.')
+    when = serializers.CharField(allow_blank=True, help_text='"17:14-17:15, 18 tries" (UTC); "" for one.')
+    # "from"/"to" are Python keywords: declared below.
+
+
+AttemptGroupSerializer._declared_fields["from"] = serializers.DateTimeField(help_text="The first try began.")
+AttemptGroupSerializer._declared_fields["to"] = serializers.DateTimeField(help_text="The last try ended.")
+
+
 class StepSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField()
     label = serializers.CharField(help_text="The step's name for people, from the workflow definition.")
@@ -138,6 +153,11 @@ class StepSerializer(serializers.Serializer[dict[str, Any]]):
     )
     last_error = serializers.CharField(allow_blank=True)
     attempt_history = AttemptSerializer(many=True, help_text="Every attempt with its outcome, oldest first.")
+    attempt_groups = AttemptGroupSerializer(
+        many=True,
+        help_text="The failed attempts with their reasons, consecutive ones failing the same way as one "
+        "group (an outage's 18 deferred tries are one line), oldest first.",
+    )
 
 
 class ProgressSerializer(serializers.Serializer[dict[str, Any]]):

@@ -121,6 +121,8 @@ def _timeline(found: OrderStatus) -> Timeline:
         run=found.run,
         now=timezone.now(),
         error_text=lambda operation, error: customer_reason(operation=operation, error=error),
+        # An outage's 18 deferred tries are one bar, "attempts 1-18 ... 18 tries" (issue 21).
+        group_repeats=True,
     )
 
 

@@ -118,8 +118,13 @@ def _raw(operation: str, error: str) -> str:
     return error
 
 
-def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Timeline:
-    """The timeline of `run` as of `now` (the database clock's now, for bars still open)."""
+def run_timeline(
+    *, run: Run, now: datetime, error_text: ErrorText = _raw, group_repeats: bool = False
+) -> Timeline:
+    """The timeline of `run` as of `now` (the database clock's now, for bars still open). With
+    `group_repeats` (the customer's order page), consecutive attempts of a step that ended the
+    same way with the same (shown) error are one bar, "attempts 1-18 ... 18 tries", and the
+    waits between them are inside it."""
     steps = list(Step.objects.filter(run_id=run.pk).order_by("seq"))
     # A step's rows only: a job's attempt rows (kind "job", no step) are the run itself.
     rows = list(History.objects.filter(run_id=run.pk, step__isnull=False).order_by("started_at", "id"))
@@ -149,6 +154,8 @@ def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Ti
 
     spans: list[Span] = []
     marks: list[Mark] = []
+    # An attempt bar's number and shown error, for grouping repeats.
+    attempt_of: dict[int, tuple[str, str]] = {}
     for row in rows:
         lane = lane_of.get(row.step_id) if row.step_id is not None else None
         if lane is None or row.step_id is None:
@@ -156,7 +163,9 @@ def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Ti
         label = label_of[row.step_id]
         error = error_text(operation_of[row.step_id], row.error) if row.error else ""
         if row.kind == History.Kind.ATTEMPT:
-            spans.append(_attempt_span(row, lane=lane, label=label, error=error, now=now, replier=replier))
+            span = _attempt_span(row, lane=lane, label=label, error=error, now=now, replier=replier)
+            attempt_of[id(span)] = (str(row.detail.get("attempt") or "?"), error)
+            spans.append(span)
         elif row.kind in (History.Kind.SCHEDULER, History.Kind.SUPERVISOR):
             wait = _wait_span(row, lane=lane, label=label, starts=attempt_starts.get(row.step_id, []))
             if wait is not None:
@@ -175,6 +184,8 @@ def run_timeline(*, run: Run, now: datetime, error_text: ErrorText = _raw) -> Ti
             text += f"\n{error}" if error else ""
             marks.append(Mark(lane=lane, kind="operator", at=row.started_at, status=row.status, title=text))
 
+    if group_repeats:
+        spans = _group_repeats(spans, attempt_of, lanes)
     end_of_run = run.finished_at or now
     spans.insert(
         0,
@@ -286,3 +297,50 @@ def _decision_mark(row: Any, *, lane: int, label: str, error: str) -> Mark:
     if error:
         title += f"\n{error[:300]}"
     return Mark(lane=lane, kind=kind, at=row.started_at, status=row.status, title=title)
+
+
+def _group_repeats(
+    spans: list[Span], attempt_of: dict[int, tuple[str, str]], lanes: list[Lane]
+) -> list[Span]:
+    """Consecutive finished attempts of one lane with the same outcome and shown error as one
+    bar (its title says the attempts, the span of time and the tries); the waits between them
+    are dropped (they are inside that bar). Spans come in time order."""
+    out: list[Span] = []
+    # lane -> [index in out, first attempt, last attempt, tries, error]
+    open_group: dict[int, list[Any]] = {}
+    for span in spans:
+        if span.kind != "attempt":
+            out.append(span)
+            continue
+        number, error = attempt_of.get(id(span), ("?", ""))
+        group = open_group.get(span.lane)
+        head = out[group[0]] if group else None
+        if group and head is not None and not span.open and head.status == span.status and group[4] == error:
+            group[2], group[3] = number, group[3] + 1
+            label = lanes[span.lane].label
+            status_label = STATUS_LABELS.get(span.status, span.status)
+            title = (
+                f"{label} \u00b7 attempts {group[1]}\u2013{number}\n{status_label}\n"
+                f"{_clock(head.start)} \u2192 {_clock(span.end)}, {group[3]} tries"
+                + (f"\nclaimed by {head.worker}" if head.worker else "")
+            )
+            out[group[0]] = Span(
+                lane=head.lane,
+                kind="attempt",
+                status=head.status,
+                start=head.start,
+                end=span.end,
+                title=title + (f"\n{error[:300]}" if error else ""),
+                worker=head.worker,
+            )
+            continue
+        open_group[span.lane] = [len(out), number, number, 1, error]
+        out.append(span)
+    # A wait that lies inside a grouped bar was between two of its tries.
+    bars = [s for s in out if s.kind == "attempt"]
+    return [
+        s
+        for s in out
+        if s.kind != "wait"
+        or not any(b.lane == s.lane and b.start <= s.start and s.end <= b.end for b in bars)
+    ]

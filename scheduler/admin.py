@@ -33,14 +33,7 @@ from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
 
 from . import selectors
 from .models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step, TaskExecutionHistory
-from .services import (
-    RunNotCancellable,
-    StepNotMarkable,
-    run_cancel,
-    run_give_up,
-    run_resume_compensation,
-    step_compensation_mark_done,
-)
+from .services import RunNotCancellable, run_cancel, run_give_up, run_resume_compensation
 
 # The permission that lets a staff user act on runs (cancel, resume compensation, reset a
 # breaker). Nobody edits a run's fields; "change" is reused as "may operate".
@@ -468,27 +461,13 @@ class RunAdmin(ReadOnlyAdmin):
             context["can_cancel"] = run.state in (Run.State.PENDING, Run.State.RUNNING)
             context["can_resume"] = run.state == Run.State.FAILED
             context["can_give_up"] = run.state == Run.State.COMPENSATING
-            # A compensation that keeps failing (or was refused) can be marked done by hand.
-            context["open_compensations"] = list(
-                run.steps.filter(
-                    kind=Step.Kind.COMPENSATION,
-                    process_state__in=[
-                        Step.State.WAITING,
-                        Step.State.PENDING,
-                        Step.State.PROCESSING,
-                        Step.State.ERROR,
-                    ],
-                ).order_by("seq")
-                if run.state in (Run.State.COMPENSATING, Run.State.FAILED)
-                else []
-            )
         return super().change_view(request, object_id, form_url, extra_context=context)
 
     def operate_view(self, request: HttpRequest, object_id: uuid.UUID, operation: str) -> HttpResponse:
         if not self.has_operate_permission(request):
             raise PermissionDenied
         run = get_object_or_404(Run, pk=object_id)
-        if operation in ("mark_done", "give_up"):
+        if operation == "give_up":
             return self._operate_with_reason(request, run, operation)
         calls = {
             "cancel": (run_cancel, "Cancelled"),
@@ -507,20 +486,14 @@ class RunAdmin(ReadOnlyAdmin):
         return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[run.pk]))
 
     def _operate_with_reason(self, request: HttpRequest, run: Run, operation: str) -> HttpResponse:
-        """Mark a compensation done by hand, or give the run up: both need the operator's reason
-        (kept in the step's result / the run's error and in the history)."""
+        """Give the run up: needs the operator's reason (kept in the run's error and its event).
+        Marking a compensation done by hand has its own confirmation page, permission and audit
+        entry (`ops/operator_admin.py`)."""
         reason = request.POST.get("reason", "").strip()
         try:
-            if operation == "mark_done":
-                step_id = int(request.POST.get("step_id", "0") or 0)
-                if not run.steps.filter(pk=step_id).exists():
-                    raise StepNotMarkable("choose a compensation step of this run")
-                step_compensation_mark_done(step_id=step_id, actor=actor_name(request), reason=reason)
-                verb = f"Marked compensation step {step_id} done on"
-            else:
-                run_give_up(run_id=run.pk, actor=actor_name(request), reason=reason)
-                verb = "Gave up"
-        except (StepNotMarkable, RunNotCancellable, ValueError) as exc:
+            run_give_up(run_id=run.pk, actor=actor_name(request), reason=reason)
+            verb = "Gave up"
+        except RunNotCancellable as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
             self.message_user(request, f"{verb} run {str(run.pk)[-8:]}: {reason}", messages.SUCCESS)

@@ -538,6 +538,20 @@ def step_resume(*, run_id: uuid.UUID | str) -> list[tuple[int, str]]:
     return [(r[0], r[1]) for r in _rows("step_resume", {"run_id": str(run_id)})]
 
 
+def step_resubmit(*, step_id: int, seen: datetime) -> tuple[str, str] | None:
+    """Error -> Pending for a compensation step (fresh failure budget, same idempotency key), if
+    its row is still as an operator saw it (`seen`: its updated_at). (run id, name) or None."""
+    row = _one("step_resubmit", {"step_id": step_id, "seen": seen})
+    return None if row is None else (str(row[0]), row[1])
+
+
+def step_compensation_retry(*, step_id: int, seen: datetime) -> tuple[str, str] | None:
+    """A compensation step Pending in backoff after failures -> due now, failure count 0, if its
+    row is still as an operator saw it. (run id, name) or None."""
+    row = _one("step_compensation_retry", {"step_id": step_id, "seen": seen})
+    return None if row is None else (str(row[0]), row[1])
+
+
 # ---------------------------------------------------------------------------------------------
 # Long steps: paginated (Checkpoint) and heartbeat (HeartbeatStatus)
 # ---------------------------------------------------------------------------------------------

@@ -191,6 +191,29 @@ SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL
 WHERE run_id = %(run_id)s AND kind = 'compensation' AND process_state = 'error'
 RETURNING id, name
 
+-- name: step_resubmit
+-- Error -> Pending (an operator resubmits it): a compensation step of a Failed run, with a fresh
+-- failure budget and the same idempotency key (the remote side deduplicates by it). Only the
+-- row the operator saw: `seen` is its updated_at on the confirmation page (a stale form changes
+-- nothing). The run's Failed -> Compensating is `run_resume_compensation`, in the same transaction.
+UPDATE scheduler_step
+SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL, complete_by = NULL,
+    start_by = NULL, not_before = statement_timestamp(), finished_at = NULL,
+    updated_at = statement_timestamp()
+WHERE id = %(step_id)s AND kind = 'compensation' AND process_state = 'error'
+  AND updated_at = %(seen)s
+RETURNING run_id, name
+
+-- name: step_compensation_retry
+-- Pending -> Pending, due now with a fresh failure count: a compensation step waiting out its
+-- backoff after failures (the "compensation keeps failing" alert), retried at once by an
+-- operator who fixed the cause. Only the row the operator saw (`seen`, its updated_at).
+UPDATE scheduler_step
+SET not_before = statement_timestamp(), failure_count = 0, updated_at = statement_timestamp()
+WHERE id = %(step_id)s AND kind = 'compensation' AND process_state = 'pending' AND failure_count > 0
+  AND updated_at = %(seen)s
+RETURNING run_id, name
+
 -- name: step_continue
 SELECT sas_step_continue(%(step_id)s, %(lease)s::uuid, %(instance)s, %(claim)s)
 

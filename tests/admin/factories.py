@@ -16,6 +16,7 @@ from scheduler.models import Run
 from scheduler.services import Claim, step_claim_due, step_reply
 
 WORKER = "admin-tests:1"
+OUTAGE = "payment unreachable: connection refused (payment service unavailable)"
 ORDER = {"items": [{"sku": "SKU-1", "quantity": 2}], "amount": "25.00", "currency": "EUR"}
 
 
@@ -69,4 +70,14 @@ def order_failed(user: Any) -> Order:
     assert Run.objects.get(pk=order.run_id).state == Run.State.COMPENSATING
     reply(claim(order.run_id), "permanent", error="reservation unknown to inventory")
     assert Run.objects.get(pk=order.run_id).state == Run.State.FAILED
+    return order
+
+
+def order_compensated(user: Any, error: str = OUTAGE) -> Order:
+    """reserve done, charge refused (its last error `error`), release done: Compensated."""
+    order = order_pending(user)
+    reply(claim(order.run_id), "success")
+    reply(claim(order.run_id), "permanent", error=error)
+    reply(claim(order.run_id), "success")
+    assert Run.objects.get(pk=order.run_id).state == Run.State.COMPENSATED
     return order

@@ -150,33 +150,6 @@ def test_alert_changelist__open_first(staff_client: Client, operator: Any, custo
     assert html.index(str(old.run_id)[-8:]) < html.index(str(new.run_id)[-8:])
 
 
-def test_run_detail__mark_compensation_done__needs_a_reason_then_finishes_the_undo(
-    staff_client: Client, customer: Any
-) -> None:
-    failed = order_failed(customer)  # its release_inventory was refused: run Failed
-    url = reverse("admin:scheduler_run_change", args=[failed.run_id])
-    page = staff_client.get(url).content.decode()
-    release = Step.objects.get(run_id=failed.run_id, name="release_inventory")
-    assert "Mark done" in page and f'value="{release.pk}"' in page
-    operate = reverse("admin:scheduler_run_operate", args=[failed.run_id, "mark_done"])
-
-    refused = staff_client.post(operate, {"step_id": release.pk, "reason": " "}, follow=True)
-    assert any("say why" in m for m in _messages(refused))
-    assert Step.objects.get(pk=release.pk).process_state == "error"
-
-    done = staff_client.post(
-        operate, {"step_id": release.pk, "reason": "released by hand in the WMS"}, follow=True
-    )
-
-    assert any("released by hand in the WMS" in m for m in _messages(done))
-    release.refresh_from_db()
-    assert release.process_state == "processed" and release.result["reason"] == "released by hand in the WMS"
-    assert Run.objects.get(pk=failed.run_id).state == Run.State.COMPENSATED
-    assert TaskExecutionHistory.objects.filter(
-        step=release, kind="operator", detail__action="mark_done"
-    ).exists()
-
-
 def test_run_detail__give_up_a_compensating_run__failed_with_the_reason(
     staff_client: Client, customer: Any
 ) -> None:

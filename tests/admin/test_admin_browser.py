@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,131 @@ def test_admin__in_chromium__runs_detail_and_health(
     assert filter_overflow == {"page": 0, "box": 0}, "run list filters wider than the list"
     assert detail_overflow == {"page": 0, "box": 0}, "run page wider than the window"
     assert not_found == []  # no favicon 404, nothing else missing
+
+
+@pytest.fixture
+def operator_data(live_db: None, engine_paused: None, manual_scheduler: None) -> dict[str, Any]:
+    """Committed data for the operator's tools: a Failed run (its release in Error), two runs
+    compensated after the payment outage, and a step Processing past its complete-by (the
+    supervisor is paused: the sweep's dry run has something to show)."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from scheduler.models import Step
+
+    from .factories import order_compensated, order_failed, order_running
+
+    user_model = get_user_model()
+    ops, _ = user_model.objects.get_or_create(username="ops-browser", defaults={"is_staff": True})
+    ops.is_staff = ops.is_superuser = True
+    ops.set_password(PASSWORD)
+    ops.save()
+    customer, _ = user_model.objects.get_or_create(username="alice")
+    data: dict[str, Any] = {"failed": order_failed(customer)}
+    data["outage"] = [order_compensated(customer) for _ in range(2)]
+    running = order_running(customer)
+    # Time passes for the charge in flight: its agent started it and never answered.
+    past = timezone.now() - timedelta(seconds=30)
+    Step.objects.filter(run_id=running.run_id, process_state="processing").update(
+        start_by=None, complete_by=past
+    )
+    data["overdue"] = running
+    return data
+
+
+def _count_runs() -> int:
+    """Runs in the database, from a thread of its own (closing its connection after)."""
+    from django.db import connection
+
+    from scheduler.models import Run
+
+    try:
+        return Run.objects.count()
+    finally:
+        connection.close()
+
+
+def _sign_in(page: Any, base: str) -> None:
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", "ops-browser")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#sas-engine-panel")
+
+
+def test_operator_tools__in_chromium__resubmit_bulk_dry_run_and_sweep_preview(
+    admin_server: str, operator_data: dict[str, Any], artifacts_dir: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from scheduler.models import Step
+    from supervisor.models import OperatorAction
+
+    failed_run = str(operator_data["failed"].run_id)
+    outage_runs = {str(o.run_id) for o in operator_data["outage"]}
+    shots = artifacts_dir / "admin"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            _sign_in(page, admin_server)
+
+            # 1. Resubmit a compensation step in Error: the button, the confirmation, the audit.
+            page.goto(f"{admin_server}/admin/scheduler/run/{failed_run}/change/")
+            page.click("text=Resubmit release_inventory")
+            page.wait_for_selector("#operator-form")
+            page.screenshot(path=str(shots / "10-resubmit-confirm.png"), full_page=True)
+            page.fill("#id_reason", "inventory fixed the reservation")
+            page.click("#operator-form input[type=submit]")
+            page.wait_for_selector("#operator-actions tr.sas-audit")
+            audit = page.locator("#operator-actions tr.sas-audit").first.inner_text()
+            page.screenshot(path=str(shots / "11-run-after-resubmit.png"), full_page=True)
+
+            # 2. Bulk: the dry run lists what it would do, changing nothing; then confirm.
+            page.goto(f"{admin_server}/admin/scheduler/run/bulk-resubmit/")
+            page.fill("#id_match", "service unavailable")
+            page.click("#bulk-filter input[type=submit]")
+            page.wait_for_selector("#bulk-plan")
+            dry_heading = page.locator("#dry-run").inner_text()
+            planned_rows = page.locator("#bulk-plan tr[data-plan=resubmit_run]").count()
+            # (Playwright's loop runs in this thread: the ORM is asked from another one.)
+            with ThreadPoolExecutor(1) as pool:
+                runs_after_dry_run = pool.submit(_count_runs).result()
+            page.screenshot(path=str(shots / "12-bulk-dry-run.png"), full_page=True)
+            page.fill("#id_reason", "payment outage over")
+            page.click("#bulk-confirm input[type=submit]")
+            page.wait_for_selector("#bulk-result")
+            bulk_result = page.locator("#bulk-result").inner_text()
+            page.screenshot(path=str(shots / "13-bulk-done.png"), full_page=True)
+
+            # 3. The sweep's dry run: the overdue charge would be retried, and nothing changes.
+            page.goto(f"{admin_server}/admin/scheduler/run/sweep-preview/")
+            page.wait_for_selector("#sweep-plan")
+            decisions = page.locator("#sweep-plan tr[data-decision]").evaluate_all(
+                "rows => rows.map(r => r.dataset.decision)"
+            )
+            why = page.locator("#sweep-plan tr[data-decision=retry] td").last.inner_text()
+            page.screenshot(path=str(shots / "14-sweep-preview.png"), full_page=True)
+            overflow = page.evaluate(_OVERFLOW_JS, "#content")
+        finally:
+            browser.close()
+
+    assert "inventory fixed the reservation" in audit and "admin:ops-browser" in audit
+    release = Step.objects.get(run_id=failed_run, name="release_inventory")
+    assert release.process_state == "pending" and release.failure_count == 0
+    assert dry_heading.startswith("Dry run: 2 to resubmit, 2 found") and planned_rows == 2
+    assert runs_after_dry_run == 4  # failed, 2 compensated, running: the dry run wrote nothing
+    assert bulk_result == "2 resubmitted, 0 refused"
+    assert {
+        str(r) for r in OperatorAction.objects.filter(action="resubmit_run").values_list("run_id", flat=True)
+    } == (outage_runs)
+    # The overdue charge is retried; the new runs' first steps, claimed with no agent running,
+    # are within their deadlines: left.
+    assert decisions[0] == "retry" and set(decisions[1:]) <= {"leave"}
+    assert "no reply before complete_by" in why and "failure 1 of" in why
+    charge = Step.objects.get(run_id=operator_data["overdue"].run_id, name="charge_payment")
+    assert charge.process_state == "processing"  # the dry run changed nothing
+    assert overflow == {"page": 0, "box": 0}

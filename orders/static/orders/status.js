@@ -29,13 +29,13 @@
   }
 
   function reasons(step) {
-    // Every attempt that failed, with its reason: a later success does not hide earlier failures.
-    return el("ol", { "class": "attempts" }, step.attempt_history.filter(function (a) {
-      return a.reason;
-    }).map(function (a) {
-      return el("li", { "data-attempt": String(a.attempt), "data-status": a.status }, [
-        el("span", { "class": "attempt-n", text: "Attempt " + a.attempt }),
-        document.createTextNode(" " + a.reason),
+    // Every failure with its reason (a later success does not hide earlier failures); repeated
+    // ones as one line: "... 17:14–17:15, 18 tries" (attempt_groups, built by the server).
+    return el("ol", { "class": "attempts" }, step.attempt_groups.map(function (g) {
+      return el("li", { "data-attempt": String(g.first_attempt), "data-tries": String(g.tries), "data-status": g.status }, [
+        el("span", { "class": "attempt-n", text: g.label }),
+        document.createTextNode(" " + g.reason),
+        g.when ? el("span", { "class": "attempt-when", text: " " + g.when }) : null,
       ]);
     }));
   }

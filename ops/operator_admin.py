@@ -1,0 +1,399 @@
+"""The operator's tools in the admin (issue 21): a confirmation page per action, with a reason
+field and the row as it was shown (its `updated_at`, carried in the form: a row changed since
+refuses the action as stale); the bulk resubmission with its dry run; the dry run of the next
+supervisor sweep; a breaker opened or closed by hand.
+
+Each action needs its own permission (`supervisor.OperatorAction.Meta.permissions`), checked on
+the page (GET) and again on the action (POST): a read-only user gets 403 either way, and nothing
+is written. The services are `supervisor/operator.py` and `ops/services.py`; this module only
+reads forms, calls them and says what happened.
+
+Mixed into `OperatorRunAdmin` (ops/admin.py): the URLs live under /admin/scheduler/run/.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+from agents.breaker import CLOSED, OPEN
+from scheduler.models import Run, Step
+from supervisor import operator
+from supervisor.models import OperatorAction
+from supervisor.operator import BULK_LIMIT, OperatorRefused
+from supervisor.services import step_expire_preview
+
+from .selectors import breaker_is_known, breaker_statuses
+from .services import BREAKER_HOLD_MAX_MINUTES, BREAKER_HOLD_MIN_MINUTES, breaker_operate
+
+P_RESUBMIT = "supervisor.resubmit_step"
+P_COMPENSATE = "supervisor.compensate_run"
+P_RETRY_COMPENSATION = "supervisor.retry_compensation"
+P_MARK_DONE = "supervisor.mark_compensation_done"
+P_BREAKER = "supervisor.operate_breaker"
+P_BULK = "supervisor.bulk_resubmit"
+P_SWEEP_PREVIEW = "supervisor.view_sweep_preview"
+
+
+@dataclass(frozen=True)
+class RunAction:
+    """One action on a run or one of its steps: its permission, whether it acts on a step, the
+    confirmation page's title and what it says will happen."""
+
+    permission: str
+    on_step: bool
+    title: str
+    explains: str
+
+
+RUN_ACTIONS: dict[str, RunAction] = {
+    "resubmit_step": RunAction(
+        P_RESUBMIT,
+        True,
+        "Resubmit a step in Error",
+        "The step goes back to Pending with its failure count reset and the same idempotency key "
+        "(the remote service deduplicates by it); the run goes back to Compensating.",
+    ),
+    "resubmit_run": RunAction(
+        P_RESUBMIT,
+        False,
+        "New run of the same input",
+        "The run was compensated. A new run of its input (edit it below if the input was the cause) "
+        "starts, linked to this one; both run pages show the link. The input is checked like a new "
+        "submission.",
+    ),
+    "compensate": RunAction(
+        P_COMPENSATE,
+        False,
+        "Compensate the run on purpose",
+        "Steps not started are dropped, the one in flight is stopped, and the steps done are undone "
+        "in reverse order. The run ends Compensated.",
+    ),
+    "retry_compensation": RunAction(
+        P_RETRY_COMPENSATION,
+        True,
+        "Retry a failing compensation now",
+        "The compensation step is waiting out its backoff after failures. It becomes due now, with "
+        "its failure count reset. Fix the cause first.",
+    ),
+    "mark_done": RunAction(
+        P_MARK_DONE,
+        True,
+        "Mark a compensation done by hand",
+        "The engine will not call this compensation again: the run goes on as if it had succeeded "
+        "(the next compensation, or Compensated). Say how it was undone.",
+    ),
+}
+
+
+def _has(request: HttpRequest, permission: str) -> bool:
+    user = request.user
+    return bool(user.is_active and user.is_staff and user.has_perm(permission))
+
+
+def _operator(request: HttpRequest) -> AbstractBaseUser:
+    """The acting staff user (the admin's login is checked before any view here runs)."""
+    if not request.user.is_authenticated:
+        raise PermissionDenied
+    return cast(AbstractBaseUser, request.user)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def _seen(request: HttpRequest) -> datetime:
+    try:
+        return datetime.fromisoformat(request.POST.get("seen", ""))
+    except ValueError:
+        # A form without the row's version cannot prove it is not stale.
+        return datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class BulkForm(forms.Form):
+    match = forms.CharField(
+        max_length=500,
+        label="Error contains",
+        help_text="Part of the steps' last error, e.g. 'payment service unavailable' (case-insensitive).",
+    )
+    since = forms.DateTimeField(label="Failed from (UTC)", help_text="YYYY-MM-DD HH:MM")
+    until = forms.DateTimeField(label="Failed until (UTC)", help_text="YYYY-MM-DD HH:MM")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and until <= since:
+            self.add_error("until", "must be after 'failed from'")
+        if since and until and until - since > timedelta(days=31):
+            self.add_error("until", "the window is at most 31 days")
+        return data
+
+
+class BreakerForm(forms.Form):
+    state = forms.ChoiceField(choices=[(OPEN, "Open (fail fast)"), (CLOSED, "Closed (let calls through)")])
+    minutes = forms.IntegerField(
+        min_value=BREAKER_HOLD_MIN_MINUTES,
+        max_value=BREAKER_HOLD_MAX_MINUTES,
+        initial=15,
+        help_text=f"How long it is held ({BREAKER_HOLD_MIN_MINUTES}-{BREAKER_HOLD_MAX_MINUTES} minutes); "
+        "then the breaker follows its own rules again.",
+    )
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=operator.REASON_MAX)
+
+
+class OperatorToolsMixin:
+    """The operator's pages for `OperatorRunAdmin`."""
+
+    admin_site: admin.AdminSite
+    opts: Any
+
+    def operator_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("bulk-resubmit/", wrap(self.bulk_resubmit_view), name="scheduler_run_bulk_resubmit"),
+            path("sweep-preview/", wrap(self.sweep_preview_view), name="scheduler_run_sweep_preview"),
+            path(
+                "health/breaker/<str:service>/hold/",
+                wrap(self.breaker_hold_view),
+                name="scheduler_run_breaker_hold",
+            ),
+            path("<uuid:object_id>/act/<str:action>/", wrap(self.run_action_view), name="scheduler_run_act"),
+        ]
+
+    def _context(self, request: HttpRequest, **extra: Any) -> dict[str, Any]:
+        return {**self.admin_site.each_context(request), "opts": self.opts, **extra}
+
+    # -- buttons on the run page ---------------------------------------------------------------
+
+    def operator_buttons(self, request: HttpRequest, run: Run) -> list[dict[str, str]]:
+        """The actions this user may take on this run now, as links to their confirmation pages."""
+        buttons: list[dict[str, str]] = []
+
+        def add(action: str, label: str, step: Step | None = None) -> None:
+            if not _has(request, RUN_ACTIONS[action].permission):
+                return
+            url = reverse("admin:scheduler_run_act", args=[run.pk, action])
+            buttons.append(
+                {"url": url + (f"?step={step.pk}" if step else ""), "label": label, "action": action}
+            )
+
+        if run.state in (Run.State.PENDING, Run.State.RUNNING):
+            add("compensate", "Compensate run")
+        if (
+            run.state == Run.State.COMPENSATED
+            and not OperatorAction.objects.filter(run=run, action=OperatorAction.Action.RESUBMIT_RUN).exists()
+        ):
+            add("resubmit_run", "New run of this input")
+        for step in run.steps.filter(kind=Step.Kind.COMPENSATION).order_by("seq"):
+            if step.process_state == Step.State.ERROR and run.state == Run.State.FAILED:
+                add("resubmit_step", f"Resubmit {step.name}", step)
+            if step.process_state == Step.State.PENDING and step.failure_count > 0:
+                add("retry_compensation", f"Retry {step.name} now", step)
+            if run.state in (Run.State.COMPENSATING, Run.State.FAILED) and step.process_state in (
+                Step.State.WAITING,
+                Step.State.PENDING,
+                Step.State.PROCESSING,
+                Step.State.ERROR,
+            ):
+                add("mark_done", f"Mark {step.name} done", step)
+        return buttons
+
+    # -- one action on a run or a step ---------------------------------------------------------
+
+    def run_action_view(self, request: HttpRequest, object_id: uuid.UUID, action: str) -> HttpResponse:
+        spec = RUN_ACTIONS.get(action)
+        if spec is None or not _has(request, spec.permission):
+            raise PermissionDenied
+        if request.method not in ("GET", "POST"):
+            return HttpResponse(status=405)
+        run = get_object_or_404(Run, pk=object_id)
+        step: Step | None = None
+        if spec.on_step:
+            raw = request.POST.get("step") if request.method == "POST" else request.GET.get("step")
+            try:
+                step = get_object_or_404(Step, pk=int(raw or ""), run_id=run.pk)
+            except ValueError:
+                return HttpResponse("choose a step of this run (step=<id>)", status=400)
+        row = step if step is not None else run
+        context = self._context(
+            request,
+            title=spec.title,
+            spec=spec,
+            action=action,
+            run=run,
+            step=step,
+            seen=_iso(row.updated_at),
+            input_json=json.dumps(run.input, indent=2, sort_keys=True),
+            reason="",
+            error="",
+            errors={},
+            run_url=reverse("admin:scheduler_run_change", args=[run.pk]),
+        )
+        if request.method == "GET":
+            return TemplateResponse(request, "admin/ops/operator_confirm.html", context)
+
+        reason = request.POST.get("reason", "")
+        context["reason"] = reason
+        context["seen"] = request.POST.get("seen", "")
+        try:
+            entry = self._run_action_call(request, action, run=run, step=step, reason=reason)
+        except OperatorRefused as exc:
+            context["error"] = str(exc)
+            context["errors"] = exc.errors
+            if action == "resubmit_run" and "input" in request.POST:
+                context["input_json"] = request.POST["input"]
+            status = 409 if exc.code in ("state", "stale") else 400
+            return TemplateResponse(request, "admin/ops/operator_confirm.html", context, status=status)
+        done = f"{spec.title}: done. Reason: {entry.reason}"
+        if entry.new_run_id:
+            done += f" New run {entry.new_run_id}."
+        messages.success(request, done)
+        target = entry.new_run_id or run.pk
+        return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[target]))
+
+    def _run_action_call(
+        self, request: HttpRequest, action: str, *, run: Run, step: Step | None, reason: str
+    ) -> Any:
+        user, seen = _operator(request), _seen(request)
+        if action == "resubmit_step" and step is not None:
+            return operator.step_resubmit(step_id=step.pk, user=user, reason=reason, seen=seen)
+        if action == "resubmit_run":
+            edited: Any = None
+            text = request.POST.get("input", "").strip()
+            if text:
+                try:
+                    edited = json.loads(text)
+                except ValueError as exc:
+                    raise OperatorRefused(
+                        "input", f"the input is not JSON: {exc}", {"input": ["not JSON"]}
+                    ) from exc
+                if not isinstance(edited, dict):
+                    raise OperatorRefused(
+                        "input", "the input must be a JSON object", {"input": ["not an object"]}
+                    )
+            return operator.run_resubmit(run_id=run.pk, user=user, reason=reason, seen=seen, input=edited)
+        if action == "compensate":
+            return operator.run_compensate_by_operator(run_id=run.pk, user=user, reason=reason, seen=seen)
+        if action == "retry_compensation" and step is not None:
+            return operator.step_compensation_retry(step_id=step.pk, user=user, reason=reason, seen=seen)
+        if action == "mark_done" and step is not None:
+            return operator.step_compensation_mark_done_by_operator(
+                step_id=step.pk, user=user, reason=reason, seen=seen
+            )
+        raise PermissionDenied
+
+    # -- bulk resubmit: dry run, then do it ------------------------------------------------------
+
+    def bulk_resubmit_view(self, request: HttpRequest) -> HttpResponse:
+        if not _has(request, P_BULK):
+            raise PermissionDenied
+        if request.method == "POST":
+            return self._bulk_do(request)
+        now = timezone.now().replace(second=0, microsecond=0)
+        # The last hour, up to the end of this minute (a step that failed just now is in it).
+        until = now + timedelta(minutes=1)
+        form = BulkForm(request.GET or None, initial={"since": until - timedelta(hours=1), "until": until})
+        items: list[operator.BulkItem] | None = None
+        if form.is_bound and form.is_valid():
+            try:
+                items = operator.bulk_resubmit_plan(
+                    reason=form.cleaned_data["match"],
+                    since=form.cleaned_data["since"],
+                    until=form.cleaned_data["until"],
+                )
+            except OperatorRefused as exc:
+                form.add_error(None, str(exc))
+        planned = [i for i in items or [] if i.plan != "skip"]
+        context = self._context(
+            request,
+            title="Resubmit failed steps in bulk",
+            form=form,
+            items=items,
+            planned=planned,
+            limit=BULK_LIMIT,
+            at_limit=items is not None and len(items) >= BULK_LIMIT,
+        )
+        status = 400 if form.is_bound and not form.is_valid() else 200
+        return TemplateResponse(request, "admin/ops/bulk_resubmit.html", context, status=status)
+
+    def _bulk_do(self, request: HttpRequest) -> HttpResponse:
+        tokens = request.POST.getlist("token")
+        match = request.POST.get("match", "")
+        try:
+            outcomes = operator.bulk_resubmit(
+                tokens=tokens, user=_operator(request), reason=request.POST.get("reason", ""), match=match
+            )
+        except OperatorRefused as exc:
+            return HttpResponse(f"Refused, nothing done: {exc}", status=400, content_type="text/plain")
+        done = sum(1 for o in outcomes if o.done)
+        context = self._context(
+            request,
+            title="Bulk resubmission: done",
+            outcomes=outcomes,
+            done=done,
+            refused=len(outcomes) - done,
+        )
+        return TemplateResponse(request, "admin/ops/bulk_resubmit_done.html", context)
+
+    # -- the dry run of the next sweep -------------------------------------------------------------
+
+    def sweep_preview_view(self, request: HttpRequest) -> HttpResponse:
+        if not _has(request, P_SWEEP_PREVIEW):
+            raise PermissionDenied
+        preview = step_expire_preview(limit=200)
+        counts: dict[str, int] = {}
+        for item in preview.items:
+            counts[item.decision] = counts.get(item.decision, 0) + 1
+        context = self._context(
+            request, title="Dry run of the next supervisor sweep", preview=preview, counts=counts
+        )
+        return TemplateResponse(request, "admin/ops/sweep_preview.html", context)
+
+    # -- a breaker held open or closed by hand ---------------------------------------------------
+
+    def breaker_hold_view(self, request: HttpRequest, service: str) -> HttpResponse:
+        if not _has(request, P_BREAKER) or not breaker_is_known(name=service):
+            raise PermissionDenied
+        form = BreakerForm(request.POST or None)
+        status = 200
+        if request.method == "POST":
+            if form.is_valid():
+                try:
+                    breaker_operate(
+                        service=service,
+                        state=form.cleaned_data["state"],
+                        minutes=form.cleaned_data["minutes"],
+                        user=_operator(request),
+                        reason=form.cleaned_data["reason"],
+                    )
+                except OperatorRefused as exc:
+                    form.add_error(None, str(exc))
+                else:
+                    messages.success(
+                        request,
+                        f"Breaker {service} held {form.cleaned_data['state']} for "
+                        f"{form.cleaned_data['minutes']} min.",
+                    )
+                    return HttpResponseRedirect(reverse("admin:scheduler_run_health"))
+            status = 400
+        context = self._context(
+            request,
+            title=f"Hold the {service} breaker open or closed",
+            form=form,
+            service=service,
+            breaker=breaker_statuses(services=(service,))[0],
+        )
+        return TemplateResponse(request, "admin/ops/breaker_hold.html", context, status=status)

@@ -1,0 +1,64 @@
+"""The roles that ship (issue 21): two groups, made by the data migration `ops/0001_roles`.
+
+- **Operators (read-only)**: sees the engine - every run, step, history row, alert, audit
+  entry, job, order and periodic task, the engine-health page and the dry run of the next sweep -
+  and can change nothing: every action URL answers 403 to a POST, and its buttons are not shown.
+- **Operators**: everything read-only has, plus every action: cancel / resume / give up a run,
+  acknowledge alerts and reset breakers (`scheduler.change_run`, which means "may operate");
+  pause / resume / run / edit jobs (`scheduler.change_job`); change the periodic tasks'
+  intervals; and each operator tool's own permission (`supervisor.OperatorAction`'s custom
+  permissions: resubmit, compensate, retry a compensation, mark one done, hold a breaker, bulk).
+
+Superusers have everything. Other staff get exactly what their permissions give: a staff user in
+neither group sees nothing of the engine. Permissions are named `app_label.codename`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+READ_ONLY_GROUP = "Operators (read-only)"
+OPERATOR_GROUP = "Operators"
+
+# Whose models the read-only role may view (every model of these apps).
+VIEW_APPS = ("scheduler", "supervisor", "orders", "catalogue", "exports", "webhooks", "django_celery_beat")
+
+READ_ONLY_EXTRA = ("supervisor.view_sweep_preview",)
+
+OPERATOR_EXTRA = (
+    "scheduler.change_run",
+    "scheduler.change_job",
+    "django_celery_beat.change_periodictask",
+    "django_celery_beat.add_intervalschedule",
+    "supervisor.resubmit_step",
+    "supervisor.compensate_run",
+    "supervisor.retry_compensation",
+    "supervisor.mark_compensation_done",
+    "supervisor.operate_breaker",
+    "supervisor.bulk_resubmit",
+)
+
+
+def _named(permission_model: Any, names: tuple[str, ...]) -> list[Any]:
+    found = []
+    for name in names:
+        app_label, codename = name.split(".", 1)
+        found.extend(permission_model.objects.filter(content_type__app_label=app_label, codename=codename))
+    return found
+
+
+def roles_ensure(*, group_model: Any, permission_model: Any) -> dict[str, int]:
+    """Create the two groups (or give them back their permissions: an edited group is set to
+    the shipped set). Works with the historical models of a migration. Returns permissions per
+    group."""
+    views = list(
+        permission_model.objects.filter(content_type__app_label__in=VIEW_APPS, codename__startswith="view_")
+    )
+    read_only = views + _named(permission_model, READ_ONLY_EXTRA)
+    operator = read_only + _named(permission_model, OPERATOR_EXTRA)
+    counts: dict[str, int] = {}
+    for name, permissions in ((READ_ONLY_GROUP, read_only), (OPERATOR_GROUP, operator)):
+        group, _ = group_model.objects.get_or_create(name=name)
+        group.permissions.set(permissions)
+        counts[name] = len(permissions)
+    return counts
