@@ -40,8 +40,9 @@ def job_get(*, owner_id: int, job_id: int) -> Job:
 
 
 def job_runs(*, owner_id: int, job_id: int) -> QuerySet[Run]:
-    """The job's runs, newest first (empty for someone else's job)."""
-    return Run.objects.filter(job_id=job_id, job__owner_id=owner_id).order_by("-created_at")
+    """The job's runs, newest first (empty for someone else's job). The id breaks ties: runs
+    fired in one batch share created_at, and without it pages overlapped (issue 20)."""
+    return Run.objects.filter(job_id=job_id, job__owner_id=owner_id).order_by("-created_at", "-id")
 
 
 def job_history(*, owner_id: int, job_id: int) -> QuerySet[TaskExecutionHistory]:

@@ -131,7 +131,17 @@ class FiringPlan:
         """A fresh occurrence (the schedule's, or "run now"): started, buffered or skipped by
         the job's overlap policy. `scheduled`: it counts toward max firings when accepted."""
         running = self.busy.get(job.id, [])
-        if not running or (job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent):
+        overlaps = job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent
+        if not running and job.id in self.waiting and job.enabled and not overlaps:
+            # Its run has ended but is not settled yet: the occurrence buffered behind it goes
+            # first (the settle makes it due), never one that came after it (issue 20). A paused
+            # job's parked rows wait for the resume: an explicit "run now" may go meanwhile.
+            return self.skip(
+                job,
+                scheduled_for,
+                f"overlap ({job.overlap_policy}): an occurrence already waits for its turn",
+            )
+        if not running or overlaps:
             return self._start(job, scheduled_for, attempt=0, reason=reason, scheduled=scheduled)
         going = ", ".join(str(run_id) for run_id, _ in running if run_id) or "started just now"
         policy = job.overlap_policy
@@ -166,6 +176,8 @@ class FiringPlan:
         running = self.busy.get(job.id, [])
         if not running or (job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent):
             self.delete_ids.append(row_id)
+            if reason in BUFFER_REASONS:
+                self.waiting.discard(job.id)  # the slot frees as its occurrence starts
             return self._start(
                 job, scheduled_for, attempt=attempt, reason=reason, scheduled=False, row_id=row_id
             )

@@ -406,3 +406,23 @@ def test_wake__next_row_due_before_beats_next_tick__one_wake_up_for_that_instant
 
     assert jobs_dispatch_wake() == row.next_execution_at  # a countdown tick sent for it
     assert jobs_dispatch_wake() is None  # once per instant, whichever dispatcher asks again
+
+
+def test_buffer_one__run_now_as_the_running_run_ends__does_not_overtake_the_buffered_occurrence(user):
+    # Issue 20 (b): the running run has ended but is not settled yet (the dispatcher's next tick
+    # does that); a "run now" then found no run going and started at once, ahead of the
+    # occurrence told it "starts when run X ends".
+    job = new_job(user, overlap_policy="buffer_one", idempotent=False)
+    job_run_now(job_id=job.id)
+    (first,) = runs_of(job)
+    buffered_t = make_due(job)
+    dispatch()
+    assert [h.scheduled_for for h in history(job, "buffered")] == [buffered_t]
+    complete(first)
+
+    late = job_run_now(job_id=job.id)
+
+    assert late.outcome == "skipped" and "already waits" in late.reason, late
+    assert runs_of(job) == [first]
+    dispatch()  # settles the ended run: the buffered occurrence's turn
+    assert [r.scheduled_for for r in runs_of(job)] == [first.scheduled_for, buffered_t]
