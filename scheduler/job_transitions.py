@@ -63,9 +63,50 @@ class ClaimedRow:
     now: datetime
 
 
-def scheduled_claim_due(*, limit: int) -> list[ClaimedRow]:
-    """Lock up to `limit` due ScheduledJob rows and their jobs (SKIP LOCKED), oldest due first."""
-    return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", {"limit": limit})]
+def shard_of(job_id: int, shards: int) -> int:
+    """The shard of a job's rows: what the claim's `(hashint8(job_id) & 2147483647) % shards`
+    computes, asked of the database (PostgreSQL's hash is its own). A read."""
+    ((shard,),) = sql_rows(
+        "SELECT (hashint8(%(job_id)s::bigint) & 2147483647) %% %(shards)s",
+        {"job_id": job_id, "shards": shards},
+    )
+    return int(shard)
+
+
+def scheduled_claim_due(*, limit: int, shard: int = 0, shards: int = 1) -> list[ClaimedRow]:
+    """Lock up to `limit` due ScheduledJob rows of shard `shard` (of `shards`) and their jobs
+    (SKIP LOCKED), oldest due first."""
+    params = {"limit": limit, "shard": shard, "shards": shards}
+    return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", params)]
+
+
+def shards_ensure(*, shards: int) -> None:
+    """Not a transition: the lease rows of shards 0 .. shards-1 exist. Once a tick (a statement
+    that finds them all and writes nothing): a cache per process would outlive a rollback."""
+    _count("shards_ensure", {"shards": shards})
+
+
+def shard_lease_take(*, holder: str, shards: int, lease: float, skip: Sequence[int] = ()) -> int | None:
+    """Free -> held by `holder` for `lease` seconds: the least recently ticked free shard not in
+    `skip`; None when every shard is held (or skipped)."""
+    rows = _rows("shard_lease_take", {"holder": holder, "shards": shards, "lease": lease, "skip": list(skip)})
+    return int(rows[0][0]) if rows else None
+
+
+def shard_lease_renew(*, shard: int, holder: str, lease: float) -> bool:
+    """Held -> held `lease` seconds from now; False when the lease had ended (maybe taken)."""
+    return _count("shard_lease_renew", {"shard": shard, "holder": holder, "lease": lease}) == 1
+
+
+def shard_lease_release(*, shard: int, holder: str) -> bool:
+    """Held -> free, ticked now."""
+    return _count("shard_lease_release", {"shard": shard, "holder": holder}) == 1
+
+
+def shards_free_due(*, shards: int, skip: Sequence[int] = ()) -> int:
+    """Not a transition: free shards with a row due now. A read."""
+    ((n,),) = _rows("shards_free_due", {"shards": shards, "skip": list(skip)})
+    return int(n)
 
 
 def scheduled_next_due() -> tuple[datetime | None, datetime]:

@@ -248,6 +248,26 @@ class ScheduledJob(models.Model):
         return f"{self.kind} of job {self.job_id} for {self.scheduled_for:%Y-%m-%d %H:%M:%S}"
 
 
+class DispatcherShard(models.Model):
+    """A slice of the due work and its lease (issue 20): the dispatcher's claim takes only rows
+    whose job hashes to the shard it holds, so K dispatcher processes on any hosts fire K slices
+    at once. A tick takes a shard whose lease has ended (SKIP LOCKED, least recently ticked
+    first), renews the lease with every batch and releases it when the slice is drained; a
+    dispatcher killed mid-tick holds its shard until `leased_until` passes. The rows are written
+    on demand for SAS["JOBS_DISPATCH_SHARDS"] (a setting: shards past it are not taken)."""
+
+    shard = models.PositiveSmallIntegerField(primary_key=True)
+    # Who holds it (host:pid of the dispatcher); kept after release, for operators.
+    holder = models.CharField(max_length=200, default="", blank=True)
+    # Held until then; null or past: free.
+    leased_until = models.DateTimeField(null=True, blank=True)
+    # When a dispatcher last drained it: the least recently ticked shard is taken first.
+    ticked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"shard {self.shard}"
+
+
 class Run(models.Model):
     """One execution of a workflow."""
 

@@ -68,7 +68,9 @@ def jobs_dispatch() -> int:
     tick, wake for it (`jobs_dispatch_wake`). Safe to run in several workers at once."""
     periodic_mark(task="scheduler.jobs_dispatch")
     try:
-        done = services.jobs_dispatch(instance=services.scheduler_instance_id())
+        done = services.jobs_dispatch(
+            instance=services.scheduler_instance_id(), relay=services.jobs_dispatch_relay
+        )
         services.jobs_dispatch_wake()
     except DatabaseError:
         logger.exception("jobs dispatch failed; the next tick retries")

@@ -44,6 +44,7 @@ ENGINE_TABLES = [
     "scheduler_step",
     "scheduler_run",
     "scheduler_job",
+    "scheduler_dispatchershard",
 ]
 
 
@@ -224,9 +225,16 @@ def start_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callabl
     """Start extra workers for one test; all are stopped at the end."""
     started: list[Proc] = []
 
-    def _start(*, name: str, queues: str = AGENT_QUEUES, concurrency: int = 2, **env: str) -> Proc:
+    def _start(
+        *, name: str, queues: str = AGENT_QUEUES, concurrency: int = 2, pool: str = "prefork", **env: str
+    ) -> Proc:
         proc = celery_worker(
-            name=name, queues=queues, log_dir=tmp_path, env={**worker_env, **env}, concurrency=concurrency
+            name=name,
+            queues=queues,
+            log_dir=tmp_path,
+            env={**worker_env, **env},
+            concurrency=concurrency,
+            pool=pool,
         )
         started.append(proc)
         return proc.start(ready_marker=" ready.")

@@ -56,6 +56,7 @@ from .jobs_dispatch import (
     job_runs_settle,
     jobs_dispatch,
     jobs_dispatch_batch,
+    jobs_dispatch_relay,
     jobs_dispatch_wake,
 )
 from .jobs_firing import Firing, JobStateError
@@ -104,6 +105,7 @@ __all__ = [
     "job_update",
     "jobs_dispatch",
     "jobs_dispatch_batch",
+    "jobs_dispatch_relay",
     "jobs_dispatch_wake",
     "kick_pending_key",
     "operations_in_flight",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from celery import current_app
@@ -52,6 +53,9 @@ class DispatchResult:
     queued: int = 0
     settled: int = 0
     retries: int = 0
+    # Shards this tick held (each drained, then released); a batch that found its lease gone.
+    shards: list[int] = field(default_factory=list)
+    lost: bool = False
 
 
 def next_occurrence(job: Job, *, after: datetime) -> datetime | None:
@@ -149,11 +153,20 @@ def _pause_for_tests() -> None:
         time.sleep(pause)
 
 
-def jobs_dispatch_batch(*, instance: str, limit: int) -> DispatchResult:
-    """Claim up to `limit` due rows and fire them, in one transaction (see the module doc)."""
+def jobs_dispatch_batch(
+    *, instance: str, limit: int, shard: int = 0, shards: int = 1, lease: float | None = None
+) -> DispatchResult:
+    """Claim up to `limit` due rows of `shard` and fire them, in one transaction (see the module
+    doc). With `lease`: first renew `instance`'s lease on the shard for that many seconds; a
+    lease that had ended (the shard may be another's now) fires nothing (`lost`)."""
     result = DispatchResult()
     with transaction.atomic():
-        claimed = job_transitions.scheduled_claim_due(limit=limit)
+        if lease is not None and not job_transitions.shard_lease_renew(
+            shard=shard, holder=instance, lease=lease
+        ):
+            result.lost = True
+            return result
+        claimed = job_transitions.scheduled_claim_due(limit=limit, shard=shard, shards=shards)
         if not claimed:
             return result
         _pause_for_tests()
@@ -222,15 +235,25 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
 
 
 def jobs_dispatch(
-    *, instance: str, batch: int | None = None, max_batches: int | None = None
+    *,
+    instance: str,
+    batch: int | None = None,
+    max_batches: int | None = None,
+    relay: Callable[[], object] | None = None,
 ) -> DispatchResult:
-    """One dispatcher tick: settle ended job runs, then fire due occurrences in batches until a
-    batch comes back short - bounded by `max_batches` and by SAS["JOBS_DISPATCH_TICK_SECONDS"]
-    of firing, so a burst is written in one tick rather than a batch count per beat interval,
-    and a tick still ends. Safe to run in several processes at once."""
+    """One dispatcher tick: settle ended job runs, then shard by shard - each one a lease this
+    tick takes (no other dispatcher holds it), the least recently ticked first - fire its due
+    occurrences in batches until a batch comes back short, and release it. Bounded by
+    `max_batches` and by SAS["JOBS_DISPATCH_TICK_SECONDS"] of firing, so a burst is written in
+    one tick rather than a batch count per beat interval, and a tick still ends. `relay`: called
+    once, when this tick found work and another free shard has some too - it sends one more
+    tick, which an idle dispatcher takes (so K dispatchers join a burst at once, not one per
+    beat send). Safe to run in any number of processes at once. `instance` names the holder."""
     batch = batch or int(settings.SAS.get("JOBS_DISPATCH_BATCH", 1000))
     max_batches = max_batches or int(settings.SAS.get("JOBS_DISPATCH_MAX_BATCHES", 1000))
     budget = float(settings.SAS.get("JOBS_DISPATCH_TICK_SECONDS", 20.0))
+    shards = max(1, int(settings.SAS.get("JOBS_DISPATCH_SHARDS", 1)))
+    lease = float(settings.SAS.get("JOBS_DISPATCH_LEASE_SECONDS", 10.0))
     total = DispatchResult()
     # Settling is not time-critical: at most SETTLE_BATCHES a tick (after a burst's runs end,
     # the rest waits for the next ticks), so firing - which is - is never held up long.
@@ -241,16 +264,40 @@ def jobs_dispatch(
         if done.settled < batch:
             break
     firing_ends = time.monotonic() + budget
-    for _ in range(max_batches):
-        done = jobs_dispatch_batch(instance=instance, limit=batch)
-        total.claimed += done.claimed
-        total.started += done.started
-        total.skipped += done.skipped
-        total.buffered += done.buffered
-        total.queued += done.queued
-        # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
-        if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
-            break
+    job_transitions.shards_ensure(shards=shards)
+    batches = 0
+    relayed = relay is None
+    while batches < max_batches and time.monotonic() <= firing_ends:
+        shard = job_transitions.shard_lease_take(
+            holder=instance, shards=shards, lease=lease, skip=total.shards
+        )
+        if shard is None:
+            break  # every shard drained by this tick or held by another dispatcher
+        total.shards.append(shard)
+        try:
+            while batches < max_batches:
+                done = jobs_dispatch_batch(
+                    instance=instance, limit=batch, shard=shard, shards=shards, lease=lease
+                )
+                batches += 1
+                total.claimed += done.claimed
+                total.started += done.started
+                total.skipped += done.skipped
+                total.buffered += done.buffered
+                total.queued += done.queued
+                if done.lost:
+                    total.lost = True
+                    break
+                if not relayed and done.claimed:
+                    relayed = True
+                    if job_transitions.shards_free_due(shards=shards, skip=total.shards):
+                        assert relay is not None
+                        relay()
+                # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
+                if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
+                    break
+        finally:
+            job_transitions.shard_lease_release(shard=shard, holder=instance)
     return total
 
 
@@ -280,9 +327,25 @@ def jobs_dispatch_wake() -> datetime | None:
             "scheduler.jobs_dispatch",
             countdown=delay + 0.005,
             expires=delay + 10 * interval,
+            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
             ignore_result=True,
         )
     except Exception:
         logger.warning("jobs dispatcher wake-up not sent; beat's next tick fires the row", exc_info=True)
         return None
     return due
+
+
+def jobs_dispatch_relay() -> None:
+    """One more dispatcher tick, now (see `jobs_dispatch`'s `relay`). Best effort: beat's next
+    send does the same a second later."""
+    interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
+    try:
+        current_app.send_task(
+            "scheduler.jobs_dispatch",
+            expires=5 * interval,
+            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
+            ignore_result=True,
+        )
+    except Exception:
+        logger.warning("jobs dispatcher relay not sent; beat's next tick joins instead", exc_info=True)

@@ -3,19 +3,72 @@
 -- Time is the database clock: statement_timestamp().
 
 -- name: scheduled_claim_due
--- The dispatcher's claim: due ScheduledJob rows in time order (partial index
+-- The dispatcher's claim: due ScheduledJob rows of one shard in time order (partial index
 -- scheduledjob_due_idx), with their jobs locked too, skipping any row or job another dispatcher,
 -- a "run now", an edit or a settle holds. Locked until the batch commits: a crash before
 -- commit leaves them due; two dispatchers never hold the same row. Paused jobs have no due rows
--- (pause removes or parks them); the enabled test guards a race with a pause.
+-- (pause removes or parks them); the enabled test guards a race with a pause. The shard of a
+-- row is a hash of its job (`shard_of` in scheduler/job_transitions.py says the same): every row
+-- of a job is in one shard, so a job's queued rows are started in order by one dispatcher.
 SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.next_execution_at,
        statement_timestamp()
 FROM scheduler_scheduledjob AS sj
 JOIN scheduler_job AS j ON j.id = sj.job_id
 WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled
+  AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = %(shard)s
 ORDER BY sj.next_execution_at, sj.id
 LIMIT %(limit)s
 FOR UPDATE OF sj, j SKIP LOCKED
+
+-- name: shards_ensure
+-- Not a transition: the lease rows of shards 0 .. shards-1, written once (a setting may grow).
+-- Only the missing ones are inserted: an insert that meets an existing row which a dispatcher's
+-- open batch has renewed (updated) waits for that batch to end, even with ON CONFLICT DO NOTHING.
+INSERT INTO scheduler_dispatchershard (shard, holder, leased_until, ticked_at)
+SELECT s, '', NULL, NULL FROM generate_series(0, %(shards)s - 1) AS s
+WHERE NOT EXISTS (SELECT 1 FROM scheduler_dispatchershard AS d WHERE d.shard = s)
+ON CONFLICT (shard) DO NOTHING
+
+-- name: shard_lease_take
+-- Free -> held: the least recently ticked shard whose lease has ended (or that this holder
+-- already holds), not one of `skip` (drained in this tick), skipping any another dispatcher is
+-- taking at this instant. Guard: still free (or ours) when updated.
+UPDATE scheduler_dispatchershard AS d
+SET holder = %(holder)s, leased_until = statement_timestamp() + make_interval(secs => %(lease)s)
+WHERE d.shard = (
+    SELECT shard FROM scheduler_dispatchershard
+    WHERE shard < %(shards)s AND NOT (shard = ANY(%(skip)s::smallint[]))
+      AND (leased_until IS NULL OR leased_until <= statement_timestamp() OR holder = %(holder)s)
+    ORDER BY ticked_at NULLS FIRST, shard
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+) AND (d.leased_until IS NULL OR d.leased_until <= statement_timestamp() OR d.holder = %(holder)s)
+RETURNING d.shard
+
+-- name: shard_lease_renew
+-- Held -> held longer, by its holder only (a lease that ended and was taken is not renewed:
+-- the holder then stops firing that shard).
+UPDATE scheduler_dispatchershard
+SET leased_until = statement_timestamp() + make_interval(secs => %(lease)s)
+WHERE shard = %(shard)s AND holder = %(holder)s AND leased_until > statement_timestamp()
+
+-- name: shard_lease_release
+-- Held -> free, ticked now; by its holder only.
+UPDATE scheduler_dispatchershard
+SET leased_until = NULL, ticked_at = statement_timestamp()
+WHERE shard = %(shard)s AND holder = %(holder)s AND leased_until IS NOT NULL
+
+-- name: shards_free_due
+-- Not a transition: how many shards are free and have a row due now - more work than this
+-- dispatcher is doing, for an idle one (the tick relays itself when there is).
+SELECT count(*) FROM scheduler_dispatchershard AS d
+WHERE d.shard < %(shards)s AND NOT (d.shard = ANY(%(skip)s::smallint[]))
+  AND (d.leased_until IS NULL OR d.leased_until <= statement_timestamp())
+  AND EXISTS (
+      SELECT 1 FROM scheduler_scheduledjob AS sj
+      WHERE sj.next_execution_at <= statement_timestamp()
+        AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = d.shard
+  )
 
 -- name: firing_context
 -- Not a transition: what a batch's decisions read under the claim's locks, in one statement -

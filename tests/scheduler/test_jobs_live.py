@@ -60,11 +60,20 @@ def owner(live_db: None) -> Any:
 
 
 def test_dispatcher_killed_between_claim_and_commit__nothing_lost_nothing_doubled(
-    beat_dispatcher_off, owner, start_worker
+    beat_dispatcher_off, owner, start_worker, settings
 ):
+    # One shard (the row locks are what this test is about; shards and their leases:
+    # test_dispatcher_scaleout_live.py), with a short lease, for both dispatchers.
+    settings.SAS = {**settings.SAS, "JOBS_DISPATCH_SHARDS": 1, "JOBS_DISPATCH_LEASE_SECONDS": 3.0}
     jobs = [new_job(owner, f"once-{i}", cron="") for i in range(5)]
     worker = start_worker(
-        name="jobs-crash", queues="jobs-crash", concurrency=1, SAS_JOBS_TEST_PAUSE_AFTER_CLAIM="120"
+        name="jobs-crash",
+        queues="jobs-crash",
+        concurrency=1,
+        SAS_JOBS_TEST_PAUSE_AFTER_CLAIM="120",
+        SAS_JOBS_DISPATCH_SHARDS="1",
+        SAS_JOBS_DISPATCH_LEASE_SECONDS="3",
+        SAS_JOBS_DISPATCH_QUEUE="jobs-crash",
     )
     current_app.send_task("scheduler.jobs_dispatch", queue="jobs-crash")
     wait_for(lambda: PAUSE_MARKER in worker.log(), timeout=30, what="the dispatcher to claim and pause")
