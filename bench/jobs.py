@@ -182,7 +182,7 @@ def fill_jobs(
     A template job made by `job_create` gives every column's value; each copy gets its own
     name, owner, cron and zone, and its next occurrence after `after` from `scheduler.cron`
     (computed once per distinct schedule)."""
-    from scheduler.cron import cron_next
+    from scheduler.dispatcher.cron import cron_next
     from scheduler.models import Job, ScheduledJob
     from scheduler.services.jobs import job_create
 
@@ -262,7 +262,7 @@ def fill_jobs(
 
 def check_fill(scheds: list[Sched], owner_id: int) -> str:
     """Compare bulk-written rows with what `job_create` writes now for the same schedules."""
-    from scheduler.cron import cron_next
+    from scheduler.dispatcher.cron import cron_next
     from scheduler.models import Job, ScheduledJob
     from scheduler.services.jobs import job_create
 
@@ -449,7 +449,7 @@ def sleep_until(t: float) -> None:
 
 def occurrences(s: Sched, start: float, end: float) -> list[float]:
     """Cron times of `s` in [start, end) (epoch seconds), by the project's cron code."""
-    from scheduler.cron import cron_between
+    from scheduler.dispatcher.cron import cron_between
 
     after = datetime.fromtimestamp(start, UTC) - timedelta(microseconds=1)
     until = datetime.fromtimestamp(end, UTC) - timedelta(microseconds=1)
@@ -770,7 +770,7 @@ class _Capture:
 def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) -> dict[str, Any]:
     from django.db import connection
 
-    from scheduler.services.jobs_dispatch import jobs_dispatch
+    from scheduler.dispatcher.tick import jobs_dispatch
 
     results: dict[str, Any] = {}
     for n in sizes:
@@ -1127,8 +1127,8 @@ def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, An
     import psycopg
     from django.db import connection, transaction
 
-    from scheduler import job_transitions
-    from scheduler.cron import cron_next
+    from scheduler.dispatcher import transitions as job_transitions
+    from scheduler.dispatcher.cron import cron_next
     from scheduler.models import Job
 
     at = due_now(owner_ids, n, prefix)

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.throttling import BaseThrottle
 
-from scheduler.job_selectors import job_get, job_history, job_list, job_runs, job_schedule_text
+from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.models import HistoryStatus, Job
 from scheduler.services.jobs import (
     JobStateError,

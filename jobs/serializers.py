@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from sasproject.api_input import ClosedSerializer, StrictCharField
-from scheduler.cron import YEAR_MAX, YEAR_MIN, zone_error
+from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
 from scheduler.services.jobs import (

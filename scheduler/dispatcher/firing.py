@@ -19,14 +19,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from scheduler import job_transitions
-from scheduler.job_selectors import owners_staff
 from scheduler.limits import quota_of, runs_in_flight_by_owner
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.workflows import WorkflowInputError, workflow_permitted
 
-from .compensation import RunNotCancellable, run_cancel
-from .submit import RunSpec, run_validate_input, runs_submit_many
+from . import transitions
+from .selectors import owners_staff
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +107,7 @@ class FiringPlan:
         plan = cls(now=now, instance=instance, jobs=jobs)
         busy: dict[int, list[tuple[uuid.UUID | None, str]]] = defaultdict(list)
         # Slots: parked or already due again (its turn came) - either way the slot is taken.
-        for is_run, job_id, run_id, state in job_transitions.firing_context(
+        for is_run, job_id, run_id, state in transitions.firing_context(
             job_ids=list(jobs), buffer_reasons=BUFFER_REASONS
         ):
             if is_run:
@@ -306,6 +304,11 @@ class FiringPlan:
         moved rows, firing counts, finished jobs. A start whose input is no longer valid, or
         whose workflow is staff-only work while the job's owner is not staff (now), starts no
         run: a history row says why. Transaction: the caller's."""
+        # The engine's services, imported here: the engine's services package imports the job
+        # services, which import this module (a cycle at import time, none at run time).
+        from scheduler.services.compensation import RunNotCancellable, run_cancel
+        from scheduler.services.submit import RunSpec, run_validate_input, runs_submit_many
+
         for run_id, job_id in self.cancels.items():
             # One that ended (or began compensating) meanwhile has nothing left to cancel.
             with contextlib.suppress(RunNotCancellable):
@@ -404,10 +407,10 @@ class FiringPlan:
             start.firing.run_id = new_run_id
         if self.history:
             TaskExecutionHistory.objects.bulk_create(self.history)
-        job_transitions.scheduled_park(ids=self.park_ids)
-        job_transitions.scheduled_delete(ids=self.delete_ids)
-        job_transitions.scheduled_defer(ids=self.defer_ids, seconds=QUOTA_DEFER_SECONDS)
-        moved = job_transitions.scheduled_next_advance(moves=self.moves)
+        transitions.scheduled_park(ids=self.park_ids)
+        transitions.scheduled_delete(ids=self.delete_ids)
+        transitions.scheduled_defer(ids=self.defer_ids, seconds=QUOTA_DEFER_SECONDS)
+        moved = transitions.scheduled_next_advance(moves=self.moves)
         if moved != len(self.moves):
             raise RuntimeError(f"next rows changed under their lock ({moved} of {len(self.moves)} moved)")
         if self.queued:
@@ -417,8 +420,8 @@ class FiringPlan:
         # Counted toward max firings only: a job without a limit needs no count, and writing
         # its row per firing was a tenth of a burst's time (bench/README.md, "Jobs").
         limited = {job_id for job_id, job in self.jobs.items() if job.max_firings is not None}
-        job_transitions.job_firings_add(
+        transitions.job_firings_add(
             counts={job_id: n for job_id, n in self.firings.items() if job_id in limited}
         )
-        job_transitions.job_finish(ids=self.finish_ids)
+        transitions.job_finish(ids=self.finish_ids)
         return self.results

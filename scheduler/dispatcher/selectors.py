@@ -13,8 +13,9 @@ from cron_descriptor import ExpressionDescriptor, Options
 from django.contrib.auth import get_user_model
 from django.db.models import OuterRef, QuerySet, Subquery
 
+from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+
 from .cron import ALIASES, cron_normalise
-from .models import Job, Run, ScheduledJob, TaskExecutionHistory
 
 
 def job_annotate(queryset: QuerySet[Job]) -> QuerySet[Job]:

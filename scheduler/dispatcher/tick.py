@@ -23,12 +23,12 @@ from django.conf import settings
 from django.db import transaction
 
 from sasproject.redis_client import get_redis
-from scheduler import job_transitions
-from scheduler.cron import cron_between, cron_latest, cron_next
-from scheduler.job_transitions import ClaimedRow
 from scheduler.models import Job, Run, ScheduledJob
 
-from .jobs_firing import FiringPlan, jitter_offset, retry_delay
+from . import transitions
+from .cron import cron_between, cron_latest, cron_next, next_occurrence
+from .firing import FiringPlan, jitter_offset, retry_delay
+from .transitions import ClaimedRow
 
 logger = logging.getLogger(__name__)
 
@@ -56,15 +56,6 @@ class DispatchResult:
     # Shards this tick held (each drained, then released); a batch that found its lease gone.
     shards: list[int] = field(default_factory=list)
     lost: bool = False
-
-
-def next_occurrence(job: Job, *, after: datetime) -> datetime | None:
-    """The job's first occurrence strictly after `after`, within its start and end (None: none)."""
-    start_floor = job.start_at - timedelta(microseconds=1) if job.start_at else None
-    t = cron_next(job.cron, job.timezone, max(after, start_floor) if start_floor else after)
-    if t is not None and job.end_at is not None and t > job.end_at:
-        return None
-    return t
 
 
 def _handle_next(plan: FiringPlan, job: Job, row: ClaimedRow) -> None:
@@ -161,12 +152,10 @@ def jobs_dispatch_batch(
     lease that had ended (the shard may be another's now) fires nothing (`lost`)."""
     result = DispatchResult()
     with transaction.atomic():
-        if lease is not None and not job_transitions.shard_lease_renew(
-            shard=shard, holder=instance, lease=lease
-        ):
+        if lease is not None and not transitions.shard_lease_renew(shard=shard, holder=instance, lease=lease):
             result.lost = True
             return result
-        claimed = job_transitions.scheduled_claim_due(limit=limit, shard=shard, shards=shards)
+        claimed = transitions.scheduled_claim_due(limit=limit, shard=shard, shards=shards)
         if not claimed:
             return result
         _pause_for_tests()
@@ -203,11 +192,11 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
     (`job_settled`, SKIP LOCKED on the run and its job)."""
     result = DispatchResult()
     with transaction.atomic():
-        ended = job_transitions.job_runs_settle(limit=limit)
+        ended = transitions.job_runs_settle(limit=limit)
         if not ended:
             return result
         result.settled = len(ended)
-        job_transitions.job_history_close(run_ids=[r.run_id for r in ended])
+        transitions.job_history_close(run_ids=[r.run_id for r in ended])
         jobs = Job.objects.in_bulk({r.job_id for r in ended})
         retries: list[ScheduledJob] = []
         for r in ended:
@@ -230,7 +219,7 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
         if retries:
             ScheduledJob.objects.bulk_create(retries, ignore_conflicts=True)
             result.retries = len(retries)
-        job_transitions.scheduled_unpark_oldest(job_ids=[j.id for j in jobs.values() if j.enabled])
+        transitions.scheduled_unpark_oldest(job_ids=[j.id for j in jobs.values() if j.enabled])
     return result
 
 
@@ -264,13 +253,11 @@ def jobs_dispatch(
         if done.settled < batch:
             break
     firing_ends = time.monotonic() + budget
-    job_transitions.shards_ensure(shards=shards)
+    transitions.shards_ensure(shards=shards)
     batches = 0
     relayed = relay is None
     while batches < max_batches and time.monotonic() <= firing_ends:
-        shard = job_transitions.shard_lease_take(
-            holder=instance, shards=shards, lease=lease, skip=total.shards
-        )
+        shard = transitions.shard_lease_take(holder=instance, shards=shards, lease=lease, skip=total.shards)
         if shard is None:
             break  # every shard drained by this tick or held by another dispatcher
         total.shards.append(shard)
@@ -290,14 +277,14 @@ def jobs_dispatch(
                     break
                 if not relayed and done.claimed:
                     relayed = True
-                    if job_transitions.shards_free_due(shards=shards, skip=total.shards):
+                    if transitions.shards_free_due(shards=shards, skip=total.shards):
                         assert relay is not None
                         relay()
                 # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
                 if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
                     break
         finally:
-            job_transitions.shard_lease_release(shard=shard, holder=instance)
+            transitions.shard_lease_release(shard=shard, holder=instance)
     return total
 
 
@@ -312,7 +299,7 @@ def jobs_dispatch_wake() -> datetime | None:
     every dispatcher (a Redis SET NX on it). Best effort: a lost wake-up only means beat's next
     tick fires the row. Returns the instant woken for, or None."""
     interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
-    due, now = job_transitions.scheduled_next_due()
+    due, now = transitions.scheduled_next_due()
     if due is None:
         return None
     delay = (due - now).total_seconds()

@@ -1,9 +1,9 @@
 """The jobs' state changes: one named function and one conditional statement each.
 
-The SQL is in `scheduler/sql/jobs.sql` (named statements, loaded once); the guard of each is in
+The SQL is in `scheduler/dispatcher/jobs.sql` (named statements, loaded once); the guard of each is in
 its WHERE clause and the rows it touched are the concurrency check. Time is the database clock.
 What follows a transition (runs started, history rows, retries) is orchestration, in
-`scheduler/services/jobs.py` and `scheduler/services/jobs_dispatch.py`. The rules: `scheduler/jobs.md`.
+`scheduler/services/jobs.py` and `scheduler/dispatcher/tick.py`. The rules: `scheduler/jobs.md`.
 
 The table of these transitions (from, to, trigger) is in `scheduler/jobs.md`.
 """
@@ -21,7 +21,7 @@ from django.db import connection
 
 from scheduler.transitions import bulk_rows, named_statements, sql_count, sql_rows
 
-JOBS_SQL = Path(__file__).resolve().parent / "sql" / "jobs.sql"
+JOBS_SQL = Path(__file__).resolve().parent / "jobs.sql"
 
 
 @cache

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from celery import current_app
 
-from scheduler import job_transitions
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.tick import PAUSE_MARKER
 from scheduler.models import DispatcherShard, Job, Run, ScheduledJob, TaskExecutionHistory
-from scheduler.services.jobs_dispatch import PAUSE_MARKER
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
 from ..harness import wait_for

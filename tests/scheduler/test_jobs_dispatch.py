@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler import job_transitions
-from scheduler.job_selectors import job_history
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.firing import jitter_offset
+from scheduler.dispatcher.selectors import job_history
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import (
     JobStateError,
@@ -19,7 +20,6 @@ from scheduler.services import (
     job_run_now,
     jobs_dispatch_wake,
 )
-from scheduler.services.jobs_firing import jitter_offset
 
 from .jobs_support import cancel, compensate, complete, dispatch, make_due, new_job, past_occurrence, runs_of
 

@@ -23,12 +23,12 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django_celery_beat.models import PeriodicTask, PeriodicTasks
 
-from scheduler import job_transitions
-from scheduler.cron import cron_next
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.cron import cron_next
+from scheduler.dispatcher.firing import jitter_offset
+from scheduler.dispatcher.tick import PAUSE_MARKER
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import RunNotCancellable, job_create, job_run_now, jobs_dispatch, run_cancel
-from scheduler.services.jobs_dispatch import PAUSE_MARKER
-from scheduler.services.jobs_firing import jitter_offset
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
 
 from ..harness import REPO, wait_for

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 from jobs.presenters import OPERATOR_ACTIONS
-from scheduler import job_transitions, transitions
+from scheduler import transitions
+from scheduler.dispatcher import transitions as job_transitions
 from scheduler.models import (
     HeartbeatState,
     HistoryStatus,
