@@ -211,3 +211,14 @@ SET status = CASE r.state WHEN 'completed' THEN 'succeeded' ELSE r.state END,
     error = left(r.error, 4000)
 FROM scheduler_run AS r
 WHERE h.run_id = ANY(%(run_ids)s::uuid[]) AND r.id = h.run_id AND h.kind = 'job' AND h.ended_at IS NULL
+
+-- name: job_history_record
+-- Not a transition: a batch's job history rows - occurrences skipped or buffered, and starts
+-- refused (input no longer valid) - in one statement, arrays in.
+INSERT INTO scheduler_taskexecutionhistory
+    (job_id, kind, status, scheduled_for, retry_count, worker, error, detail, started_at, ended_at)
+SELECT t.job_id, 'job', t.status, t.scheduled_for, t.retry_count, %(worker)s, t.error, t.detail::jsonb,
+       %(at)s, %(at)s
+FROM unnest(%(job_ids)s::bigint[], %(statuses)s::text[], %(fors)s::timestamptz[],
+            %(retries)s::integer[], %(errors)s::text[], %(details)s::text[])
+     AS t(job_id, status, scheduled_for, retry_count, error, detail)

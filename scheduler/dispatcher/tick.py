@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
@@ -26,16 +26,10 @@ from sasproject.redis_client import get_redis
 from scheduler.models import Job, Run, ScheduledJob
 
 from . import transitions
-from .cron import cron_between, cron_latest, cron_next, next_occurrence
-from .firing import FiringPlan, jitter_offset, retry_delay
-from .transitions import ClaimedRow
+from .firing import FiringPlan, retry_delay
 
 logger = logging.getLogger(__name__)
 
-# Past occurrences examined when a next row is found late (misfire), and the most occurrences
-# a catch-up window queues at once.
-MISFIRE_SCAN = 10_000
-CATCHUP_MAX = 1_000
 # Settle batches per tick (see jobs_dispatch).
 SETTLE_BATCHES = 10
 
@@ -56,84 +50,6 @@ class DispatchResult:
     # Shards this tick held (each drained, then released); a batch that found its lease gone.
     shards: list[int] = field(default_factory=list)
     lost: bool = False
-
-
-def _handle_next(plan: FiringPlan, job: Job, row: ClaimedRow) -> None:
-    """The schedule's occurrence `row.scheduled_for` came due: fire it (and, after downtime,
-    deal with the ones missed since), then move the row to the next occurrence or finish."""
-    now, first = row.now, row.scheduled_for
-    if not job.is_recurring:
-        plan.offer(job, first, reason="schedule", scheduled=True)
-        plan.delete_ids.append(row.id)
-        plan.finish_ids.append(job.id)
-        return
-    until = min(now, job.end_at) if job.end_at else now
-    # On time (the usual case) is one cached lookup, shared by every job of the same schedule
-    # in the batch; only a late row scans what it missed.
-    second = cron_next(job.cron, job.timezone, first)
-    later: list[datetime]
-    if second is None or second > until:
-        later, more = [], False
-    else:
-        later, more = cron_between(job.cron, job.timezone, after=first, until=until, limit=MISFIRE_SCAN)
-    missed = [first, *later]
-    remaining = plan.remaining(job)
-    if len(missed) == 1:
-        if remaining is None or remaining > 0:
-            plan.offer(job, first, reason="schedule", scheduled=True)
-    elif job.catchup_window is None:
-        # Late: fire once, for the latest missed occurrence; the others are recorded as skipped.
-        latest = cron_latest(job.cron, job.timezone, at_or_before=until) if more else missed[-1]
-        assert latest is not None
-        skipped = [t for t in missed if t != latest]
-        plan.skip(
-            job,
-            first,
-            f"misfire: {len(skipped)}{'+' if more else ''} missed occurrences skipped; "
-            "only the latest fires (no catch-up window)",
-            count=len(skipped),
-            more=more,
-            first=skipped[0].isoformat(),
-            last=skipped[-1].isoformat(),
-        )
-        if remaining is None or remaining > 0:
-            plan.offer(job, latest, reason="schedule", scheduled=True)
-    else:
-        edge = now - job.catchup_window
-        if more:
-            inside, _ = cron_between(
-                job.cron,
-                job.timezone,
-                after=max(first, edge) - timedelta(microseconds=1),
-                until=until,
-                limit=CATCHUP_MAX,
-            )
-        else:
-            inside = [t for t in missed if t >= edge][:CATCHUP_MAX]
-        older = [t for t in missed if t < (inside[0] if inside else until + timedelta(microseconds=1))]
-        if older:
-            plan.skip(
-                job,
-                older[0],
-                f"misfire: {len(older)}{'+' if more else ''} missed occurrences older than the catch-up "
-                f"window ({job.catchup_window}) skipped",
-                count=len(older),
-                more=more,
-                first=older[0].isoformat(),
-                last=older[-1].isoformat(),
-            )
-        if remaining is not None:
-            inside = inside[:remaining]
-        # Fired oldest first, one after another unless the policy allows overlap (queued rows).
-        plan.queue(job, inside, reason="catch_up", scheduled=True)
-    following = next_occurrence(job, after=max(now, until, first))
-    if following is None or plan.remaining(job) == 0:
-        plan.delete_ids.append(row.id)
-        plan.finish_ids.append(job.id)
-    else:
-        plan.moves.append(
-            (row.id, first, following, following + jitter_offset(job.id, following, job.jitter))
-        )
 
 
 def _pause_for_tests() -> None:
@@ -163,17 +79,7 @@ def jobs_dispatch_batch(
         jobs = Job.objects.in_bulk({row.job_id for row in claimed})
         plan = FiringPlan.load(jobs=jobs, now=claimed[0].now, instance=instance)
         for row in claimed:
-            job = jobs[row.job_id]
-            if row.kind == ScheduledJob.Kind.NEXT:
-                _handle_next(plan, job, row)
-            else:
-                plan.take(
-                    job,
-                    row_id=row.id,
-                    scheduled_for=row.scheduled_for,
-                    attempt=row.attempt,
-                    reason=row.reason,
-                )
+            plan.due(jobs[row.job_id], row)
         result.queued = len(plan.queued)
         for firing in plan.apply():
             if firing.outcome == "started":

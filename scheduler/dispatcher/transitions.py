@@ -10,6 +10,7 @@ The table of these transitions (from, to, trigger) is in `scheduler/jobs.md`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -213,3 +214,37 @@ def job_history_close(*, run_ids: Sequence[Any]) -> int:
     if not run_ids:
         return 0
     return _count("job_history_close", {"run_ids": [str(r) for r in run_ids]})
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """A job history row a batch decided: skipped, buffered, or failed to start."""
+
+    job_id: int
+    status: str
+    scheduled_for: datetime
+    retry_count: int
+    detail: dict[str, Any]
+    error: str = ""
+
+
+def job_history_record(*, rows: Sequence[HistoryRow], worker: str, at: datetime) -> int:
+    """Not a transition: a batch's skipped, buffered and failed-to-start history rows, written
+    by one statement (bound on the server). With `job_history_close`, the job operator rows of
+    jobs.sql and the "started" rows `runs_insert_many` writes with their runs, the only writers
+    of a job's history."""
+    if not rows:
+        return 0
+    return _bulk_count(
+        "job_history_record",
+        {
+            "job_ids": [r.job_id for r in rows],
+            "statuses": [r.status for r in rows],
+            "fors": [r.scheduled_for for r in rows],
+            "retries": [r.retry_count for r in rows],
+            "errors": [r.error for r in rows],
+            "details": [json.dumps(r.detail) for r in rows],
+            "worker": worker,
+            "at": at,
+        },
+    )

@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 
 from scheduler.dispatcher import selectors as job_selectors
 from scheduler.dispatcher import transitions as job_transitions
-from scheduler.dispatcher.tick import next_occurrence
+from scheduler.dispatcher.cron import next_occurrence
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import (
     JobBusy,
