@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import connection
 
-from scheduler.transitions import bulk_rows, named_statements, sql_count, sql_rows
+from scheduler.sqlfiles import bulk_rows, named_statements, sql_count, sql_rows
 
 JOBS_SQL = Path(__file__).resolve().parent / "jobs.sql"
 
@@ -178,12 +178,12 @@ def job_finish(*, ids: Sequence[int]) -> int:
     return _count("job_finish", {"ids": list(ids)}) if ids else 0
 
 
-def job_pause(*, job_id: int, note: str, actor: str) -> bool:
+def job_disable(*, job_id: int, note: str, actor: str) -> bool:
     """Enabled -> paused, and its operator history row (`actor`, the note)."""
     return _count("job_pause", {"job_id": job_id, "note": note, "actor": actor}) == 1
 
 
-def job_resume(*, job_id: int, actor: str) -> bool:
+def job_enable(*, job_id: int, actor: str) -> bool:
     """Paused -> enabled, and its operator history row (`actor`)."""
     return _count("job_resume", {"job_id": job_id, "actor": actor}) == 1
 

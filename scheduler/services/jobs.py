@@ -438,7 +438,7 @@ def job_pause(*, job_id: int, note: str = "", actor: str = "") -> Job:
     block."""
     with transaction.atomic():
         Job.objects.select_for_update().get(pk=job_id)
-        if not job_transitions.job_pause(job_id=job_id, note=note.strip()[:2000], actor=actor):
+        if not job_transitions.job_disable(job_id=job_id, note=note.strip()[:2000], actor=actor):
             raise JobStateError("the job is already paused")
         job_transitions.scheduled_park_all(job_id=job_id)
         job_runs_cancel_unstarted(job_id=job_id, reason=f"job paused by {actor or 'an operator'}")
@@ -451,7 +451,7 @@ def job_resume(*, job_id: int, actor: str = "") -> Job:
     Raises JobStateError if it is not paused. Transaction: one atomic block."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
-        if not job_transitions.job_resume(job_id=job_id, actor=actor):
+        if not job_transitions.job_enable(job_id=job_id, actor=actor):
             raise JobStateError("the job is not paused")
         job.refresh_from_db()
         if job.finished_at is None:

@@ -265,7 +265,7 @@ def test_claim_due__reads_the_pending_partial_index(user, plans):
         submit(user)
     plans.clear()
 
-    transitions.step_claim_due(instance="t", limit=2)
+    transitions.step_claim_many(instance="t", limit=2)
 
     plan = _plan_of(plans, "FOR UPDATE SKIP LOCKED")
     assert "step_pending_claim_idx" in plan, plan
@@ -343,10 +343,10 @@ def test_run_transitions__wrong_state__refused(user):
     run = submit(user)  # Pending
 
     assert transitions.run_fail(run_id=run.id, reason="x") is False
-    assert transitions.run_resume_compensation(run_id=run.id) is False
-    assert transitions.run_finish_compensation(run_id=run.id) is None
-    assert transitions.run_compensate(run_id=run.id, reason="r", cancel=False) is False
-    assert transitions.run_compensate(run_id=run.id, reason="again", cancel=False) is None
+    assert transitions.run_reopen_compensation(run_id=run.id) is False
+    assert transitions.run_end_compensation(run_id=run.id) is None
+    assert transitions.run_mark_compensating(run_id=run.id, reason="r", cancel=False) is False
+    assert transitions.run_mark_compensating(run_id=run.id, reason="again", cancel=False) is None
     assert Run.objects.get(pk=run.id).error == "r"
 
 
