@@ -61,7 +61,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_environment, fmt_ms, log_dir, print_table, summary, truncate_engine
+from bench.common import REPO, bench_environment, fmt_ms, log_dir, print_table, summary, truncate_engine
 
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney"]
 # Per 100 jobs.
@@ -1275,6 +1275,57 @@ def fire(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any
     }
 
 
+def fire_k(owner_ids: list[int], n: int, batch: int, prefix: str, ks: list[int]) -> dict[str, Any]:
+    """n occurrences due, fired by K dispatcher processes at once (`bench.jobs_dispatcher_proc`,
+    each ticking over the shards it can lease, issue 20), for each K: the time from their common
+    start to every run written, and each process's share."""
+    import subprocess
+
+    out: dict[str, Any] = {}
+    for k in ks:
+        at = due_now(owner_ids, n, prefix)
+        sql("ANALYZE")
+        start = time.time() + 8.0  # Django set up in every process first
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.jobs_dispatcher_proc",
+                    "--name",
+                    f"bench-k{k}-{i}",
+                    "--start",
+                    str(start),
+                    "--batch",
+                    str(batch),
+                ],
+                cwd=REPO,
+                env=os.environ,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(k)
+        ]
+        written_at = None
+        while written_at is None:
+            time.sleep(0.05)
+            if time.time() >= start and int(sql("SELECT count(*) FROM scheduler_run")[0][0]) >= n:
+                written_at = time.time()
+        reports = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+        out[str(k)] = {
+            "s": written_at - start,
+            "runs_per_s": n / (written_at - start),
+            "shares": [r["started"] for r in reports],
+            "pending_first_steps": pending_first_steps(at),
+        }
+        print(
+            f"  K={k}: every run written in {written_at - start:.1f} s; shares {out[str(k)]['shares']}",
+            flush=True,
+        )
+    reset(prefix)
+    return out
+
+
 # -- report ----------------------------------------------------------------------------------------
 
 
@@ -1358,7 +1409,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor"],
+        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor", "firek"],
         help="beat: the baseline alone",
     )
     parser.add_argument(
@@ -1492,6 +1543,20 @@ def main() -> None:
                     ),
                 ]
             )
+        if "firek" in phases:
+            print(
+                f"\n== {args.burst:,} occurrences due at once, fired by K = 1, 2, 3 dispatcher processes "
+                "(shards), no workers",
+                flush=True,
+            )
+            print("  " + load(), flush=True)
+            out["firek"] = fire_k(
+                owner_ids, args.burst, int(args.fire_batch), env["SAS_REDIS_PREFIX"], [1, 2, 3]
+            )
+            floor_s = out.get("sqlfloor", {}).get("full")
+            if floor_s:
+                best = min(r["s"] for r in out["firek"].values())
+                print(f"  best K : SQL floor (full) = {best:.1f} s : {floor_s:.1f} s = {best / floor_s:.2f}x")
         if "lag" in phases:
             print(f"\n== dispatch lag at {args.jobs:,} jobs over {args.minutes} min", flush=True)
             print("  " + load(), flush=True)
