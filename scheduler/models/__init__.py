@@ -1,39 +1,35 @@
-"""The scheduler's models (app label `scheduler`, migrations unchanged): moved from models.py."""
+"""The scheduler's models, by concern (app label `scheduler`; the migrations are unchanged - the
+classes moved, the tables did not): `runs` (runs, steps, history, events), `jobs` (jobs, their
+scheduled occurrences, the dispatcher's shard leases), `longwork` (checkpoints, heartbeat
+statuses), `base` (shared helpers). Import them from here."""
 
+from .base import NON_NEGATIVE, row_check
+from .jobs import DispatcherShard, Job, OverlapPolicy, ScheduledJob, ScheduledJobKind
+from .longwork import Checkpoint, HeartbeatState, HeartbeatStatus
 from .runs import (
-    row_check,
-    NON_NEGATIVE,
-    RunState,
-    RUN_UNFINISHED_STATES,
     RUN_TERMINAL_STATES,
-    OverlapPolicy,
-    Job,
-    ScheduledJobKind,
-    ScheduledJob,
-    DispatcherShard,
-    Run,
-    StepState,
-    StepKind,
-    Step,
+    RUN_UNFINISHED_STATES,
     HistoryStatus,
-    TaskExecutionHistory,
+    Run,
     RunEvent,
-    Checkpoint,
-    HeartbeatState,
-    HeartbeatStatus,
+    RunState,
+    Step,
+    StepKind,
+    StepState,
+    TaskExecutionHistory,
 )
 
 __all__ = [
+    "NON_NEGATIVE",
+    "RUN_TERMINAL_STATES",
+    "RUN_UNFINISHED_STATES",
     "Checkpoint",
     "DispatcherShard",
     "HeartbeatState",
     "HeartbeatStatus",
     "HistoryStatus",
     "Job",
-    "NON_NEGATIVE",
     "OverlapPolicy",
-    "RUN_TERMINAL_STATES",
-    "RUN_UNFINISHED_STATES",
     "Run",
     "RunEvent",
     "RunState",
