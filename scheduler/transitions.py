@@ -503,7 +503,7 @@ def step_extend_by_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartb
 
 
 def heartbeat_complete(*, step_id: int, lease: str) -> bool:
-    """The step's JobStatus row -> completed, holding the step's row while its lease is current
+    """The step's HeartbeatStatus row -> completed, holding the step's row while its lease is current
     (the caller's transaction then writes the effect and accepts the success)."""
     return _one("heartbeat_complete", {"step_id": step_id, "lease": lease}) is not None
 

@@ -399,7 +399,7 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="pages / heartbeat")
     def long_progress(self, obj: Run) -> SafeString:
         """A paginated run's pages, rows, speed and time left as a bar; a heartbeat step's
-        JobStatus (in progress / completed, last heartbeat). "-" for other runs."""
+        HeartbeatStatus (in progress / completed, last heartbeat). "-" for other runs."""
         return long_progress_html(selectors.run_progress_of(obj))
 
     @admin.display(description="execution history")
@@ -649,7 +649,7 @@ class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
 
 
 # ---------------------------------------------------------------------------------------------
-# Long steps: checkpoints of paginated steps, JobStatus rows of heartbeat steps
+# Long steps: checkpoints of paginated steps, HeartbeatStatus rows of heartbeat steps
 # ---------------------------------------------------------------------------------------------
 
 

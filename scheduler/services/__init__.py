@@ -9,7 +9,7 @@
 - `jobs`: seed 004's jobs (create, edit, pause, resume, delete, run now, backfill, preview);
   `jobs_dispatch`: the dispatcher that fires their occurrences; `scheduler.dispatcher.firing`: the overlap
   rules both apply (see `scheduler/jobs.md`).
-- `longsteps`: paginated steps' pages (Checkpoint) and heartbeat steps' heartbeats (JobStatus).
+- `longsteps`: paginated steps' pages (Checkpoint) and heartbeat steps' heartbeats (HeartbeatStatus).
 
 Every state change itself is a transition in `scheduler.transitions` (SQL in `scheduler/sql/`).
 """

@@ -79,7 +79,7 @@ def step_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartbeat:
 
 
 def heartbeat_finish(*, step_id: int, lease: str) -> None:
-    """Mark the step's JobStatus completed, holding the step while its lease is current. Raises
+    """Mark the step's HeartbeatStatus completed, holding the step while its lease is current. Raises
     LeaseLost. Transaction: the caller's, which then writes the effect and replies success."""
     _require_transaction("heartbeat_finish")
     if not transitions.heartbeat_complete(step_id=step_id, lease=lease):

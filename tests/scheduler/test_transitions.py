@@ -55,7 +55,7 @@ def claim_first(run):
 COLUMN_CHOICES = {
     "process_state": set(StepState.values),
     "state": set(RunState.values),
-    # History rows and heartbeat steps' JobStatus rows (HeartbeatStatus.status).
+    # History rows and heartbeat steps' HeartbeatStatus rows (HeartbeatStatus.status).
     "status": set(HistoryStatus.values) | set(HeartbeatState.values),
 }
 KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values) | set(ScheduledJobKind.values)
