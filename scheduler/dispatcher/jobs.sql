@@ -30,16 +30,23 @@ WHERE NOT EXISTS (SELECT 1 FROM scheduler_dispatchershard AS d WHERE d.shard = s
 ON CONFLICT (shard) DO NOTHING
 
 -- name: shard_lease_take
--- Free -> held: the least recently ticked shard whose lease has ended (or that this holder
--- already holds), not one of `skip` (drained in this tick), skipping any another dispatcher is
--- taking at this instant. Guard: still free (or ours) when updated.
+-- Free -> held: of the shards with a row due now, the least recently ticked whose lease has
+-- ended (or that this holder already holds), not one of `skip` (drained in this tick), skipping
+-- any another dispatcher is taking at this instant. A shard with nothing due is not taken: an
+-- idle tick costs this one statement, and a tick woken for an occurrence goes to its shard
+-- first. Guard: still free (or ours) when updated.
 UPDATE scheduler_dispatchershard AS d
 SET holder = %(holder)s, leased_until = statement_timestamp() + make_interval(secs => %(lease)s)
 WHERE d.shard = (
-    SELECT shard FROM scheduler_dispatchershard
-    WHERE shard < %(shards)s AND NOT (shard = ANY(%(skip)s::smallint[]))
-      AND (leased_until IS NULL OR leased_until <= statement_timestamp() OR holder = %(holder)s)
-    ORDER BY ticked_at NULLS FIRST, shard
+    SELECT f.shard FROM scheduler_dispatchershard AS f
+    WHERE f.shard < %(shards)s AND NOT (f.shard = ANY(%(skip)s::smallint[]))
+      AND (f.leased_until IS NULL OR f.leased_until <= statement_timestamp() OR f.holder = %(holder)s)
+      AND EXISTS (
+          SELECT 1 FROM scheduler_scheduledjob AS sj
+          WHERE sj.next_execution_at <= statement_timestamp()
+            AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = f.shard
+      )
+    ORDER BY f.ticked_at NULLS FIRST, f.shard
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ) AND (d.leased_until IS NULL OR d.leased_until <= statement_timestamp() OR d.holder = %(holder)s)

@@ -88,8 +88,8 @@ def shards_ensure(*, shards: int) -> None:
 
 
 def shard_lease_take(*, holder: str, shards: int, lease: float, skip: Sequence[int] = ()) -> int | None:
-    """Free -> held by `holder` for `lease` seconds: the least recently ticked free shard not in
-    `skip`; None when every shard is held (or skipped)."""
+    """Free -> held by `holder` for `lease` seconds: of the free shards not in `skip` with a row
+    due now, the least recently ticked; None when there is none."""
     rows = _rows("shard_lease_take", {"holder": holder, "shards": shards, "lease": lease, "skip": list(skip)})
     return int(rows[0][0]) if rows else None
 
