@@ -416,14 +416,14 @@ def test_buffer_one__run_now_as_the_running_run_ends__does_not_overtake_the_buff
     # does that); a "run now" then found no run going and started at once, ahead of the
     # occurrence told it "starts when run X ends".
     job = new_job(user, overlap_policy="buffer_one", idempotent=False)
-    job_run_now(job_id=job.id)
+    job_run_now(by_staff=False, job_id=job.id)
     (first,) = runs_of(job)
     buffered_t = make_due(job)
     dispatch()
     assert [h.scheduled_for for h in history(job, "buffered")] == [buffered_t]
     complete(first)
 
-    late = job_run_now(job_id=job.id)
+    late = job_run_now(by_staff=False, job_id=job.id)
 
     assert late.outcome == "skipped" and "already waits" in late.reason, late
     assert runs_of(job) == [first]
