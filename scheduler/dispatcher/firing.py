@@ -369,16 +369,12 @@ class FiringPlan:
                 self.firings[start.job.id] -= 1
             firing.outcome, firing.reason = "skipped", why
             self.history.append(
-                TaskExecutionHistory(
-                    job_id=start.job.id,
-                    kind=History.Kind.JOB,
-                    status=History.Status.SKIPPED,
-                    scheduled_for=firing.scheduled_for,
-                    retry_count=firing.attempt,
-                    worker=self.instance,
-                    detail={"reason": why},
-                    started_at=self.now,
-                    ended_at=self.now,
+                transitions.HistoryRow(
+                    start.job.id,
+                    History.Status.SKIPPED,
+                    firing.scheduled_for,
+                    firing.attempt,
+                    {"reason": why},
                 )
             )
         self.starts = kept
