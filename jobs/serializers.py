@@ -166,7 +166,8 @@ class JobWriteSerializer(ClosedSerializer):
     run_at = JobTimeField(
         required=False,
         allow_null=True,
-        help_text=f"One-off job: when it runs (null: now). Without an offset: in the job's time zone. {YEARS}",
+        help_text="One-off job: when it runs (null: now). Without an offset: in the job's time zone. "
+        f"{YEARS}",
     )
     start_at = JobTimeField(
         required=False,

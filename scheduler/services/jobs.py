@@ -32,9 +32,11 @@ from scheduler.dispatcher.cron import (
     cron_error,
     cron_normalise,
     cron_preview,
+    next_occurrence,
     year_error,
     zone_error,
 )
+from scheduler.dispatcher.firing import Firing, FiringPlan, JobStateError, jitter_offset
 from scheduler.dispatcher.selectors import owners_staff
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
