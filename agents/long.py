@@ -12,11 +12,12 @@ reply), for the two strategies of the seed:
   anywhere, the transaction either committed (effect + checkpoint) or did not (neither): the
   next attempt resumes at the last committed checkpoint and no page is applied twice.
 
-- `HeartbeatAgentTask` - "enqueue message for long future" with a JobStatus table, for work
+- `HeartbeatAgentTask` - "enqueue message for long future" with a HeartbeatStatus table (the
+  seed's JobStatus), for work
   that cannot be paged. The domain's `work` calls `beat()` as it goes; each heartbeat moves the
   step's complete-by to now + the step's window. A heartbeat refused (the worker was frozen or
   slow, the supervisor took the step back) raises `LeaseLost`: the work stops, nothing is
-  written. At the end `commit` writes the effect in one transaction with the JobStatus row's
+  written. At the end `commit` writes the effect in one transaction with the HeartbeatStatus row's
   completion and the success reply, holding the step while its lease is current.
 
 Both reply inline (in the agent's process): they write to the database anyway.

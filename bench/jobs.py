@@ -61,7 +61,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_environment, fmt_ms, log_dir, print_table, summary, truncate_engine
+from bench.common import REPO, bench_environment, fmt_ms, log_dir, print_table, summary, truncate_engine
 
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Asia/Kolkata", "Australia/Sydney"]
 # Per 100 jobs.
@@ -182,7 +182,7 @@ def fill_jobs(
     A template job made by `job_create` gives every column's value; each copy gets its own
     name, owner, cron and zone, and its next occurrence after `after` from `scheduler.cron`
     (computed once per distinct schedule)."""
-    from scheduler.cron import cron_next
+    from scheduler.dispatcher.cron import cron_next
     from scheduler.models import Job, ScheduledJob
     from scheduler.services.jobs import job_create
 
@@ -262,7 +262,7 @@ def fill_jobs(
 
 def check_fill(scheds: list[Sched], owner_id: int) -> str:
     """Compare bulk-written rows with what `job_create` writes now for the same schedules."""
-    from scheduler.cron import cron_next
+    from scheduler.dispatcher.cron import cron_next
     from scheduler.models import Job, ScheduledJob
     from scheduler.services.jobs import job_create
 
@@ -449,7 +449,7 @@ def sleep_until(t: float) -> None:
 
 def occurrences(s: Sched, start: float, end: float) -> list[float]:
     """Cron times of `s` in [start, end) (epoch seconds), by the project's cron code."""
-    from scheduler.cron import cron_between
+    from scheduler.dispatcher.cron import cron_between
 
     after = datetime.fromtimestamp(start, UTC) - timedelta(microseconds=1)
     until = datetime.fromtimestamp(end, UTC) - timedelta(microseconds=1)
@@ -770,7 +770,7 @@ class _Capture:
 def idle_cost(owner_ids: list[int], sizes: list[int], reps: int, prefix: str) -> dict[str, Any]:
     from django.db import connection
 
-    from scheduler.services.jobs_dispatch import jobs_dispatch
+    from scheduler.dispatcher.tick import jobs_dispatch
 
     results: dict[str, Any] = {}
     for n in sizes:
@@ -1127,8 +1127,8 @@ def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, An
     import psycopg
     from django.db import connection, transaction
 
-    from scheduler import job_transitions
-    from scheduler.cron import cron_next
+    from scheduler.dispatcher import transitions as job_transitions
+    from scheduler.dispatcher.cron import cron_next
     from scheduler.models import Job
 
     at = due_now(owner_ids, n, prefix)
@@ -1275,6 +1275,57 @@ def fire(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, Any
     }
 
 
+def fire_k(owner_ids: list[int], n: int, batch: int, prefix: str, ks: list[int]) -> dict[str, Any]:
+    """n occurrences due, fired by K dispatcher processes at once (`bench.jobs_dispatcher_proc`,
+    each ticking over the shards it can lease, issue 20), for each K: the time from their common
+    start to every run written, and each process's share."""
+    import subprocess
+
+    out: dict[str, Any] = {}
+    for k in ks:
+        at = due_now(owner_ids, n, prefix)
+        sql("ANALYZE")
+        start = time.time() + 8.0  # Django set up in every process first
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.jobs_dispatcher_proc",
+                    "--name",
+                    f"bench-k{k}-{i}",
+                    "--start",
+                    str(start),
+                    "--batch",
+                    str(batch),
+                ],
+                cwd=REPO,
+                env=os.environ,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(k)
+        ]
+        written_at = None
+        while written_at is None:
+            time.sleep(0.05)
+            if time.time() >= start and int(sql("SELECT count(*) FROM scheduler_run")[0][0]) >= n:
+                written_at = time.time()
+        reports = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+        out[str(k)] = {
+            "s": written_at - start,
+            "runs_per_s": n / (written_at - start),
+            "shares": [r["started"] for r in reports],
+            "pending_first_steps": pending_first_steps(at),
+        }
+        print(
+            f"  K={k}: every run written in {written_at - start:.1f} s; shares {out[str(k)]['shares']}",
+            flush=True,
+        )
+    reset(prefix)
+    return out
+
+
 # -- report ----------------------------------------------------------------------------------------
 
 
@@ -1358,7 +1409,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor"],
+        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor", "firek"],
         help="beat: the baseline alone",
     )
     parser.add_argument(
@@ -1492,6 +1543,20 @@ def main() -> None:
                     ),
                 ]
             )
+        if "firek" in phases:
+            print(
+                f"\n== {args.burst:,} occurrences due at once, fired by K = 1, 2, 3 dispatcher processes "
+                "(shards), no workers",
+                flush=True,
+            )
+            print("  " + load(), flush=True)
+            out["firek"] = fire_k(
+                owner_ids, args.burst, int(args.fire_batch), env["SAS_REDIS_PREFIX"], [1, 2, 3]
+            )
+            floor_s = out.get("sqlfloor", {}).get("full")
+            if floor_s:
+                best = min(r["s"] for r in out["firek"].values())
+                print(f"  best K : SQL floor (full) = {best:.1f} s : {floor_s:.1f} s = {best / floor_s:.2f}x")
         if "lag" in phases:
             print(f"\n== dispatch lag at {args.jobs:,} jobs over {args.minutes} min", flush=True)
             print("  " + load(), flush=True)

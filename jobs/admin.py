@@ -37,7 +37,7 @@ from django.utils.safestring import SafeString, mark_safe
 from adminkit.changelist import BoundedChangeListMixin
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
 from scheduler.admin import WorkflowFilter, actor_name, run_link
-from scheduler.job_selectors import job_history, job_schedule_text, job_scheduled
+from scheduler.dispatcher.selectors import job_history, job_schedule_text, job_scheduled
 from scheduler.limits import (
     CUSTOMER_PRIORITY_MAX,
     CUSTOMER_PRIORITY_MIN,

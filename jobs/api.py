@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.throttling import BaseThrottle
 
-from scheduler.job_selectors import job_get, job_history, job_list, job_runs, job_schedule_text
+from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.models import HistoryStatus, Job
 from scheduler.services.jobs import (
     JobStateError,
@@ -50,6 +50,7 @@ from .serializers import (
     PauseSerializer,
     PreviewQuerySerializer,
     PreviewSerializer,
+    in_zone,
 )
 
 # Field names a job has in the API (anything else in a service error is about the workflow input).
@@ -204,7 +205,7 @@ class JobViewSet(viewsets.GenericViewSet):
         job = self._job(request, pk)
         serializer = JobWriteSerializer(data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
-        fields = serializer.to_service()
+        fields = serializer.to_service(job_zone=job.timezone)
         try:
             job_update(job_id=job.pk, by_staff=_by_staff(request), actor=_actor(request), **fields)
         except WorkflowInputError as exc:
@@ -298,8 +299,8 @@ class JobViewSet(viewsets.GenericViewSet):
             result = job_backfill(
                 job_id=job.pk,
                 by_staff=_by_staff(request),
-                start=serializer.validated_data["start"],
-                end=serializer.validated_data["end"],
+                start=in_zone(serializer.validated_data["start"], job.timezone),
+                end=in_zone(serializer.validated_data["end"], job.timezone),
                 actor=_actor(request),
             )
         except WorkflowInputError as exc:  # about the range (start / end), or staff-only work (workflow)

@@ -23,7 +23,7 @@ from django import forms
 from django.utils import timezone
 
 from sasproject.json_input import JSONFormField
-from scheduler.cron import zone_error
+from scheduler.dispatcher.cron import zone_error
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
     CUSTOMER_PRIORITY_MAX,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from scheduler.job_selectors import job_schedule_text
+from scheduler.dispatcher.selectors import job_schedule_text
 from scheduler.models import Job, Run, RunState, TaskExecutionHistory
 
 ACTIVE, PAUSED, FINISHED = "active", "paused", "finished"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from scheduler.job_selectors import job_annotate
+from scheduler.dispatcher.selectors import job_annotate
 from scheduler.models import Job
 
 

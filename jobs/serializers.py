@@ -7,7 +7,7 @@ errors come back under the same field names (`errors.split_errors`)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 from zoneinfo import ZoneInfo
 
 from django.utils.dateparse import parse_datetime
@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from sasproject.api_input import ClosedSerializer, StrictCharField
-from scheduler.cron import YEAR_MAX, YEAR_MIN, zone_error
+from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
 from scheduler.services.jobs import (
@@ -53,6 +53,27 @@ class LocalDateTimeField(serializers.DateTimeField):
 
     def to_representation(self, value: Any) -> str:
         return str(value.isoformat())
+
+
+class JobTimeField(serializers.DateTimeField):
+    """An ISO 8601 date and time of a job (run_at, start_at, end_at, a backfill's range). With an
+    offset it is that instant; without one it is the job's wall clock - read in the job's time
+    zone (`in_zone`), as the form and the preview read it - never the site's (issue 20)."""
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        return value if value.tzinfo is None else super().enforce_timezone(value)
+
+
+@overload
+def in_zone(value: datetime, zone_name: str) -> datetime: ...
+@overload
+def in_zone(value: None, zone_name: str) -> None: ...
+def in_zone(value: datetime | None, zone_name: str) -> datetime | None:
+    """`value` as an instant: a naive one read in `zone_name` (left naive if the zone is bad: the
+    service then names both the zone and the time)."""
+    if value is None or value.tzinfo is not None or zone_error(zone_name):
+        return value
+    return value.replace(tzinfo=ZoneInfo(zone_name))
 
 
 class StrictFloatField(serializers.FloatField):
@@ -142,14 +163,21 @@ class JobWriteSerializer(ClosedSerializer):
         max_length=64,
         help_text="IANA time zone the cron expression is read in (default UTC).",
     )
-    run_at = serializers.DateTimeField(
-        required=False, allow_null=True, help_text=f"One-off job: when it runs (null: now). {YEARS}"
+    run_at = JobTimeField(
+        required=False,
+        allow_null=True,
+        help_text="One-off job: when it runs (null: now). Without an offset: in the job's time zone. "
+        f"{YEARS}",
     )
-    start_at = serializers.DateTimeField(
-        required=False, allow_null=True, help_text=f"No run before this. {YEARS}"
+    start_at = JobTimeField(
+        required=False,
+        allow_null=True,
+        help_text=f"No run before this (without an offset: the job's zone). {YEARS}",
     )
-    end_at = serializers.DateTimeField(
-        required=False, allow_null=True, help_text=f"No run after this. {YEARS}"
+    end_at = JobTimeField(
+        required=False,
+        allow_null=True,
+        help_text=f"No run after this (without an offset: the job's zone). {YEARS}",
     )
     max_firings = StrictIntegerField(
         required=False,
@@ -197,9 +225,14 @@ class JobWriteSerializer(ClosedSerializer):
         required=False, help_text="false: two runs of this job never overlap, whatever the policy."
     )
 
-    def to_service(self, *, create: bool = False) -> dict[str, Any]:
-        """The validated fields as the job service's keywords (only those sent, on an edit)."""
+    def to_service(self, *, create: bool = False, job_zone: str = "UTC") -> dict[str, Any]:
+        """The validated fields as the job service's keywords (only those sent, on an edit).
+        Times without an offset are read in the zone sent, else `job_zone` (the job's)."""
         data = dict(self.validated_data)
+        zone = str(data.get("timezone") or job_zone)
+        for name in ("run_at", "start_at", "end_at"):
+            if name in data:
+                data[name] = in_zone(data[name], zone)
         if create:
             data.setdefault("input", {})
         # Switching kind: the other kind's field goes unless it was sent (then the service says).
@@ -266,9 +299,12 @@ class PauseSerializer(ClosedSerializer):
 
 
 class BackfillSerializer(ClosedSerializer):
-    start = serializers.DateTimeField(help_text=f"First occurrence time to consider (inclusive). {YEARS}")
-    end = serializers.DateTimeField(
-        help_text=f"Last occurrence time to consider (inclusive), in the past. {YEARS}"
+    start = JobTimeField(
+        help_text=f"First occurrence time to consider (inclusive; without an offset: the job's zone). {YEARS}"
+    )
+    end = JobTimeField(
+        help_text="Last occurrence time to consider (inclusive), in the past "
+        f"(without an offset: the job's zone). {YEARS}"
     )
 
 

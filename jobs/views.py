@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reports.timeline import run_timeline
-from scheduler.job_selectors import job_get, job_history, job_list, job_runs
+from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs
 from scheduler.limits import LimitExceeded, RateLimited
 from scheduler.models import Job, Run
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now

@@ -1,10 +1,10 @@
 """The run admin as operators see it, and the engine-health page: both read every app.
 
-The scheduler's `RunAdmin` knows the engine only. Here it is registered again as
-`OperatorRunAdmin`, the way Django's docs extend the User admin (unregister, subclass, register),
-with what needs the other apps: each run's open alerts (supervisor), the "needs attention"
-filter (failed, or an alert nobody acknowledged), the link to the run's order (orders), and the
-engine-health page with its breaker-reset button (agents' breakers, beat's periodic tasks).
+The scheduler's `RunAdmin` knows the engine only and is not registered there. The run admin is
+registered once, here, as `OperatorRunAdmin` (a subclass), with what needs the other apps:
+each run's open alerts (supervisor), the "needs attention" filter (failed, or an alert nobody
+acknowledged), the link to the run's order (orders), and the engine-health page with its
+breaker-reset button (agents' breakers, beat's periodic tasks).
 
 The health page keeps its URLs under the run admin: /admin/scheduler/run/health/
 (`admin:scheduler_run_health`) and .../health/breaker/<service>/reset/
@@ -195,6 +195,5 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
         return HttpResponseRedirect(reverse("admin:scheduler_run_health"))
 
 
-# scheduler/admin.py registered the engine-only RunAdmin when it was imported (above).
-admin.site.unregister(Run)
+# The one registration of the run admin (scheduler/admin/runs.py defines its engine-only base).
 admin.site.register(Run, OperatorRunAdmin)

@@ -11,7 +11,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from scheduler.cron import YEAR_MAX, YEAR_MIN
+from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN
 
 from .selectors import ReportNotFound, report_subject, user_report
 from .serializers import ReportSerializer

@@ -9,7 +9,6 @@ the user's runs in the window (run_owner_created_idx), so it reads that user's r
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,13 +24,13 @@ from django.db import connection, transaction
 from django.db.models import Min
 
 from scheduler.models import ScheduledJob
+from scheduler.sqlfiles import named_statements
 
 from .windows import Window
 
 User = AbstractBaseUser | AnonymousUser
 
 SQL_FILE = Path(__file__).resolve().parent / "sql" / "report.sql"
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 # A run's outcome, in the order the charts stack them (the colours are in reports/charts.py).
 OUTCOMES = ("completed", "compensated", "failed", "cancelled", "in_progress")
@@ -48,8 +47,7 @@ MISSED_KINDS = ("attempt_start", "attempt_complete", "step_close", "run")
 @cache
 def statements() -> dict[str, str]:
     """The named statements of report.sql, read once per process."""
-    parts = _NAME.split(SQL_FILE.read_text())
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+    return named_statements(SQL_FILE)
 
 
 def _fetch(name: str, params: dict[str, Any]) -> list[dict[str, Any]]:

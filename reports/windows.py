@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.conf import settings
 from django.utils.dateparse import parse_date, parse_datetime
 
-from scheduler.cron import year_error
+from scheduler.dispatcher.cron import year_error
 from scheduler.workflows import WorkflowInputError
 
 WINDOWS: dict[str, timedelta] = {

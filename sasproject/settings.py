@@ -423,6 +423,15 @@ SAS: dict[str, Any] = {
     "JOBS_DISPATCH_BATCH": int(os.environ.get("SAS_JOBS_DISPATCH_BATCH", "1000")),
     "JOBS_DISPATCH_MAX_BATCHES": int(os.environ.get("SAS_JOBS_DISPATCH_MAX_BATCHES", "1000")),
     "JOBS_DISPATCH_TICK_SECONDS": env_float("SAS_JOBS_DISPATCH_TICK_SECONDS", 20.0),
+    # Scale-out (issue 20): the due work is split into this many shards (a hash of the job); a
+    # tick fires only the shards it holds a lease on, so K dispatcher processes on any hosts fire
+    # K slices at once. More shards than dispatchers balance better (12 divides among 1, 2, 3, 4
+    # and 6); each idle tick costs a few statements per shard. A lease lasts this many seconds
+    # past its holder's last batch: a dispatcher killed mid-tick holds its shard no longer.
+    "JOBS_DISPATCH_SHARDS": int(os.environ.get("SAS_JOBS_DISPATCH_SHARDS", "12")),
+    "JOBS_DISPATCH_LEASE_SECONDS": env_float("SAS_JOBS_DISPATCH_LEASE_SECONDS", 10.0),
+    # The queue of the dispatcher's ticks (beat's row, the wake-ups and relays a tick sends).
+    "JOBS_DISPATCH_QUEUE": os.environ.get("SAS_JOBS_DISPATCH_QUEUE", "jobs"),
     # More modules that register workflows at import (comma-separated dotted names), beside
     # the apps' own; see scheduler/apps.py.
     "WORKFLOW_MODULES": [m for m in os.environ.get("SAS_WORKFLOW_MODULES", "").split(",") if m.strip()],

@@ -79,14 +79,14 @@ def workflow_step_names() -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Long steps: a run's progress (paginated steps' checkpoints, heartbeat steps' JobStatus)
+# Long steps: a run's progress (paginated steps' checkpoints, heartbeat steps' HeartbeatStatus)
 # ---------------------------------------------------------------------------------------------
 
 
 def run_progress_of(run: Run) -> dict[str, Any]:
     """What a long run has done and how fast: forward steps done / total; for its paginated
     steps (summed), pages and rows done / total, rows per second since the first page began and
-    the estimated seconds left; for its heartbeat steps, their JobStatus rows. Three indexed
+    the estimated seconds left; for its heartbeat steps, their HeartbeatStatus rows. Three indexed
     queries (steps, checkpoints, statuses by run). Unscoped: callers that serve a user go
     through `run_progress`."""
     db_now = Run.objects.filter(pk=run.pk).values_list(Now(), flat=True).first()

@@ -12,10 +12,16 @@ from django.db import DatabaseError
 from sasproject.redis_client import get_redis
 
 from . import services
+
+# The jobs dispatcher's tick lives in its room; imported here so Celery's autodiscovery (which
+# imports each app's `tasks`) registers it.
+from .dispatcher.tasks import jobs_dispatch
 from .messages import message_step_label, reply_problem
 from .metrics import periodic_mark
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["bench_noop", "jobs_dispatch", "scheduler_kick", "scheduler_reply", "scheduler_tick"]
 
 
 def _pump_all(instance: str) -> int:
@@ -60,21 +66,6 @@ def scheduler_tick() -> int:
     except DatabaseError:
         logger.exception("scheduler tick failed; next tick retries")
         return 0
-
-
-@shared_task(name="scheduler.jobs_dispatch", ignore_result=True, send_events=False)
-def jobs_dispatch() -> int:
-    """The jobs dispatcher's tick (django-celery-beat, every SAS["JOBS_DISPATCH_INTERVAL"] s):
-    settle ended job runs, fire due occurrences; then, when the next row is due before beat's next
-    tick, wake for it (`jobs_dispatch_wake`). Safe to run in several workers at once."""
-    periodic_mark(task="scheduler.jobs_dispatch")
-    try:
-        done = services.jobs_dispatch(instance=services.scheduler_instance_id())
-        services.jobs_dispatch_wake()
-    except DatabaseError:
-        logger.exception("jobs dispatch failed; the next tick retries")
-        return 0
-    return done.started
 
 
 @shared_task(name="bench.noop", ignore_result=False)

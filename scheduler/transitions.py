@@ -15,7 +15,6 @@ The table of transitions (from, to, trigger, guard) is `scheduler/transitions.md
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,10 +23,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import DatabaseError
+
+from scheduler.sqlfiles import bulk_rows, named_statements, sql_count, sql_rows
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 FUNCTIONS_FILE = SQL_DIR / "functions.sql"
@@ -35,15 +35,6 @@ QUERIES_FILE = SQL_DIR / "queries.sql"
 
 # Raised by sas_step_succeed when the caller did not open a transaction for an observed run.
 SQLSTATE_RUN_OBSERVED = "SAS01"
-
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-
-
-def named_statements(path: Path) -> dict[str, str]:
-    """The `-- name: <name>` blocks of a .sql file: name -> statement."""
-    parts = _NAME.split(path.read_text())
-    # parts: [preamble, name1, body1, name2, body2, ...]
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
 @cache
@@ -77,35 +68,6 @@ def _one(name: str, params: dict[str, Any]) -> Any:
 def _scalar_json(name: str, params: dict[str, Any]) -> Any:
     row = _one(name, params)
     return _json(row[0]) if row else None
-
-
-def sql_rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Run one statement; its rows (none for a statement without RETURNING)."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall()) if cursor.description else []
-
-
-def sql_count(sql: str, params: dict[str, Any]) -> int:
-    """Run one statement; the rows it touched (the transition's concurrency check)."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.rowcount)
-
-
-def bulk_rows(sql: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], int]:
-    """Run one statement with server-side binding: its rows and its row count.
-
-    For the bulk statements (arrays of thousands of elements, one per row written). Django's
-    cursor binds client-side - psycopg quotes every array element into the statement's text in
-    Python, which was 40-50% of those statements' time in the dispatcher's profile
-    (bench/README.md, "Jobs"); bound on the server, the arrays travel as parameters (binary
-    where psycopg can). Same connection and transaction as Django's; errors are Django's."""
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql.encode(), params)
-        rows = list(cursor.fetchall()) if cursor.description else []
-        return rows, int(cursor.rowcount)
 
 
 def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -275,7 +237,7 @@ def step_claim(*, step_ids: Sequence[int], instance: str, max_in_flight: int | N
     )
 
 
-def step_claim_due(
+def step_claim_many(
     *,
     instance: str,
     limit: int,
@@ -576,7 +538,7 @@ class Heartbeat:
     complete_by: datetime | None = None
 
 
-def step_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartbeat:
+def step_extend_by_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartbeat:
     """Processing -> Processing with complete_by = now + heartbeat window, fenced by the lease.
     A refused heartbeat extends nothing and is recorded (late_reply, outcome heartbeat)."""
     data = _scalar_json("step_heartbeat", {"step_id": step_id, "lease": lease, "worker": worker})
@@ -586,7 +548,7 @@ def step_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartbeat:
 
 
 def heartbeat_complete(*, step_id: int, lease: str) -> bool:
-    """The step's JobStatus row -> completed, holding the step's row while its lease is current
+    """The step's HeartbeatStatus row -> completed, holding the step's row while its lease is current
     (the caller's transaction then writes the effect and accepts the success)."""
     return _one("heartbeat_complete", {"step_id": step_id, "lease": lease}) is not None
 
@@ -721,13 +683,13 @@ def runs_insert_many(*, new: NewRuns) -> dict[uuid.UUID, WrittenRun]:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool) -> bool | None:
+def run_mark_compensating(*, run_id: uuid.UUID | str, reason: str, cancel: bool) -> bool | None:
     """Pending | Running -> Compensating. Returns the run's cancel_requested, None if refused."""
     row = _one("run_compensate", {"run_id": str(run_id), "reason": reason, "cancel": cancel})
     return None if row is None else bool(row[0])
 
 
-def run_finish_compensation(*, run_id: uuid.UUID | str) -> tuple[str, str] | None:
+def run_end_compensation(*, run_id: uuid.UUID | str) -> tuple[str, str] | None:
     """Compensating -> Compensated | Cancelled. (state, correlation id), or None if refused."""
     row = _one("run_finish_compensation", {"run_id": str(run_id)})
     return None if row is None else (row[0], row[1])
@@ -748,6 +710,6 @@ def run_fail(*, run_id: uuid.UUID | str, reason: str) -> bool:
     return _count("run_fail", {"run_id": str(run_id), "reason": reason}) == 1
 
 
-def run_resume_compensation(*, run_id: uuid.UUID | str) -> bool:
+def run_reopen_compensation(*, run_id: uuid.UUID | str) -> bool:
     """Failed -> Compensating."""
     return _count("run_resume_compensation", {"run_id": str(run_id)}) == 1

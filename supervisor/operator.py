@@ -199,7 +199,7 @@ def step_resubmit(*, step_id: int, user: AbstractBaseUser, reason: str, seen: da
                 seen,
                 "only a compensation step in Error can be resubmitted",
             )
-        transitions.run_resume_compensation(run_id=run.pk)
+        transitions.run_reopen_compensation(run_id=run.pk)
         _history(run_id=run.pk, step_id=step_id, user=user, action=Action.RESUBMIT_STEP, reason=why)
         event_record(
             run_id=run.pk,

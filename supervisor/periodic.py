@@ -11,13 +11,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from scheduler.dispatcher.beat import DISPATCHER_PERIODIC_TASK
+
 PERIODIC_TASKS = (
     # (row name, task name, queue, setting holding the interval)
     ("sas: supervisor sweep", "supervisor.sweep", "supervisor", "SUPERVISOR_INTERVAL"),
     ("sas: scheduler safety tick", "scheduler.tick", "scheduler", "SCHEDULER_TICK_INTERVAL"),
-    # Seed 004's Scheduler Service: fires due job occurrences (scheduler/jobs.md).
-    # Its own queue and worker (Procfile `dispatcher`), so a long tick never delays a sweep.
-    ("sas: jobs dispatcher", "scheduler.jobs_dispatch", "jobs", "JOBS_DISPATCH_INTERVAL"),
+    # Seed 004's Scheduler Service: fires due job occurrences (scheduler/jobs.md); its row is
+    # defined in the dispatcher's room.
+    DISPATCHER_PERIODIC_TASK,
 )
 
 

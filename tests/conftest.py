@@ -46,6 +46,7 @@ ENGINE_TABLES = [
     "scheduler_step",
     "scheduler_run",
     "scheduler_job",
+    "scheduler_dispatchershard",
 ]
 
 
@@ -377,9 +378,16 @@ def start_worker(broker_env: dict[str, str], tmp_path: Path) -> Iterator[Callabl
     """Start extra workers for one test (on the test's broker); all are stopped at the end."""
     started: list[Proc] = []
 
-    def _start(*, name: str, queues: str = AGENT_QUEUES, concurrency: int = 2, **env: str) -> Proc:
+    def _start(
+        *, name: str, queues: str = AGENT_QUEUES, concurrency: int = 2, pool: str = "prefork", **env: str
+    ) -> Proc:
         proc = celery_worker(
-            name=name, queues=queues, log_dir=tmp_path, env={**broker_env, **env}, concurrency=concurrency
+            name=name,
+            queues=queues,
+            log_dir=tmp_path,
+            env={**broker_env, **env},
+            concurrency=concurrency,
+            pool=pool,
         )
         started.append(proc)
         return proc.start(ready_marker=" ready.")

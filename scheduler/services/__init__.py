@@ -8,13 +8,22 @@
 - `compensation`: undo in reverse order; cancel; an operator's resume;
 - `events`: events recorded and announced to receivers of observed runs;
 - `jobs`: seed 004's jobs (create, edit, pause, resume, delete, run now, backfill, preview);
-  `jobs_dispatch`: the dispatcher that fires their occurrences; `jobs_firing`: the overlap
+  `jobs_dispatch`: the dispatcher that fires their occurrences; `scheduler.dispatcher.firing`: the overlap
   rules both apply (see `scheduler/jobs.md`).
-- `longsteps`: paginated steps' pages (Checkpoint) and heartbeat steps' heartbeats (JobStatus).
+- `longsteps`: paginated steps' pages (Checkpoint) and heartbeat steps' heartbeats (HeartbeatStatus).
 
 Every state change itself is a transition in `scheduler.transitions` (SQL in `scheduler/sql/`).
 """
 
+from scheduler.dispatcher.firing import Firing, JobStateError
+from scheduler.dispatcher.tick import (
+    DispatchResult,
+    job_runs_settle,
+    jobs_dispatch,
+    jobs_dispatch_batch,
+    jobs_dispatch_relay,
+    jobs_dispatch_wake,
+)
 from scheduler.transitions import Claim
 
 from .compensation import (
@@ -53,14 +62,6 @@ from .jobs import (
     job_run_submit,
     job_update,
 )
-from .jobs_dispatch import (
-    DispatchResult,
-    job_runs_settle,
-    jobs_dispatch,
-    jobs_dispatch_batch,
-    jobs_dispatch_wake,
-)
-from .jobs_firing import Firing, JobStateError
 from .longsteps import LeaseLost, heartbeat_finish, page_begin, page_commit, step_heartbeat
 from .reply import Outcome, ReplyResult, step_reply
 from .submit import (
@@ -106,6 +107,7 @@ __all__ = [
     "job_update",
     "jobs_dispatch",
     "jobs_dispatch_batch",
+    "jobs_dispatch_relay",
     "jobs_dispatch_wake",
     "kick_pending_key",
     "operations_in_flight",

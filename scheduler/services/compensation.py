@@ -43,7 +43,7 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
     are read, so a reply racing with this is refused by its fence.
     """
     with transaction.atomic():
-        if transitions.run_compensate(run_id=run_id, reason=reason, cancel=cancel) is None:
+        if transitions.run_mark_compensating(run_id=run_id, reason=reason, cancel=cancel) is None:
             return False
         run = Run.objects.get(pk=run_id)
         forward = list(
@@ -121,7 +121,7 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
 
 def run_finish_compensation(*, run: Run) -> None:
     """Nothing (left) to undo: the run ends Compensated, or Cancelled if a cancel asked."""
-    finished = transitions.run_finish_compensation(run_id=run.id)
+    finished = transitions.run_end_compensation(run_id=run.id)
     if finished is not None:
         state, correlation_id = finished
         event_record(
@@ -168,7 +168,7 @@ def run_resume_compensation(*, run_id: uuid.UUID | str, actor: str) -> int:
     """Operator action for a Failed run: put its failed compensation steps back to Pending with a
     fresh failure budget, and the run back to Compensating. Returns the number of steps resumed."""
     with transaction.atomic():
-        if not transitions.run_resume_compensation(run_id=run_id):
+        if not transitions.run_reopen_compensation(run_id=run_id):
             run = Run.objects.get(pk=run_id)
             raise RunNotCancellable(
                 f"run is {run.get_state_display()}; only failed runs can resume compensation"

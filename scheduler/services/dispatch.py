@@ -199,7 +199,7 @@ def step_claim_due(
     Transaction: the caller's.
     """
     return claimed_settle(
-        transitions.step_claim_due(
+        transitions.step_claim_many(
             instance=instance,
             limit=limit,
             operation=operation,

@@ -2,7 +2,7 @@
 
 Create, edit, pause, resume, delete, run now, backfill, preview. Bad input raises
 WorkflowInputError (field -> messages) before anything is written; an action the job's state
-does not allow raises JobStateError. Owner checks are the caller's (`scheduler.job_selectors`
+does not allow raises JobStateError. Owner checks are the caller's (`scheduler.dispatcher.selectors`
 scopes every read by owner). The rules (overlap, misfire, retries): `scheduler/jobs.md`.
 
 Who may schedule what is decided here, once, for the API, the pages and the admin: every service
@@ -25,9 +25,19 @@ from typing import Any
 from django.db import transaction
 from django.forms.models import model_to_dict
 
-from scheduler import job_transitions, transitions
-from scheduler.cron import cron_between, cron_error, cron_normalise, cron_preview, year_error, zone_error
-from scheduler.job_selectors import owners_staff
+from scheduler import transitions
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.cron import (
+    cron_between,
+    cron_error,
+    cron_normalise,
+    cron_preview,
+    next_occurrence,
+    year_error,
+    zone_error,
+)
+from scheduler.dispatcher.firing import Firing, FiringPlan, JobStateError, jitter_offset
+from scheduler.dispatcher.selectors import owners_staff
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
     CUSTOMER_PRIORITY_MAX,
@@ -42,8 +52,6 @@ from scheduler.workflows import Workflow, WorkflowInputError, get_workflow, work
 
 from .dispatch import scheduler_instance_id
 from .events import events_announce
-from .jobs_dispatch import next_occurrence
-from .jobs_firing import Firing, FiringPlan, JobStateError, jitter_offset
 from .submit import run_submit, run_validate_input
 
 BACKFILL_MAX = 1_000
@@ -450,7 +458,7 @@ def job_pause(*, job_id: int, note: str = "", actor: str = "") -> Job:
     block."""
     with transaction.atomic():
         Job.objects.select_for_update().get(pk=job_id)
-        if not job_transitions.job_pause(job_id=job_id, note=note.strip()[:2000], actor=actor):
+        if not job_transitions.job_disable(job_id=job_id, note=note.strip()[:2000], actor=actor):
             raise JobStateError("the job is already paused")
         job_transitions.scheduled_park_all(job_id=job_id)
         job_runs_cancel_unstarted(job_id=job_id, reason=f"job paused by {actor or 'an operator'}")
@@ -463,7 +471,7 @@ def job_resume(*, job_id: int, actor: str = "") -> Job:
     Raises JobStateError if it is not paused. Transaction: one atomic block."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
-        if not job_transitions.job_resume(job_id=job_id, actor=actor):
+        if not job_transitions.job_enable(job_id=job_id, actor=actor):
             raise JobStateError("the job is not paused")
         job.refresh_from_db()
         if job.finished_at is None:

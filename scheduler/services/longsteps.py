@@ -75,11 +75,11 @@ def step_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartbeat:
     """Extend the step's complete_by by its heartbeat window (one conditional UPDATE). A stale
     lease extends nothing and is recorded in the history (late_reply, outcome heartbeat).
     Transaction: its own statement."""
-    return transitions.step_heartbeat(step_id=step_id, lease=lease, worker=worker)
+    return transitions.step_extend_by_heartbeat(step_id=step_id, lease=lease, worker=worker)
 
 
 def heartbeat_finish(*, step_id: int, lease: str) -> None:
-    """Mark the step's JobStatus completed, holding the step while its lease is current. Raises
+    """Mark the step's HeartbeatStatus completed, holding the step while its lease is current. Raises
     LeaseLost. Transaction: the caller's, which then writes the effect and replies success."""
     _require_transaction("heartbeat_finish")
     if not transitions.heartbeat_complete(step_id=step_id, lease=lease):

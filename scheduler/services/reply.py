@@ -103,7 +103,7 @@ def step_reply(
             # The slot this reply freed goes to the next due step of the same operation.
             operation = Step.objects.filter(pk=step_id).values_list("operation", flat=True).first()
             if operation:
-                claimed_settle(transitions.step_claim_due(instance=instance, limit=1, operation=operation))
+                claimed_settle(transitions.step_claim_many(instance=instance, limit=1, operation=operation))
     return "accepted"
 
 

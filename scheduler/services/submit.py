@@ -171,7 +171,7 @@ def _run_instance(spec: RunSpec, *, run_id: uuid.UUID, created_at: datetime) -> 
 
 
 def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> None:
-    """The Checkpoint row of each paginated step and the JobStatus row of each heartbeat step,
+    """The Checkpoint row of each paginated step and the HeartbeatStatus row of each heartbeat step,
     written with the steps (so a page's transaction and a heartbeat only ever update).
     `definitions[i]` is the definition of `steps[i]`."""
     pairs = list(zip(steps, definitions, strict=True))

@@ -724,7 +724,7 @@ $$;
 
 -- heartbeat: the agent of a heartbeat step is alive. Processing -> Processing with
 -- complete_by = greatest(complete_by, now + heartbeat_window) (a heartbeat never shortens it)
--- and start_by cleared (its agent evidently started); its JobStatus row goes in_progress with
+-- and start_by cleared (its agent evidently started); its HeartbeatStatus row goes in_progress with
 -- the time, counting the heartbeats of this attempt. One statement.
 -- Guard: process_state = 'processing' AND lease = p_lease AND complete_by > now (a worker
 -- resumed after its deadline finds its lease gone) AND heartbeat_window IS NOT NULL. A refused

@@ -257,7 +257,7 @@ WHERE c.step_id = %(step_id)s AND c.page_start = %(page_start)s AND NOT c.comple
   AND s.complete_by > statement_timestamp()
 
 -- name: heartbeat_complete
--- A heartbeat step's work is done: its JobStatus row in_progress | waiting -> completed, in the
+-- A heartbeat step's work is done: its HeartbeatStatus row in_progress | waiting -> completed, in the
 -- transaction that writes the work's effect and accepts its success; the step's row is locked
 -- while its lease is current, so the effect commits only under the lease.
 WITH s AS (

@@ -392,3 +392,76 @@ def test_create_and_run_now__over_the_rate__429_reads_not_throttled(api: APIClie
     assert over.status_code == 429 and int(over["Retry-After"]) > 0
     assert read.status_code == 200 and read.json()["count"] == 3
     assert Run.objects.count() == 0
+
+
+# -- the issue's three defects (issue 20), as a user meets them through the API ------------------
+
+
+def test_runs__a_burst_sharing_created_at__every_run_on_exactly_one_page(
+    api: APIClient, settings: Any
+) -> None:
+    # A catch-up (backfill) of 1,000 occurrences started in one batch: the runs share created_at.
+    # Without a tie-breaker the pages overlapped (about 780 distinct runs of 1,000 were shown).
+    from tests.scheduler.jobs_support import dispatch
+
+    settings.SAS_QUOTAS = {**settings.SAS_QUOTAS, "RUNS_IN_FLIGHT": 0}  # 0: no limit; not what is tested
+    job = _create(api, name="burst", cron="* * * * *", timezone="UTC", overlap_policy="allow_all")
+    # Only the backfill's runs: the schedule's own next minute must not come due mid-test.
+    ScheduledJob.objects.filter(job_id=job["id"], kind=ScheduledJob.Kind.NEXT).delete()
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    done = api.post(
+        f"{job['url']}backfill/",
+        {"start": (end - timedelta(minutes=999)).isoformat(), "end": end.isoformat()},
+        format="json",
+    )
+    assert done.status_code == 200 and len(done.json()["queued"]) == 1000, done.json()
+    dispatch(batch=1000)
+    runs = Run.objects.filter(job_id=job["id"])
+    assert runs.count() == 1000
+    runs.update(created_at=runs.order_by("created_at").values_list("created_at", flat=True)[0])
+
+    seen: list[str] = []
+    url: str | None = f"{job['url']}runs/"
+    while url:
+        body = api.get(url).json()
+        seen += [r["id"] for r in body["results"]]
+        url = body["next"]
+
+    assert len(seen) == 1000 and len(set(seen)) == 1000
+
+
+def test_run_at_and_start_at_without_offset__read_in_the_jobs_zone_as_the_preview_does(
+    api: APIClient,
+) -> None:
+    # One rule for every time a job is given (run_at, start_at, end_at, the preview's window, a
+    # backfill's range): without an offset it is the job's wall clock (docs/decisions.md).
+    zone = "America/New_York"
+    once = _create(api, name="once", cron="", recurring=False, timezone=zone, run_at="2031-06-01T09:00:00")
+    windowed = _create(
+        api,
+        name="window",
+        cron="0 9 * * *",
+        timezone=zone,
+        start_at="2031-06-01T09:00:00",
+        end_at="2031-06-03T09:00:00",
+    )
+    preview = api.get(
+        f"{JOBS}preview/",
+        {"cron": "0 9 * * *", "timezone": zone, "start_at": "2031-06-01T09:00:00", "count": 1},
+    ).json()
+    moved = api.patch(once["url"], {"run_at": "2031-06-02T09:00:00"}, format="json")
+    with_offset = _create(
+        api, name="offset", cron="", recurring=False, timezone=zone, run_at="2031-06-01T09:00:00Z"
+    )
+
+    nine_in_new_york = datetime(2031, 6, 1, 13, 0, tzinfo=UTC)  # EDT is UTC-4
+    assert datetime.fromisoformat(once["run_at"]) == nine_in_new_york
+    assert datetime.fromisoformat(once["next_run_at"]) == nine_in_new_york
+    assert datetime.fromisoformat(windowed["start_at"]) == nine_in_new_york
+    assert datetime.fromisoformat(windowed["end_at"]) == nine_in_new_york + timedelta(days=2)
+    assert datetime.fromisoformat(windowed["next_run_at"]) == nine_in_new_york
+    assert datetime.fromisoformat(preview["times"][0]) == nine_in_new_york
+    assert moved.status_code == 200, moved.json()
+    assert datetime.fromisoformat(moved.json()["run_at"]) == nine_in_new_york + timedelta(days=1)
+    # An offset, when given, is the instant it names.
+    assert datetime.fromisoformat(with_offset["run_at"]) == datetime(2031, 6, 1, 9, 0, tzinfo=UTC)

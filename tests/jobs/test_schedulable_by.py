@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from rest_framework.test import APIClient
 
-from scheduler import job_transitions
+from scheduler.dispatcher import transitions as job_transitions
 from scheduler.models import Job
 from scheduler.services.jobs import job_create
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.db import transaction
 
-from scheduler import job_transitions
-from scheduler.cron import cron_latest
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.cron import cron_latest
 from scheduler.models import Job, Run, ScheduledJob
 from scheduler.services import job_create, jobs_dispatch, run_cancel, step_claim_due, step_reply
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW

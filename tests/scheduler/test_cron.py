@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scheduler.cron import cron_between, cron_error, cron_latest, cron_next, zone_error
+from scheduler.dispatcher.cron import cron_between, cron_error, cron_latest, cron_next, zone_error
 
 
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, transaction
 
-from scheduler import job_selectors, job_transitions
+from scheduler.dispatcher import selectors as job_selectors
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.cron import next_occurrence
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import (
     JobBusy,
@@ -21,7 +23,6 @@ from scheduler.services import (
     job_update,
     run_cancel,
 )
-from scheduler.services.jobs_dispatch import next_occurrence
 from scheduler.workflows import WorkflowInputError
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 

@@ -13,9 +13,9 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
+from scheduler.dispatcher.tick import job_runs_settle
 from scheduler.models import Job, Run, RunEvent, ScheduledJob, Step, TaskExecutionHistory
 from scheduler.services import job_delete, job_pause, job_resume, job_run_now, step_claim_due
-from scheduler.services.jobs_dispatch import job_runs_settle
 
 from .jobs_support import new_job
 

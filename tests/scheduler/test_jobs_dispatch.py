@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler import job_transitions
-from scheduler.job_selectors import job_history
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.firing import jitter_offset
+from scheduler.dispatcher.selectors import job_history
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import (
     JobStateError,
@@ -19,7 +20,6 @@ from scheduler.services import (
     job_run_now,
     jobs_dispatch_wake,
 )
-from scheduler.services.jobs_firing import jitter_offset
 
 from .jobs_support import cancel, compensate, complete, dispatch, make_due, new_job, past_occurrence, runs_of
 
@@ -388,7 +388,10 @@ def test_claim_due__served_by_the_due_index(user):
 
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + job_transitions.queries()["scheduled_claim_due"], {"limit": 100})
+        cursor.execute(
+            "EXPLAIN " + job_transitions.queries()["scheduled_claim_due"],
+            {"limit": 100, "shard": 3, "shards": 12},
+        )
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
     assert "scheduledjob_due_idx" in plan, plan
@@ -406,3 +409,51 @@ def test_wake__next_row_due_before_beats_next_tick__one_wake_up_for_that_instant
 
     assert jobs_dispatch_wake() == row.next_execution_at  # a countdown tick sent for it
     assert jobs_dispatch_wake() is None  # once per instant, whichever dispatcher asks again
+
+
+def test_buffer_one__run_now_as_the_running_run_ends__does_not_overtake_the_buffered_occurrence(user):
+    # Issue 20 (b): the running run has ended but is not settled yet (the dispatcher's next tick
+    # does that); a "run now" then found no run going and started at once, ahead of the
+    # occurrence told it "starts when run X ends".
+    job = new_job(user, overlap_policy="buffer_one", idempotent=False)
+    job_run_now(by_staff=False, job_id=job.id)
+    (first,) = runs_of(job)
+    buffered_t = make_due(job)
+    dispatch()
+    assert [h.scheduled_for for h in history(job, "buffered")] == [buffered_t]
+    complete(first)
+
+    late = job_run_now(by_staff=False, job_id=job.id)
+
+    assert late.outcome == "skipped" and "already waits" in late.reason, late
+    assert runs_of(job) == [first]
+    dispatch()  # settles the ended run: the buffered occurrence's turn
+    assert [r.scheduled_for for r in runs_of(job)] == [first.scheduled_for, buffered_t]
+
+
+def test_shards__a_shard_another_dispatcher_holds__not_fired_until_its_lease_ends(user, settings):
+    from scheduler.models import DispatcherShard
+
+    settings.SAS = {**settings.SAS, "JOBS_DISPATCH_SHARDS": 4}
+    jobs = [new_job(user, f"once-{i}", cron="") for i in range(24)]
+    shard_of = {job.id: job_transitions.shard_of(job.id, 4) for job in jobs}
+    assert len(set(shard_of.values())) == 4  # the hash spreads two dozen jobs over every shard
+    job_transitions.shards_ensure(shards=4)
+    held = shard_of[jobs[0].id]
+    DispatcherShard.objects.filter(shard=held).update(
+        holder="elsewhere:1", leased_until=job_transitions.db_now() + timedelta(minutes=5)
+    )
+
+    first = dispatch()
+
+    fired = set(Run.objects.filter(job__in=jobs).values_list("job_id", flat=True))
+    assert fired == {j for j, s in shard_of.items() if s != held}
+    assert sorted(first.shards) == sorted({0, 1, 2, 3} - {held})
+    assert DispatcherShard.objects.get(shard=held).holder == "elsewhere:1"  # not taken from its holder
+    DispatcherShard.objects.filter(shard=held).update(leased_until=job_transitions.db_now())  # it ends
+
+    second = dispatch()
+
+    assert second.shards[0] == held  # least recently ticked first: never ticked
+    assert Run.objects.filter(job__in=jobs).count() == 24
+    assert set(Run.objects.filter(job__in=jobs).values_list("job_id", flat=True)) == set(shard_of)

@@ -23,12 +23,12 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django_celery_beat.models import PeriodicTask, PeriodicTasks
 
-from scheduler import job_transitions
-from scheduler.cron import cron_next
+from scheduler.dispatcher import transitions as job_transitions
+from scheduler.dispatcher.cron import cron_next
+from scheduler.dispatcher.firing import jitter_offset
+from scheduler.dispatcher.tick import PAUSE_MARKER
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import RunNotCancellable, job_create, job_run_now, jobs_dispatch, run_cancel
-from scheduler.services.jobs_dispatch import PAUSE_MARKER
-from scheduler.services.jobs_firing import jitter_offset
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
 
 from ..harness import REPO, wait_for
@@ -60,11 +60,20 @@ def owner(live_db: None) -> Any:
 
 
 def test_dispatcher_killed_between_claim_and_commit__nothing_lost_nothing_doubled(
-    beat_dispatcher_off, owner, start_worker
+    beat_dispatcher_off, owner, start_worker, settings
 ):
+    # One shard (the row locks are what this test is about; shards and their leases:
+    # test_dispatcher_scaleout_live.py), with a short lease, for both dispatchers.
+    settings.SAS = {**settings.SAS, "JOBS_DISPATCH_SHARDS": 1, "JOBS_DISPATCH_LEASE_SECONDS": 3.0}
     jobs = [new_job(owner, f"once-{i}", cron="") for i in range(5)]
     worker = start_worker(
-        name="jobs-crash", queues="jobs-crash", concurrency=1, SAS_JOBS_TEST_PAUSE_AFTER_CLAIM="120"
+        name="jobs-crash",
+        queues="jobs-crash",
+        concurrency=1,
+        SAS_JOBS_TEST_PAUSE_AFTER_CLAIM="120",
+        SAS_JOBS_DISPATCH_SHARDS="1",
+        SAS_JOBS_DISPATCH_LEASE_SECONDS="3",
+        SAS_JOBS_DISPATCH_QUEUE="jobs-crash",
     )
     current_app.send_task("scheduler.jobs_dispatch", queue="jobs-crash")
     wait_for(lambda: PAUSE_MARKER in worker.log(), timeout=30, what="the dispatcher to claim and pause")

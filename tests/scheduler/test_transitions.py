@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 from jobs.presenters import OPERATOR_ACTIONS
-from scheduler import job_transitions, transitions
+from scheduler import transitions
+from scheduler.dispatcher import transitions as job_transitions
 from scheduler.models import (
     HeartbeatState,
     HistoryStatus,
@@ -54,7 +55,7 @@ def claim_first(run):
 COLUMN_CHOICES = {
     "process_state": set(StepState.values),
     "state": set(RunState.values),
-    # History rows and heartbeat steps' JobStatus rows (HeartbeatStatus.status).
+    # History rows and heartbeat steps' HeartbeatStatus rows (HeartbeatStatus.status).
     "status": set(HistoryStatus.values) | set(HeartbeatState.values),
 }
 KIND_CHOICES = set(StepKind.values) | set(TaskExecutionHistory.Kind.values) | set(ScheduledJobKind.values)
@@ -267,7 +268,7 @@ def test_claim_due__reads_the_pending_partial_index(user, plans):
         submit(user)
     plans.clear()
 
-    transitions.step_claim_due(instance="t", limit=2)
+    transitions.step_claim_many(instance="t", limit=2)
 
     # One owner: its head, read from the owner's part of the pending index.
     plan = _plan_of(plans, "FOR UPDATE SKIP LOCKED")
@@ -346,10 +347,10 @@ def test_run_transitions__wrong_state__refused(user):
     run = submit(user)  # Pending
 
     assert transitions.run_fail(run_id=run.id, reason="x") is False
-    assert transitions.run_resume_compensation(run_id=run.id) is False
-    assert transitions.run_finish_compensation(run_id=run.id) is None
-    assert transitions.run_compensate(run_id=run.id, reason="r", cancel=False) is False
-    assert transitions.run_compensate(run_id=run.id, reason="again", cancel=False) is None
+    assert transitions.run_reopen_compensation(run_id=run.id) is False
+    assert transitions.run_end_compensation(run_id=run.id) is None
+    assert transitions.run_mark_compensating(run_id=run.id, reason="r", cancel=False) is False
+    assert transitions.run_mark_compensating(run_id=run.id, reason="again", cancel=False) is None
     assert Run.objects.get(pk=run.id).error == "r"
 
 
@@ -523,7 +524,7 @@ def test_claim_due__several_owners__fair_pick_reads_the_pending_owner_index(user
     claim_first(Run.objects.filter(owner=user).first())  # an owner with one in flight
     plans.clear()
 
-    transitions.step_claim_due(instance="t", limit=2)
+    transitions.step_claim_many(instance="t", limit=2)
 
     # The owners are found by a loose scan of the owner index, each owner's head read from it;
     # the in-flight counts read the partial index of Processing rows.

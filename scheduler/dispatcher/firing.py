@@ -19,19 +19,24 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from scheduler import job_transitions
-from scheduler.job_selectors import owners_staff
 from scheduler.limits import quota_of, runs_in_flight_by_owner
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.workflows import WorkflowInputError, workflow_permitted
 
-from .compensation import RunNotCancellable, run_cancel
-from .submit import RunSpec, run_validate_input, runs_submit_many
+from . import transitions
+from .cron import cron_between, cron_latest, cron_next, next_occurrence
+from .selectors import owners_staff
+from .transitions import ClaimedRow
 
 logger = logging.getLogger(__name__)
 
 History = TaskExecutionHistory
 OVERLAP = Job.Overlap
+
+# Past occurrences examined when a next row is found late (misfire), and the most occurrences
+# a catch-up window queues at once.
+MISFIRE_SCAN = 10_000
+CATCHUP_MAX = 1_000
 
 # Queued rows that hold a job's one buffer slot (buffer_one, cancel_other, run now); catch-up
 # and backfill rows wait too, but do not take the slot.
@@ -92,7 +97,7 @@ class FiringPlan:
     # Jobs whose buffer slot is taken (a parked queued row of BUFFER_REASONS).
     waiting: set[int] = field(default_factory=set)
     starts: list[_Start] = field(default_factory=list)
-    history: list[TaskExecutionHistory] = field(default_factory=list)
+    history: list[transitions.HistoryRow] = field(default_factory=list)
     queued: list[ScheduledJob] = field(default_factory=list)
     park_ids: list[int] = field(default_factory=list)
     delete_ids: list[int] = field(default_factory=list)
@@ -109,7 +114,7 @@ class FiringPlan:
         plan = cls(now=now, instance=instance, jobs=jobs)
         busy: dict[int, list[tuple[uuid.UUID | None, str]]] = defaultdict(list)
         # Slots: parked or already due again (its turn came) - either way the slot is taken.
-        for is_run, job_id, run_id, state in job_transitions.firing_context(
+        for is_run, job_id, run_id, state in transitions.firing_context(
             job_ids=list(jobs), buffer_reasons=BUFFER_REASONS
         ):
             if is_run:
@@ -121,6 +126,95 @@ class FiringPlan:
 
     # -- decisions -------------------------------------------------------------------------
 
+    def due(self, job: Job, row: ClaimedRow) -> None:
+        """The one decision for a claimed row that came due: the schedule's next occurrence
+        (fire it - or skip, buffer it behind the running run, catch up what was missed - and
+        move the row on or finish the job), or a queued / retry row (start it, or defer it
+        behind the running run)."""
+        if row.kind == ScheduledJob.Kind.NEXT:
+            self._due_next(job, row)
+        else:
+            self.take(
+                job, row_id=row.id, scheduled_for=row.scheduled_for, attempt=row.attempt, reason=row.reason
+            )
+
+    def _due_next(self, job: Job, row: ClaimedRow) -> None:
+        """The schedule's occurrence `row.scheduled_for` came due: fire it (and, after downtime,
+        deal with the ones missed since), then move the row to the next occurrence or finish."""
+        now, first = row.now, row.scheduled_for
+        if not job.is_recurring:
+            self.offer(job, first, reason="schedule", scheduled=True)
+            self.delete_ids.append(row.id)
+            self.finish_ids.append(job.id)
+            return
+        until = min(now, job.end_at) if job.end_at else now
+        # On time (the usual case) is one cached lookup, shared by every job of the same schedule
+        # in the batch; only a late row scans what it missed.
+        second = cron_next(job.cron, job.timezone, first)
+        later: list[datetime]
+        if second is None or second > until:
+            later, more = [], False
+        else:
+            later, more = cron_between(job.cron, job.timezone, after=first, until=until, limit=MISFIRE_SCAN)
+        missed = [first, *later]
+        remaining = self.remaining(job)
+        if len(missed) == 1:
+            if remaining is None or remaining > 0:
+                self.offer(job, first, reason="schedule", scheduled=True)
+        elif job.catchup_window is None:
+            # Late: fire once, for the latest missed occurrence; the others are recorded as skipped.
+            latest = cron_latest(job.cron, job.timezone, at_or_before=until) if more else missed[-1]
+            assert latest is not None
+            skipped = [t for t in missed if t != latest]
+            self.skip(
+                job,
+                first,
+                f"misfire: {len(skipped)}{'+' if more else ''} missed occurrences skipped; "
+                "only the latest fires (no catch-up window)",
+                count=len(skipped),
+                more=more,
+                first=skipped[0].isoformat(),
+                last=skipped[-1].isoformat(),
+            )
+            if remaining is None or remaining > 0:
+                self.offer(job, latest, reason="schedule", scheduled=True)
+        else:
+            edge = now - job.catchup_window
+            if more:
+                inside, _ = cron_between(
+                    job.cron,
+                    job.timezone,
+                    after=max(first, edge) - timedelta(microseconds=1),
+                    until=until,
+                    limit=CATCHUP_MAX,
+                )
+            else:
+                inside = [t for t in missed if t >= edge][:CATCHUP_MAX]
+            older = [t for t in missed if t < (inside[0] if inside else until + timedelta(microseconds=1))]
+            if older:
+                self.skip(
+                    job,
+                    older[0],
+                    f"misfire: {len(older)}{'+' if more else ''} missed occurrences older than the catch-up "
+                    f"window ({job.catchup_window}) skipped",
+                    count=len(older),
+                    more=more,
+                    first=older[0].isoformat(),
+                    last=older[-1].isoformat(),
+                )
+            if remaining is not None:
+                inside = inside[:remaining]
+            # Fired oldest first, one after another unless the policy allows overlap (queued rows).
+            self.queue(job, inside, reason="catch_up", scheduled=True)
+        following = next_occurrence(job, after=max(now, until, first))
+        if following is None or self.remaining(job) == 0:
+            self.delete_ids.append(row.id)
+            self.finish_ids.append(job.id)
+        else:
+            self.moves.append(
+                (row.id, first, following, following + jitter_offset(job.id, following, job.jitter))
+            )
+
     def remaining(self, job: Job) -> int | None:
         """Scheduled occurrences the job may still accept (None: no limit)."""
         if job.max_firings is None:
@@ -131,7 +225,17 @@ class FiringPlan:
         """A fresh occurrence (the schedule's, or "run now"): started, buffered or skipped by
         the job's overlap policy. `scheduled`: it counts toward max firings when accepted."""
         running = self.busy.get(job.id, [])
-        if not running or (job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent):
+        overlaps = job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent
+        if not running and job.id in self.waiting and job.enabled and not overlaps:
+            # Its run has ended but is not settled yet: the occurrence buffered behind it goes
+            # first (the settle makes it due), never one that came after it (issue 20). A paused
+            # job's parked rows wait for the resume: an explicit "run now" may go meanwhile.
+            return self.skip(
+                job,
+                scheduled_for,
+                f"overlap ({job.overlap_policy}): an occurrence already waits for its turn",
+            )
+        if not running or overlaps:
             return self._start(job, scheduled_for, attempt=0, reason=reason, scheduled=scheduled)
         going = ", ".join(str(run_id) for run_id, _ in running if run_id) or "started just now"
         policy = job.overlap_policy
@@ -166,6 +270,8 @@ class FiringPlan:
         running = self.busy.get(job.id, [])
         if not running or (job.overlap_policy == OVERLAP.ALLOW_ALL and job.idempotent):
             self.delete_ids.append(row_id)
+            if reason in BUFFER_REASONS:
+                self.waiting.discard(job.id)  # the slot frees as its occurrence starts
             return self._start(
                 job, scheduled_for, attempt=attempt, reason=reason, scheduled=False, row_id=row_id
             )
@@ -231,17 +337,7 @@ class FiringPlan:
     ) -> Firing:
         status = History.Status.SKIPPED if outcome == "skipped" else History.Status.BUFFERED
         self.history.append(
-            TaskExecutionHistory(
-                job_id=job.id,
-                kind=History.Kind.JOB,
-                status=status,
-                scheduled_for=scheduled_for,
-                retry_count=attempt,
-                worker=self.instance,
-                detail={"reason": reason, **detail},
-                started_at=self.now,
-                ended_at=self.now,
-            )
+            transitions.HistoryRow(job.id, status, scheduled_for, attempt, {"reason": reason, **detail})
         )
         firing = Firing(outcome, job.id, scheduled_for, attempt, reason=reason)
         self.results.append(firing)
@@ -273,16 +369,12 @@ class FiringPlan:
                 self.firings[start.job.id] -= 1
             firing.outcome, firing.reason = "skipped", why
             self.history.append(
-                TaskExecutionHistory(
-                    job_id=start.job.id,
-                    kind=History.Kind.JOB,
-                    status=History.Status.SKIPPED,
-                    scheduled_for=firing.scheduled_for,
-                    retry_count=firing.attempt,
-                    worker=self.instance,
-                    detail={"reason": why},
-                    started_at=self.now,
-                    ended_at=self.now,
+                transitions.HistoryRow(
+                    start.job.id,
+                    History.Status.SKIPPED,
+                    firing.scheduled_for,
+                    firing.attempt,
+                    {"reason": why},
                 )
             )
         self.starts = kept
@@ -294,6 +386,11 @@ class FiringPlan:
         moved rows, firing counts, finished jobs. A start whose input is no longer valid, or
         whose workflow is staff-only work while the job's owner is not staff (now), starts no
         run: a history row says why. Transaction: the caller's."""
+        # The engine's services, imported here: the engine's services package imports the job
+        # services, which import this module (a cycle at import time, none at run time).
+        from scheduler.services.compensation import RunNotCancellable, run_cancel
+        from scheduler.services.submit import RunSpec, run_validate_input, runs_submit_many
+
         for run_id, job_id in self.cancels.items():
             # One that ended (or began compensating) meanwhile has nothing left to cancel.
             with contextlib.suppress(RunNotCancellable):
@@ -330,33 +427,25 @@ class FiringPlan:
                     f"not permitted: {job.workflow!r} is staff-only work and the job's owner is not staff"
                 )
                 self.history.append(
-                    TaskExecutionHistory(
-                        job_id=job.id,
-                        kind=History.Kind.JOB,
-                        status=History.Status.SKIPPED,
-                        scheduled_for=firing.scheduled_for,
-                        retry_count=firing.attempt,
-                        worker=self.instance,
-                        detail={"reason": firing.reason, "workflow": job.workflow},
-                        started_at=self.now,
-                        ended_at=self.now,
+                    transitions.HistoryRow(
+                        job.id,
+                        History.Status.SKIPPED,
+                        firing.scheduled_for,
+                        firing.attempt,
+                        {"reason": firing.reason, "workflow": job.workflow},
                     )
                 )
                 continue
             if isinstance(value, WorkflowInputError):
                 firing.outcome, firing.reason = "skipped", f"input no longer valid: {value}"
                 self.history.append(
-                    TaskExecutionHistory(
-                        job_id=job.id,
-                        kind=History.Kind.JOB,
-                        status=History.Status.FAILED,
-                        scheduled_for=firing.scheduled_for,
-                        retry_count=firing.attempt,
-                        worker=self.instance,
+                    transitions.HistoryRow(
+                        job.id,
+                        History.Status.FAILED,
+                        firing.scheduled_for,
+                        firing.attempt,
+                        {"reason": firing.reason},
                         error=str(value)[:4000],
-                        detail={"reason": firing.reason},
-                        started_at=self.now,
-                        ended_at=self.now,
                     )
                 )
                 continue
@@ -390,12 +479,11 @@ class FiringPlan:
                 start.firing.outcome, start.firing.reason = "skipped", "already ran"
                 continue
             start.firing.run_id = new_run_id
-        if self.history:
-            TaskExecutionHistory.objects.bulk_create(self.history)
-        job_transitions.scheduled_park(ids=self.park_ids)
-        job_transitions.scheduled_delete(ids=self.delete_ids)
-        job_transitions.scheduled_defer(ids=self.defer_ids, seconds=QUOTA_DEFER_SECONDS)
-        moved = job_transitions.scheduled_next_advance(moves=self.moves)
+        transitions.job_history_record(rows=self.history, worker=self.instance, at=self.now)
+        transitions.scheduled_park(ids=self.park_ids)
+        transitions.scheduled_delete(ids=self.delete_ids)
+        transitions.scheduled_defer(ids=self.defer_ids, seconds=QUOTA_DEFER_SECONDS)
+        moved = transitions.scheduled_next_advance(moves=self.moves)
         if moved != len(self.moves):
             raise RuntimeError(f"next rows changed under their lock ({moved} of {len(self.moves)} moved)")
         if self.queued:
@@ -405,8 +493,8 @@ class FiringPlan:
         # Counted toward max firings only: a job without a limit needs no count, and writing
         # its row per firing was a tenth of a burst's time (bench/README.md, "Jobs").
         limited = {job_id for job_id, job in self.jobs.items() if job.max_firings is not None}
-        job_transitions.job_firings_add(
+        transitions.job_firings_add(
             counts={job_id: n for job_id, n in self.firings.items() if job_id in limited}
         )
-        job_transitions.job_finish(ids=self.finish_ids)
+        transitions.job_finish(ids=self.finish_ids)
         return self.results

@@ -7,9 +7,10 @@ subqueries evaluated for the page only, filter choices come from the workflow re
 DISTINCT over the table), and result counts are capped.
 
 This admin knows the engine only. What reads other apps too - the alerts per run, the link to a
-run's order, the engine-health page - is added by `ops/admin.py`, which registers a subclass of
-`RunAdmin` in its place. The shared display helpers and read-only bases are `adminkit/`; other
-apps' admins take `run_link`, `actor_name` and `OPERATE_PERMISSION` from here.
+run's order, the engine-health page - is added by `ops/admin.py`, which registers the run admin
+(a subclass of `RunAdmin`, which is not registered here). The shared display helpers and
+read-only bases are `adminkit/`; other apps' admins take `run_link`, `actor_name` and
+`OPERATE_PERMISSION` from here.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from django.views.decorators.http import require_POST
 
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
 from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
-
-from . import selectors
-from .models import Checkpoint, HeartbeatStatus, Run, RunEvent, Step, TaskExecutionHistory
-from .services import RunNotCancellable, run_cancel, run_give_up, run_resume_compensation
+from scheduler import selectors
+from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
+from scheduler.services import RunNotCancellable, run_cancel, run_give_up, run_resume_compensation
 
 # The permission that lets a staff user act on runs (cancel, resume compensation, reset a
 # breaker). Nobody edits a run's fields; "change" is reused as "may operate".
@@ -236,7 +236,8 @@ class HistoryInline(ReadOnlyInline):
         return obj.error[:200] or "-"
 
 
-@admin.register(Run)
+# Not registered here: ops/admin.py registers the operators' run admin, a subclass that adds
+# what reads other apps (alerts, the order link) - once, with no unregister (issue 20).
 class RunAdmin(ReadOnlyAdmin):
     list_display = (
         "short_id",
@@ -391,7 +392,7 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="pages / heartbeat")
     def long_progress(self, obj: Run) -> SafeString:
         """A paginated run's pages, rows, speed and time left as a bar; a heartbeat step's
-        JobStatus (in progress / completed, last heartbeat). "-" for other runs."""
+        HeartbeatStatus (in progress / completed, last heartbeat). "-" for other runs."""
         return long_progress_html(selectors.run_progress_of(obj))
 
     @admin.display(description="execution history")
@@ -621,7 +622,7 @@ class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
 
 
 # ---------------------------------------------------------------------------------------------
-# Long steps: checkpoints of paginated steps, JobStatus rows of heartbeat steps
+# Long steps: checkpoints of paginated steps, HeartbeatStatus rows of heartbeat steps
 # ---------------------------------------------------------------------------------------------
 
 
@@ -669,54 +670,6 @@ def format_html_join_safe(parts: list[SafeString]) -> SafeString:
     if not parts:
         return mark_safe("-")
     return mark_safe("".join(parts))  # noqa: S308 - each part was built by format_html
-
-
-@admin.register(Checkpoint)
-class CheckpointAdmin(ReadOnlyAdmin):
-    """Seed 004's Checkpoint: where each paginated step is (one row per step)."""
-
-    list_display = (
-        "step",
-        "run_short",
-        "page_size",
-        "page_start",
-        "pages_done",
-        "rows_done",
-        "total",
-        "completed",
-        "updated_at",
-    )
-    list_filter = ("completed",)
-    ordering = ("-updated_at",)
-
-    @admin.display(description="run")
-    def run_short(self, obj: Checkpoint) -> SafeString:
-        return format_html("{}", run_link(obj.run_id))
-
-
-@admin.register(HeartbeatStatus)
-class HeartbeatStatusAdmin(ReadOnlyAdmin):
-    """Seed 004's JobStatus: in progress / completed and the last heartbeat of each heartbeat step."""
-
-    list_display = (
-        "step",
-        "run_short",
-        "status_badge",
-        "heartbeats",
-        "last_heartbeat_at",
-        "worker",
-        "updated_at",
-    )
-    list_filter = ("status",)
-    ordering = ("-updated_at",)
-
-    @admin.display(description="run")
-    def run_short(self, obj: HeartbeatStatus) -> SafeString:
-        return format_html("{}", run_link(obj.run_id))
-
-    @admin.display(description="status", ordering="status")
-    def status_badge(self, obj: HeartbeatStatus) -> SafeString:
-        return state_badge(obj.status, obj.get_status_display())
 
 
 # The Job admin (editable through the job services, with pause / resume / run now) is the jobs

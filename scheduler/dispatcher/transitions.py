@@ -1,15 +1,16 @@
 """The jobs' state changes: one named function and one conditional statement each.
 
-The SQL is in `scheduler/sql/jobs.sql` (named statements, loaded once); the guard of each is in
+The SQL is in `scheduler/dispatcher/jobs.sql` (named statements, loaded once); the guard of each is in
 its WHERE clause and the rows it touched are the concurrency check. Time is the database clock.
 What follows a transition (runs started, history rows, retries) is orchestration, in
-`scheduler/services/jobs.py` and `scheduler/services/jobs_dispatch.py`. The rules: `scheduler/jobs.md`.
+`scheduler/services/jobs.py` and `scheduler/dispatcher/tick.py`. The rules: `scheduler/jobs.md`.
 
 The table of these transitions (from, to, trigger) is in `scheduler/jobs.md`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,9 +20,9 @@ from typing import Any
 
 from django.db import connection
 
-from scheduler.transitions import bulk_rows, named_statements, sql_count, sql_rows
+from scheduler.sqlfiles import bulk_rows, named_statements, sql_count, sql_rows
 
-JOBS_SQL = Path(__file__).resolve().parent / "sql" / "jobs.sql"
+JOBS_SQL = Path(__file__).resolve().parent / "jobs.sql"
 
 
 @cache
@@ -63,9 +64,50 @@ class ClaimedRow:
     now: datetime
 
 
-def scheduled_claim_due(*, limit: int) -> list[ClaimedRow]:
-    """Lock up to `limit` due ScheduledJob rows and their jobs (SKIP LOCKED), oldest due first."""
-    return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", {"limit": limit})]
+def shard_of(job_id: int, shards: int) -> int:
+    """The shard of a job's rows: what the claim's `(hashint8(job_id) & 2147483647) % shards`
+    computes, asked of the database (PostgreSQL's hash is its own). A read."""
+    ((shard,),) = sql_rows(
+        "SELECT (hashint8(%(job_id)s::bigint) & 2147483647) %% %(shards)s",
+        {"job_id": job_id, "shards": shards},
+    )
+    return int(shard)
+
+
+def scheduled_claim_due(*, limit: int, shard: int = 0, shards: int = 1) -> list[ClaimedRow]:
+    """Lock up to `limit` due ScheduledJob rows of shard `shard` (of `shards`) and their jobs
+    (SKIP LOCKED), oldest due first."""
+    params = {"limit": limit, "shard": shard, "shards": shards}
+    return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", params)]
+
+
+def shards_ensure(*, shards: int) -> None:
+    """Not a transition: the lease rows of shards 0 .. shards-1 exist. Once a tick (a statement
+    that finds them all and writes nothing): a cache per process would outlive a rollback."""
+    _count("shards_ensure", {"shards": shards})
+
+
+def shard_lease_take(*, holder: str, shards: int, lease: float, skip: Sequence[int] = ()) -> int | None:
+    """Free -> held by `holder` for `lease` seconds: of the free shards not in `skip` with a row
+    due now, the least recently ticked; None when there is none."""
+    rows = _rows("shard_lease_take", {"holder": holder, "shards": shards, "lease": lease, "skip": list(skip)})
+    return int(rows[0][0]) if rows else None
+
+
+def shard_lease_renew(*, shard: int, holder: str, lease: float) -> bool:
+    """Held -> held `lease` seconds from now; False when the lease had ended (maybe taken)."""
+    return _count("shard_lease_renew", {"shard": shard, "holder": holder, "lease": lease}) == 1
+
+
+def shard_lease_release(*, shard: int, holder: str) -> bool:
+    """Held -> free, ticked now."""
+    return _count("shard_lease_release", {"shard": shard, "holder": holder}) == 1
+
+
+def shards_free_due(*, shards: int, skip: Sequence[int] = ()) -> int:
+    """Not a transition: free shards with a row due now. A read."""
+    ((n,),) = _rows("shards_free_due", {"shards": shards, "skip": list(skip)})
+    return int(n)
 
 
 def scheduled_next_due() -> tuple[datetime | None, datetime]:
@@ -136,12 +178,12 @@ def job_finish(*, ids: Sequence[int]) -> int:
     return _count("job_finish", {"ids": list(ids)}) if ids else 0
 
 
-def job_pause(*, job_id: int, note: str, actor: str) -> bool:
+def job_disable(*, job_id: int, note: str, actor: str) -> bool:
     """Enabled -> paused, and its operator history row (`actor`, the note)."""
     return _count("job_pause", {"job_id": job_id, "note": note, "actor": actor}) == 1
 
 
-def job_resume(*, job_id: int, actor: str) -> bool:
+def job_enable(*, job_id: int, actor: str) -> bool:
     """Paused -> enabled, and its operator history row (`actor`)."""
     return _count("job_resume", {"job_id": job_id, "actor": actor}) == 1
 
@@ -172,3 +214,37 @@ def job_history_close(*, run_ids: Sequence[Any]) -> int:
     if not run_ids:
         return 0
     return _count("job_history_close", {"run_ids": [str(r) for r in run_ids]})
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """A job history row a batch decided: skipped, buffered, or failed to start."""
+
+    job_id: int
+    status: str
+    scheduled_for: datetime
+    retry_count: int
+    detail: dict[str, Any]
+    error: str = ""
+
+
+def job_history_record(*, rows: Sequence[HistoryRow], worker: str, at: datetime) -> int:
+    """Not a transition: a batch's skipped, buffered and failed-to-start history rows, written
+    by one statement (bound on the server). With `job_history_close`, the job operator rows of
+    jobs.sql and the "started" rows `runs_insert_many` writes with their runs, the only writers
+    of a job's history."""
+    if not rows:
+        return 0
+    return _bulk_count(
+        "job_history_record",
+        {
+            "job_ids": [r.job_id for r in rows],
+            "statuses": [r.status for r in rows],
+            "fors": [r.scheduled_for for r in rows],
+            "retries": [r.retry_count for r in rows],
+            "errors": [r.error for r in rows],
+            "details": [json.dumps(r.detail) for r in rows],
+            "worker": worker,
+            "at": at,
+        },
+    )

@@ -13,8 +13,9 @@ from cron_descriptor import ExpressionDescriptor, Options
 from django.contrib.auth import get_user_model
 from django.db.models import OuterRef, QuerySet, Subquery
 
+from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+
 from .cron import ALIASES, cron_normalise
-from .models import Job, Run, ScheduledJob, TaskExecutionHistory
 
 
 def job_annotate(queryset: QuerySet[Job]) -> QuerySet[Job]:
@@ -40,8 +41,9 @@ def job_get(*, owner_id: int, job_id: int) -> Job:
 
 
 def job_runs(*, owner_id: int, job_id: int) -> QuerySet[Run]:
-    """The job's runs, newest first (empty for someone else's job)."""
-    return Run.objects.filter(job_id=job_id, job__owner_id=owner_id).order_by("-created_at")
+    """The job's runs, newest first (empty for someone else's job). The id breaks ties: runs
+    fired in one batch share created_at, and without it pages overlapped (issue 20)."""
+    return Run.objects.filter(job_id=job_id, job__owner_id=owner_id).order_by("-created_at", "-id")
 
 
 def job_history(*, owner_id: int, job_id: int) -> QuerySet[TaskExecutionHistory]:

@@ -14,27 +14,22 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
 from sasproject.redis_client import get_redis
-from scheduler import job_transitions
-from scheduler.cron import cron_between, cron_latest, cron_next
-from scheduler.job_transitions import ClaimedRow
 from scheduler.models import Job, Run, ScheduledJob
 
-from .jobs_firing import FiringPlan, jitter_offset, retry_delay
+from . import transitions
+from .firing import FiringPlan, retry_delay
 
 logger = logging.getLogger(__name__)
 
-# Past occurrences examined when a next row is found late (misfire), and the most occurrences
-# a catch-up window queues at once.
-MISFIRE_SCAN = 10_000
-CATCHUP_MAX = 1_000
 # Settle batches per tick (see jobs_dispatch).
 SETTLE_BATCHES = 10
 
@@ -52,93 +47,9 @@ class DispatchResult:
     queued: int = 0
     settled: int = 0
     retries: int = 0
-
-
-def next_occurrence(job: Job, *, after: datetime) -> datetime | None:
-    """The job's first occurrence strictly after `after`, within its start and end (None: none)."""
-    start_floor = job.start_at - timedelta(microseconds=1) if job.start_at else None
-    t = cron_next(job.cron, job.timezone, max(after, start_floor) if start_floor else after)
-    if t is not None and job.end_at is not None and t > job.end_at:
-        return None
-    return t
-
-
-def _handle_next(plan: FiringPlan, job: Job, row: ClaimedRow) -> None:
-    """The schedule's occurrence `row.scheduled_for` came due: fire it (and, after downtime,
-    deal with the ones missed since), then move the row to the next occurrence or finish."""
-    now, first = row.now, row.scheduled_for
-    if not job.is_recurring:
-        plan.offer(job, first, reason="schedule", scheduled=True)
-        plan.delete_ids.append(row.id)
-        plan.finish_ids.append(job.id)
-        return
-    until = min(now, job.end_at) if job.end_at else now
-    # On time (the usual case) is one cached lookup, shared by every job of the same schedule
-    # in the batch; only a late row scans what it missed.
-    second = cron_next(job.cron, job.timezone, first)
-    later: list[datetime]
-    if second is None or second > until:
-        later, more = [], False
-    else:
-        later, more = cron_between(job.cron, job.timezone, after=first, until=until, limit=MISFIRE_SCAN)
-    missed = [first, *later]
-    remaining = plan.remaining(job)
-    if len(missed) == 1:
-        if remaining is None or remaining > 0:
-            plan.offer(job, first, reason="schedule", scheduled=True)
-    elif job.catchup_window is None:
-        # Late: fire once, for the latest missed occurrence; the others are recorded as skipped.
-        latest = cron_latest(job.cron, job.timezone, at_or_before=until) if more else missed[-1]
-        assert latest is not None
-        skipped = [t for t in missed if t != latest]
-        plan.skip(
-            job,
-            first,
-            f"misfire: {len(skipped)}{'+' if more else ''} missed occurrences skipped; "
-            "only the latest fires (no catch-up window)",
-            count=len(skipped),
-            more=more,
-            first=skipped[0].isoformat(),
-            last=skipped[-1].isoformat(),
-        )
-        if remaining is None or remaining > 0:
-            plan.offer(job, latest, reason="schedule", scheduled=True)
-    else:
-        edge = now - job.catchup_window
-        if more:
-            inside, _ = cron_between(
-                job.cron,
-                job.timezone,
-                after=max(first, edge) - timedelta(microseconds=1),
-                until=until,
-                limit=CATCHUP_MAX,
-            )
-        else:
-            inside = [t for t in missed if t >= edge][:CATCHUP_MAX]
-        older = [t for t in missed if t < (inside[0] if inside else until + timedelta(microseconds=1))]
-        if older:
-            plan.skip(
-                job,
-                older[0],
-                f"misfire: {len(older)}{'+' if more else ''} missed occurrences older than the catch-up "
-                f"window ({job.catchup_window}) skipped",
-                count=len(older),
-                more=more,
-                first=older[0].isoformat(),
-                last=older[-1].isoformat(),
-            )
-        if remaining is not None:
-            inside = inside[:remaining]
-        # Fired oldest first, one after another unless the policy allows overlap (queued rows).
-        plan.queue(job, inside, reason="catch_up", scheduled=True)
-    following = next_occurrence(job, after=max(now, until, first))
-    if following is None or plan.remaining(job) == 0:
-        plan.delete_ids.append(row.id)
-        plan.finish_ids.append(job.id)
-    else:
-        plan.moves.append(
-            (row.id, first, following, following + jitter_offset(job.id, following, job.jitter))
-        )
+    # Shards this tick held (each drained, then released); a batch that found its lease gone.
+    shards: list[int] = field(default_factory=list)
+    lost: bool = False
 
 
 def _pause_for_tests() -> None:
@@ -149,11 +60,18 @@ def _pause_for_tests() -> None:
         time.sleep(pause)
 
 
-def jobs_dispatch_batch(*, instance: str, limit: int) -> DispatchResult:
-    """Claim up to `limit` due rows and fire them, in one transaction (see the module doc)."""
+def jobs_dispatch_batch(
+    *, instance: str, limit: int, shard: int = 0, shards: int = 1, lease: float | None = None
+) -> DispatchResult:
+    """Claim up to `limit` due rows of `shard` and fire them, in one transaction (see the module
+    doc). With `lease`: first renew `instance`'s lease on the shard for that many seconds; a
+    lease that had ended (the shard may be another's now) fires nothing (`lost`)."""
     result = DispatchResult()
     with transaction.atomic():
-        claimed = job_transitions.scheduled_claim_due(limit=limit)
+        if lease is not None and not transitions.shard_lease_renew(shard=shard, holder=instance, lease=lease):
+            result.lost = True
+            return result
+        claimed = transitions.scheduled_claim_due(limit=limit, shard=shard, shards=shards)
         if not claimed:
             return result
         _pause_for_tests()
@@ -161,17 +79,7 @@ def jobs_dispatch_batch(*, instance: str, limit: int) -> DispatchResult:
         jobs = Job.objects.in_bulk({row.job_id for row in claimed})
         plan = FiringPlan.load(jobs=jobs, now=claimed[0].now, instance=instance)
         for row in claimed:
-            job = jobs[row.job_id]
-            if row.kind == ScheduledJob.Kind.NEXT:
-                _handle_next(plan, job, row)
-            else:
-                plan.take(
-                    job,
-                    row_id=row.id,
-                    scheduled_for=row.scheduled_for,
-                    attempt=row.attempt,
-                    reason=row.reason,
-                )
+            plan.due(jobs[row.job_id], row)
         result.queued = len(plan.queued)
         for firing in plan.apply():
             if firing.outcome == "started":
@@ -190,11 +98,11 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
     (`job_settled`, SKIP LOCKED on the run and its job)."""
     result = DispatchResult()
     with transaction.atomic():
-        ended = job_transitions.job_runs_settle(limit=limit)
+        ended = transitions.job_runs_settle(limit=limit)
         if not ended:
             return result
         result.settled = len(ended)
-        job_transitions.job_history_close(run_ids=[r.run_id for r in ended])
+        transitions.job_history_close(run_ids=[r.run_id for r in ended])
         jobs = Job.objects.in_bulk({r.job_id for r in ended})
         retries: list[ScheduledJob] = []
         for r in ended:
@@ -217,20 +125,30 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
         if retries:
             ScheduledJob.objects.bulk_create(retries, ignore_conflicts=True)
             result.retries = len(retries)
-        job_transitions.scheduled_unpark_oldest(job_ids=[j.id for j in jobs.values() if j.enabled])
+        transitions.scheduled_unpark_oldest(job_ids=[j.id for j in jobs.values() if j.enabled])
     return result
 
 
 def jobs_dispatch(
-    *, instance: str, batch: int | None = None, max_batches: int | None = None
+    *,
+    instance: str,
+    batch: int | None = None,
+    max_batches: int | None = None,
+    relay: Callable[[], object] | None = None,
 ) -> DispatchResult:
-    """One dispatcher tick: settle ended job runs, then fire due occurrences in batches until a
-    batch comes back short - bounded by `max_batches` and by SAS["JOBS_DISPATCH_TICK_SECONDS"]
-    of firing, so a burst is written in one tick rather than a batch count per beat interval,
-    and a tick still ends. Safe to run in several processes at once."""
+    """One dispatcher tick: settle ended job runs, then shard by shard - each one a lease this
+    tick takes (no other dispatcher holds it), the least recently ticked first - fire its due
+    occurrences in batches until a batch comes back short, and release it. Bounded by
+    `max_batches` and by SAS["JOBS_DISPATCH_TICK_SECONDS"] of firing, so a burst is written in
+    one tick rather than a batch count per beat interval, and a tick still ends. `relay`: called
+    once, when this tick found work and another free shard has some too - it sends one more
+    tick, which an idle dispatcher takes (so K dispatchers join a burst at once, not one per
+    beat send). Safe to run in any number of processes at once. `instance` names the holder."""
     batch = batch or int(settings.SAS.get("JOBS_DISPATCH_BATCH", 1000))
     max_batches = max_batches or int(settings.SAS.get("JOBS_DISPATCH_MAX_BATCHES", 1000))
     budget = float(settings.SAS.get("JOBS_DISPATCH_TICK_SECONDS", 20.0))
+    shards = max(1, int(settings.SAS.get("JOBS_DISPATCH_SHARDS", 1)))
+    lease = float(settings.SAS.get("JOBS_DISPATCH_LEASE_SECONDS", 10.0))
     total = DispatchResult()
     # Settling is not time-critical: at most SETTLE_BATCHES a tick (after a burst's runs end,
     # the rest waits for the next ticks), so firing - which is - is never held up long.
@@ -241,16 +159,38 @@ def jobs_dispatch(
         if done.settled < batch:
             break
     firing_ends = time.monotonic() + budget
-    for _ in range(max_batches):
-        done = jobs_dispatch_batch(instance=instance, limit=batch)
-        total.claimed += done.claimed
-        total.started += done.started
-        total.skipped += done.skipped
-        total.buffered += done.buffered
-        total.queued += done.queued
-        # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
-        if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
-            break
+    transitions.shards_ensure(shards=shards)
+    batches = 0
+    relayed = relay is None
+    while batches < max_batches and time.monotonic() <= firing_ends:
+        shard = transitions.shard_lease_take(holder=instance, shards=shards, lease=lease, skip=total.shards)
+        if shard is None:
+            break  # every shard drained by this tick or held by another dispatcher
+        total.shards.append(shard)
+        try:
+            while batches < max_batches:
+                done = jobs_dispatch_batch(
+                    instance=instance, limit=batch, shard=shard, shards=shards, lease=lease
+                )
+                batches += 1
+                total.claimed += done.claimed
+                total.started += done.started
+                total.skipped += done.skipped
+                total.buffered += done.buffered
+                total.queued += done.queued
+                if done.lost:
+                    total.lost = True
+                    break
+                if not relayed and done.claimed:
+                    relayed = True
+                    if transitions.shards_free_due(shards=shards, skip=total.shards):
+                        assert relay is not None
+                        relay()
+                # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
+                if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
+                    break
+        finally:
+            transitions.shard_lease_release(shard=shard, holder=instance)
     return total
 
 
@@ -265,7 +205,7 @@ def jobs_dispatch_wake() -> datetime | None:
     every dispatcher (a Redis SET NX on it). Best effort: a lost wake-up only means beat's next
     tick fires the row. Returns the instant woken for, or None."""
     interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
-    due, now = job_transitions.scheduled_next_due()
+    due, now = transitions.scheduled_next_due()
     if due is None:
         return None
     delay = (due - now).total_seconds()
@@ -280,9 +220,25 @@ def jobs_dispatch_wake() -> datetime | None:
             "scheduler.jobs_dispatch",
             countdown=delay + 0.005,
             expires=delay + 10 * interval,
+            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
             ignore_result=True,
         )
     except Exception:
         logger.warning("jobs dispatcher wake-up not sent; beat's next tick fires the row", exc_info=True)
         return None
     return due
+
+
+def jobs_dispatch_relay() -> None:
+    """One more dispatcher tick, now (see `jobs_dispatch`'s `relay`). Best effort: beat's next
+    send does the same a second later."""
+    interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
+    try:
+        current_app.send_task(
+            "scheduler.jobs_dispatch",
+            expires=5 * interval,
+            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
+            ignore_result=True,
+        )
+    except Exception:
+        logger.warning("jobs dispatcher relay not sent; beat's next tick joins instead", exc_info=True)

@@ -15,9 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+
+if TYPE_CHECKING:
+    from scheduler.models import Job
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -146,3 +150,12 @@ def cron_preview(
         if len(out) >= count:
             break
     return out
+
+
+def next_occurrence(job: Job, *, after: datetime) -> datetime | None:
+    """The job's first occurrence strictly after `after`, within its start and end (None: none)."""
+    start_floor = job.start_at - timedelta(microseconds=1) if job.start_at else None
+    t = cron_next(job.cron, job.timezone, max(after, start_floor) if start_floor else after)
+    if t is not None and job.end_at is not None and t > job.end_at:
+        return None
+    return t

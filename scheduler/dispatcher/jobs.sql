@@ -3,19 +3,79 @@
 -- Time is the database clock: statement_timestamp().
 
 -- name: scheduled_claim_due
--- The dispatcher's claim: due ScheduledJob rows in time order (partial index
+-- The dispatcher's claim: due ScheduledJob rows of one shard in time order (partial index
 -- scheduledjob_due_idx), with their jobs locked too, skipping any row or job another dispatcher,
 -- a "run now", an edit or a settle holds. Locked until the batch commits: a crash before
 -- commit leaves them due; two dispatchers never hold the same row. Paused jobs have no due rows
--- (pause removes or parks them); the enabled test guards a race with a pause.
+-- (pause removes or parks them); the enabled test guards a race with a pause. The shard of a
+-- row is a hash of its job (`shard_of` in scheduler/job_transitions.py says the same): every row
+-- of a job is in one shard, so a job's queued rows are started in order by one dispatcher.
 SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.next_execution_at,
        statement_timestamp()
 FROM scheduler_scheduledjob AS sj
 JOIN scheduler_job AS j ON j.id = sj.job_id
 WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled
+  AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = %(shard)s
 ORDER BY sj.next_execution_at, sj.id
 LIMIT %(limit)s
 FOR UPDATE OF sj, j SKIP LOCKED
+
+-- name: shards_ensure
+-- Not a transition: the lease rows of shards 0 .. shards-1, written once (a setting may grow).
+-- Only the missing ones are inserted: an insert that meets an existing row which a dispatcher's
+-- open batch has renewed (updated) waits for that batch to end, even with ON CONFLICT DO NOTHING.
+INSERT INTO scheduler_dispatchershard (shard, holder, leased_until, ticked_at)
+SELECT s, '', NULL, NULL FROM generate_series(0, %(shards)s - 1) AS s
+WHERE NOT EXISTS (SELECT 1 FROM scheduler_dispatchershard AS d WHERE d.shard = s)
+ON CONFLICT (shard) DO NOTHING
+
+-- name: shard_lease_take
+-- Free -> held: of the shards with a row due now, the least recently ticked whose lease has
+-- ended (or that this holder already holds), not one of `skip` (drained in this tick), skipping
+-- any another dispatcher is taking at this instant. A shard with nothing due is not taken: an
+-- idle tick costs this one statement, and a tick woken for an occurrence goes to its shard
+-- first. Guard: still free (or ours) when updated.
+UPDATE scheduler_dispatchershard AS d
+SET holder = %(holder)s, leased_until = statement_timestamp() + make_interval(secs => %(lease)s)
+WHERE d.shard = (
+    SELECT f.shard FROM scheduler_dispatchershard AS f
+    WHERE f.shard < %(shards)s AND NOT (f.shard = ANY(%(skip)s::smallint[]))
+      AND (f.leased_until IS NULL OR f.leased_until <= statement_timestamp() OR f.holder = %(holder)s)
+      AND EXISTS (
+          SELECT 1 FROM scheduler_scheduledjob AS sj
+          WHERE sj.next_execution_at <= statement_timestamp()
+            AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = f.shard
+      )
+    ORDER BY f.ticked_at NULLS FIRST, f.shard
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+) AND (d.leased_until IS NULL OR d.leased_until <= statement_timestamp() OR d.holder = %(holder)s)
+RETURNING d.shard
+
+-- name: shard_lease_renew
+-- Held -> held longer, by its holder only (a lease that ended and was taken is not renewed:
+-- the holder then stops firing that shard).
+UPDATE scheduler_dispatchershard
+SET leased_until = statement_timestamp() + make_interval(secs => %(lease)s)
+WHERE shard = %(shard)s AND holder = %(holder)s AND leased_until > statement_timestamp()
+
+-- name: shard_lease_release
+-- Held -> free, ticked now; by its holder only.
+UPDATE scheduler_dispatchershard
+SET leased_until = NULL, ticked_at = statement_timestamp()
+WHERE shard = %(shard)s AND holder = %(holder)s AND leased_until IS NOT NULL
+
+-- name: shards_free_due
+-- Not a transition: how many shards are free and have a row due now - more work than this
+-- dispatcher is doing, for an idle one (the tick relays itself when there is).
+SELECT count(*) FROM scheduler_dispatchershard AS d
+WHERE d.shard < %(shards)s AND NOT (d.shard = ANY(%(skip)s::smallint[]))
+  AND (d.leased_until IS NULL OR d.leased_until <= statement_timestamp())
+  AND EXISTS (
+      SELECT 1 FROM scheduler_scheduledjob AS sj
+      WHERE sj.next_execution_at <= statement_timestamp()
+        AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = d.shard
+  )
 
 -- name: firing_context
 -- Not a transition: what a batch's decisions read under the claim's locks, in one statement -
@@ -158,3 +218,14 @@ SET status = CASE r.state WHEN 'completed' THEN 'succeeded' ELSE r.state END,
     error = left(r.error, 4000)
 FROM scheduler_run AS r
 WHERE h.run_id = ANY(%(run_ids)s::uuid[]) AND r.id = h.run_id AND h.kind = 'job' AND h.ended_at IS NULL
+
+-- name: job_history_record
+-- Not a transition: a batch's job history rows - occurrences skipped or buffered, and starts
+-- refused (input no longer valid) - in one statement, arrays in.
+INSERT INTO scheduler_taskexecutionhistory
+    (job_id, kind, status, scheduled_for, retry_count, worker, error, detail, started_at, ended_at)
+SELECT t.job_id, 'job', t.status, t.scheduled_for, t.retry_count, %(worker)s, t.error, t.detail::jsonb,
+       %(at)s, %(at)s
+FROM unnest(%(job_ids)s::bigint[], %(statuses)s::text[], %(fors)s::timestamptz[],
+            %(retries)s::integer[], %(errors)s::text[], %(details)s::text[])
+     AS t(job_id, status, scheduled_for, retry_count, error, detail)

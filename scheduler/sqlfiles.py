@@ -1,0 +1,56 @@
+"""The one loader of named SQL, and the three ways the house runs one statement.
+
+A .sql file of named statements is blocks that each start with `-- name: <name>`
+(`scheduler/sql/queries.sql`, `scheduler/dispatcher/jobs.sql`, `reports/sql/report.sql`);
+`named_statements` reads one once per process. `functions.sql` (PL/pgSQL, installed by the
+migrations) is not named statements.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def named_statements(path: Path) -> dict[str, str]:
+    """The `-- name: <name>` blocks of a .sql file: name -> statement. Read once per process."""
+    parts = _NAME.split(path.read_text())
+    # parts: [preamble, name1, body1, name2, body2, ...]
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
+
+
+def sql_rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run one statement; its rows (none for a statement without RETURNING)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+def sql_count(sql: str, params: dict[str, Any]) -> int:
+    """Run one statement; the rows it touched (the transition's concurrency check)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def bulk_rows(sql: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], int]:
+    """Run one statement with server-side binding: its rows and its row count.
+
+    For the bulk statements (arrays of thousands of elements, one per row written). Django's
+    cursor binds client-side - psycopg quotes every array element into the statement's text in
+    Python, which was 40-50% of those statements' time in the dispatcher's profile
+    (bench/README.md, "Jobs"); bound on the server, the arrays travel as parameters (binary
+    where psycopg can). Same connection and transaction as Django's; errors are Django's."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql.encode(), params)
+        rows = list(cursor.fetchall()) if cursor.description else []
+        return rows, int(cursor.rowcount)
