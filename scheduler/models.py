@@ -523,6 +523,11 @@ class Step(models.Model):
                 name="step_processing_deadline_idx",
                 condition=Q(process_state="processing"),
             ),
+            # The "step in Error" alert rule: Error steps of a recent window (issue 21). Few
+            # rows: a step is in Error only once, at the end.
+            models.Index(
+                fields=["finished_at"], name="step_error_finished_idx", condition=Q(process_state="error")
+            ),
         ]
 
     def __str__(self) -> str:
@@ -611,6 +616,11 @@ class TaskExecutionHistory(models.Model):
             # A job's history, newest first (the API and admin filter by job).
             models.Index(
                 fields=["job", "-started_at"], name="history_job_started_idx", condition=Q(job__isnull=False)
+            ),
+            # A remote service's failure rate over a window (the alert rule, issue 21): the
+            # attempts of that window only, never the whole history.
+            models.Index(
+                fields=["started_at"], name="history_attempt_started_idx", condition=Q(kind="attempt")
             ),
         ]
 

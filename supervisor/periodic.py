@@ -18,6 +18,9 @@ PERIODIC_TASKS = (
     # Seed 004's Scheduler Service: fires due job occurrences (scheduler/jobs.md).
     # Its own queue and worker (Procfile `dispatcher`), so a long tick never delays a sweep.
     ("sas: jobs dispatcher", "scheduler.jobs_dispatch", "jobs", "JOBS_DISPATCH_INTERVAL"),
+    # The alert rules' evaluator (issue 21; alerting/services.py). The control worker's watchdog
+    # also runs it when beat's ticks stop (the dead man's switch; docs/decisions.md).
+    ("sas: alert rules", "alerting.evaluate", "supervisor", "ALERTS_INTERVAL"),
 )
 
 
