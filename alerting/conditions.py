@@ -16,7 +16,6 @@ Which index serves what:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -39,7 +38,6 @@ BREAKERS_READ = 500
 # Run outcomes that count as failures: undone (compensated) or needing an operator (failed).
 FAILED_STATES = [RunState.COMPENSATED.value, RunState.FAILED.value]
 TERMINAL = [s.value for s in RUN_TERMINAL_STATES]
-_PROCESS_STARTED = time.time()
 
 
 def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -348,8 +346,8 @@ def periodic_not_run(rule: AlertRule) -> list[Finding]:
         limit = max(1.0, rule.threshold) * every
         age = liveness.last_run_age(task=row.task)
         if age is None:
-            # Never recorded (Redis emptied, a fresh start): count from this process's start.
-            age = time.time() - _PROCESS_STARTED
+            liveness.last_run_start_counting(task=row.task)
+            continue
         if age > limit:
             findings.append(
                 Finding(

@@ -69,6 +69,12 @@ def last_run_record(*, task: str) -> None:
     _client().set(f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}", str(time.time()))
 
 
+def last_run_start_counting(*, task: str) -> None:
+    """Never recorded (a fresh deployment, Redis emptied): count from now, once (SET NX) - the
+    task gets its full N intervals before the dead man's switch fires."""
+    _client().set(f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}", str(time.time()), nx=True)
+
+
 def last_run_age(*, task: str) -> float | None:
     """Seconds since `task` last completed, or None if never recorded."""
     raw = _client().get(f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}")
