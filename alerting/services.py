@@ -21,6 +21,7 @@ import redis
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import DatabaseError, connection, transaction
+from django.db.models import F
 
 from scheduler.services import run_submit
 from supervisor.alerts import alert_announcements_claim, alert_observe
@@ -55,7 +56,12 @@ def alert_rules_evaluate() -> Tick:
     if not locked:
         return Tick(ran=False)
     try:
-        rules = list(AlertRule.objects.filter(enabled=True).order_by("id")[: settings.SAS_ALERT_MAX_RULES])
+        # Operator rules first: customers' rules can never crowd them out of the cap.
+        rules = list(
+            AlertRule.objects.filter(enabled=True)
+            .select_related("job")
+            .order_by(F("owner_id").asc(nulls_first=True), "id")[: settings.SAS_ALERT_MAX_RULES]
+        )
         with_open = set(
             Alert.objects.filter(state__in=ALERT_OPEN_STATES, rule__isnull=False)
             .values_list("rule_id", flat=True)

@@ -732,3 +732,5 @@ ADMINS = [
     (address.split("<")[0].strip() or address, address.split("<")[-1].rstrip(">").strip())
     for address in env_list("SAS_ADMINS", ["ops@sasproject.localhost"])
 ]
+# A customer has at most this many alert rules (each is evaluated every few seconds).
+SAS_ALERT_RULES_PER_USER = int(os.environ.get("SAS_ALERT_RULES_PER_USER", "20"))

@@ -42,7 +42,7 @@ class Receiver:
         received = self.posts
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 received.append(({k: v for k, v in self.headers.items()}, body))
                 self.send_response(204)
@@ -87,7 +87,9 @@ def procs(alert_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, Any]]
     started: list[Proc] = []
 
     def worker(name: str, queues: str, pool: str = "prefork") -> Proc:
-        proc = celery_worker(name=name, queues=queues, log_dir=tmp_path, env=alert_env, concurrency=2, pool=pool)
+        proc = celery_worker(
+            name=name, queues=queues, log_dir=tmp_path, env=alert_env, concurrency=2, pool=pool
+        )
         started.append(proc)
         return proc.start(ready_marker=" ready.")
 
@@ -140,7 +142,9 @@ def test_failure_rate__email_in_folder_and_signed_webhook__then_resolution_annou
     assert "To: ops@example.com" in mails(tmp_path)
 
     Run.objects.filter(workflow="wf-live").update(created_at=timezone.now() - timedelta(hours=1))
-    wait_for(lambda: "RESOLVED: Payments failing" in mails(tmp_path), timeout=60, what="the resolution e-mail")
+    wait_for(
+        lambda: "RESOLVED: Payments failing" in mails(tmp_path), timeout=60, what="the resolution e-mail"
+    )
     wait_for(lambda: len(receiver.posts) >= 2, timeout=60, what="the resolution webhook")
     assert [e["event"] for e in receiver.events()] == ["alert.firing", "alert.resolved"]
     (alert,) = Alert.objects.filter(rule=rule)  # one incident, one alert
@@ -154,7 +158,11 @@ def test_beat_and_a_worker_stopped__dead_mans_switch_and_no_consumer_fire_then_r
     AlertRule.objects.all().delete()
     common: dict[str, Any] = {"cooldown": timedelta(0), "recipients": "ops@example.com"}
     deadman = AlertRule.objects.create(
-        name="Supervisor not running", kind="periodic_not_run", target="sas: supervisor sweep", threshold=3, **common
+        name="Supervisor not running",
+        kind="periodic_not_run",
+        target="sas: supervisor sweep",
+        threshold=3,
+        **common,
     )
     no_consumer = AlertRule.objects.create(
         name="Webhook queue unconsumed", kind="queue_no_consumer", target="agent.webhook", **common
@@ -166,7 +174,9 @@ def test_beat_and_a_worker_stopped__dead_mans_switch_and_no_consumer_fire_then_r
     webhook = procs["worker"]("webhook", "agent.webhook", pool="threads")
     procs["worker"]("control", CONTROL)
     wait_for(
-        lambda: redis_client.get(f"{prefix}sas:lastrun:alerting.evaluate"), timeout=30, what="an evaluation by beat"
+        lambda: redis_client.get(f"{prefix}sas:lastrun:alerting.evaluate"),
+        timeout=30,
+        what="an evaluation by beat",
     )
     wait_for(lambda: redis_client.get(f"{prefix}sas:lastrun:supervisor.sweep"), timeout=30, what="a sweep")
     # All is well while beat and the workers run.
@@ -183,13 +193,19 @@ def test_beat_and_a_worker_stopped__dead_mans_switch_and_no_consumer_fire_then_r
     assert mails(tmp_path) == ""  # the e-mails wait in the queue nobody consumes
 
     procs["worker"]("webhook2", "agent.webhook", pool="threads")
-    wait_for(lambda: "FIRING: Supervisor not running" in mails(tmp_path), timeout=60, what="the dead man's mail")
     wait_for(
-        lambda: Alert.objects.filter(rule=no_consumer, state="resolved").exists(), timeout=60, what="consumer back"
+        lambda: "FIRING: Supervisor not running" in mails(tmp_path), timeout=60, what="the dead man's mail"
+    )
+    wait_for(
+        lambda: Alert.objects.filter(rule=no_consumer, state="resolved").exists(),
+        timeout=60,
+        what="consumer back",
     )
     procs["beat"]()
     wait_for(
-        lambda: "RESOLVED: Supervisor not running" in mails(tmp_path), timeout=60, what="the dead man's resolution"
+        lambda: "RESOLVED: Supervisor not running" in mails(tmp_path),
+        timeout=60,
+        what="the dead man's resolution",
     )
     assert Alert.objects.filter(rule=deadman).count() == 1
     assert Alert.objects.filter(rule=no_consumer).count() == 1
