@@ -62,14 +62,15 @@ def alert_rules_evaluate() -> Tick:
             .select_related("job")
             .order_by(F("owner_id").asc(nulls_first=True), "id")[: settings.SAS_ALERT_MAX_RULES]
         )
-        with_open = set(
-            Alert.objects.filter(state__in=ALERT_OPEN_STATES, rule__isnull=False)
-            .values_list("rule_id", flat=True)
-            .distinct()
-        )
+        # Every open alert, in one query (alert_open_rule_idx): what each rule has open now.
+        open_now: dict[int, dict[str, str]] = {}
+        for rule_id, subject, state in Alert.objects.filter(
+            state__in=ALERT_OPEN_STATES, rule__isnull=False
+        ).values_list("rule_id", "subject", "state"):
+            open_now.setdefault(rule_id, {})[subject] = state
         open_alerts = 0
         for rule in rules:
-            open_alerts += _rule_evaluate(rule=rule, has_open=rule.pk in with_open)
+            open_alerts += _rule_evaluate(rule=rule, open_now=open_now.get(rule.pk, {}))
         announced = alert_announce()
     finally:
         with connection.cursor() as cursor:
@@ -87,14 +88,14 @@ def alert_rules_evaluate() -> Tick:
     )
 
 
-def _rule_evaluate(*, rule: AlertRule, has_open: bool) -> int:
+def _rule_evaluate(*, rule: AlertRule, open_now: dict[str, str]) -> int:
     try:
         findings = CONDITIONS[rule.kind](rule)
-        if not findings and not has_open:
+        if not findings and not open_now:
             return 0  # nothing to open, nothing to resolve: no write
         hold = timedelta(seconds=rule.threshold) if rule.kind == RuleKind.CIRCUIT_OPEN else None
         with transaction.atomic():
-            return len(alert_observe(rule=rule, findings=findings, for_duration=hold))
+            return alert_observe(rule=rule, findings=findings, for_duration=hold, open_now=open_now)
     except (DatabaseError, redis.RedisError, OSError):
         logger.exception("alert rule %s (%s) could not be evaluated; next tick retries", rule.pk, rule.name)
         return 0

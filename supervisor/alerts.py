@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.db import connection
 
-from .models import AlertRule, AlertSeverity, RuleKind
+from .models import Alert, AlertRule, AlertSeverity, RuleKind
 
 logger = logging.getLogger("sas.alerts")
 
@@ -88,6 +88,29 @@ UPDATE supervisor_alert
                                + (SELECT count(*) FROM linked)),
        run_id = COALESCE(run_id, (%(run_ids)s::uuid[])[1])
  WHERE id = %(alert_id)s
+"""
+
+# The evaluator's links, every finding of one rule in one statement: the runs not yet linked to
+# the open alert of their key are linked, and only alerts that gained runs are counted again.
+_LINK_MANY_SQL = """
+WITH pairs AS (
+    SELECT a.id AS alert_id, p.run_id
+      FROM unnest(%(keys)s::text[], %(runs)s::uuid[]) AS p(key, run_id)
+      JOIN supervisor_alert a ON a.key = p.key AND a.state <> 'resolved'
+      JOIN scheduler_run r ON r.id = p.run_id
+), linked AS (
+    INSERT INTO supervisor_alertrun (alert_id, run_id, linked_at)
+    SELECT alert_id, run_id, statement_timestamp() FROM pairs
+    ON CONFLICT (alert_id, run_id) DO NOTHING
+    RETURNING alert_id, run_id
+), gained AS (
+    SELECT alert_id, count(*) AS n, (array_agg(run_id))[1] AS first_run FROM linked GROUP BY alert_id
+)
+UPDATE supervisor_alert a
+   SET count = GREATEST(a.count, (SELECT count(*) FROM supervisor_alertrun l WHERE l.alert_id = a.id) + g.n),
+       run_id = COALESCE(a.run_id, g.first_run)
+  FROM gained g
+ WHERE a.id = g.alert_id
 """
 
 # Open alerts of one rule no longer found: resolved. A pending one was never announced, so it
@@ -208,18 +231,30 @@ def alert_raise(
 
 
 def alert_observe(
-    *, rule: AlertRule, findings: Sequence[Finding], for_duration: timedelta | None = None
-) -> list[int]:
+    *,
+    rule: AlertRule,
+    findings: Sequence[Finding],
+    for_duration: timedelta | None = None,
+    open_now: Mapping[str, str] | None = None,
+) -> int:
     """The evaluator's path, for one rule: open (pending, or firing when the rule has no
     for-duration), advance pending -> firing after the for-duration, link the affected runs,
     and resolve the rule's open alerts that are no longer found. Idempotent: evaluating twice
-    gives the same rows. Call inside one transaction per rule. `for_duration`: instead of the
-    rule's (a circuit "open longer than N"). Returns the open alerts' ids."""
+    gives the same rows. `open_now`: the rule's open alerts, subject -> state, as the caller
+    read them (one query for every rule); an alert already firing for a finding is left as is
+    (no write: the steady state of an incident costs one statement, the links). `for_duration`:
+    instead of the rule's (a circuit "open longer than N"). Call inside one transaction per
+    rule. Returns how many of its alerts are open."""
     hold = rule.for_duration if for_duration is None else for_duration
     state = "firing" if hold <= timedelta(0) else "pending"
-    ids: list[int] = []
+    if open_now is None:
+        open_now = dict(
+            Alert.objects.filter(rule=rule).exclude(state="resolved").values_list("subject", "state")
+        )
     for finding in findings:
-        alert_id, _ = _open(
+        if open_now.get(finding.subject) == "firing":
+            continue
+        _open(
             rule=rule,
             subject=finding.subject,
             message=finding.message,
@@ -229,16 +264,21 @@ def alert_observe(
             hold=hold,
             increment=0,
         )
-        _link(alert_id=alert_id, run_ids=finding.run_ids)
-        ids.append(alert_id)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _RESOLVE_SQL,
-            {"rule_id": rule.pk, "keys": [alert_key(rule_id=rule.pk, subject=f.subject) for f in findings]},
-        )
-        for (resolved_id,) in cursor.fetchall():
-            logger.warning("ALERT resolved: rule %s alert %s", rule.name, resolved_id)
-    return ids
+    keys = [alert_key(rule_id=rule.pk, subject=f.subject) for f in findings for _ in f.run_ids]
+    runs = [str(run_id) for f in findings for run_id in f.run_ids]
+    if runs:
+        with connection.cursor() as cursor:
+            cursor.execute(_LINK_MANY_SQL, {"keys": keys, "runs": runs})
+    found = {f.subject for f in findings}
+    if set(open_now) - found:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _RESOLVE_SQL,
+                {"rule_id": rule.pk, "keys": [alert_key(rule_id=rule.pk, subject=s) for s in found]},
+            )
+            for (resolved_id,) in cursor.fetchall():
+                logger.warning("ALERT resolved: rule %s alert %s", rule.name, resolved_id)
+    return len(found)
 
 
 def alert_announcements_claim(*, limit: int) -> list[tuple[int, str]]:
