@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -50,7 +51,8 @@ FROM generate_series(1, %(runs)s) AS g;
 INSERT INTO scheduler_taskexecutionhistory (step_id, run_id, kind, status, retry_count, worker, error, detail,
                                             started_at, ended_at)
 SELECT s.id, s.run_id, 'attempt',
-       CASE WHEN (s.id + a) %% 10 = 0 THEN 'failed_transient' ELSE 'succeeded' END, a, 'bench', '', '{}'::jsonb,
+       CASE WHEN (s.id + a) %% 10 = 0 THEN 'failed_transient' ELSE 'succeeded' END, a, 'bench', '',
+       '{}'::jsonb,
        s.finished_at - a * interval '1 second', s.finished_at
 FROM scheduler_step s, generate_series(0, %(per_step)s - 1) AS a;
 ANALYZE scheduler_run;
@@ -112,7 +114,7 @@ def make_rules(count: int, jobs: list[int]) -> None:
         {"kind": "periodic_not_run", "target": "sas: jobs dispatcher", "threshold": 1e9},
     ]
     for n, spec in enumerate(specs[:count]):
-        AlertRule.objects.create(name=f"bench {n}", notify_email=False, cooldown=timedelta(0), **spec)  # type: ignore[arg-type]
+        AlertRule.objects.create(name=f"bench {n}", notify_email=False, cooldown=timedelta(0), **spec)
 
 
 def by_rule() -> None:
@@ -155,7 +157,8 @@ def plans() -> None:
     with connection.cursor() as cursor:
         for name, (sql, params) in statements.items():
             cursor.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY ON) " + sql, {**base, **params}
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY ON) " + sql,
+                {**base, **params},  # type: ignore[dict-item]
             )
             print(f"\n-- {name}")
             print("\n".join(row[0] for row in cursor.fetchall()))
@@ -205,7 +208,12 @@ def main() -> None:
             times.append(tick.seconds)
         s = summary(times)
         statements: list[str] = []
-        with connection.execute_wrapper(lambda execute, sql, *a: statements.append(sql) or execute(sql, *a)):
+
+        def count(execute: Any, sql: str, *rest: Any) -> Any:
+            statements.append(sql)
+            return execute(sql, *rest)
+
+        with connection.execute_wrapper(count):
             alert_rules_evaluate()
         rtt = []
         with connection.cursor() as cursor:
@@ -233,11 +241,10 @@ def main() -> None:
         if args.plans:
             plans()
     finally:
-        if args.keep:
-            return
-        truncate_engine()
-        AlertRule.objects.all().delete()
-        Job.objects.filter(owner__username="bench-alerts").delete()
+        if not args.keep:
+            truncate_engine()
+            AlertRule.objects.all().delete()
+            Job.objects.filter(owner__username="bench-alerts").delete()
 
 
 if __name__ == "__main__":
