@@ -129,7 +129,7 @@ class AlertRule(models.Model):
         ),
     )
     notify_webhook = models.BooleanField(default=False, help_text="POST a signed JSON notification.")
-    webhook_url = models.URLField(
+    webhook_url = models.CharField(
         max_length=500,
         blank=True,
         default="",

@@ -71,7 +71,7 @@ class Migration(migrations.Migration):
                 ('notify_email', models.BooleanField(default=True, help_text='Send an e-mail on firing and on resolution.')),
                 ('recipients', models.TextField(blank=True, default='', help_text="Comma-separated e-mail addresses. Empty: ADMINS (operator rules) or the owner's e-mail (customer rules, which always go to the owner only).")),
                 ('notify_webhook', models.BooleanField(default=False, help_text='POST a signed JSON notification.')),
-                ('webhook_url', models.URLField(blank=True, default='', help_text='Empty: SAS_ALERT_WEBHOOK_URL (operator rules). Checked by the egress policy.', max_length=500)),
+                ('webhook_url', models.CharField(blank=True, default='', help_text='Empty: SAS_ALERT_WEBHOOK_URL (operator rules). Checked by the egress policy.', max_length=500)),
                 ('enabled', models.BooleanField(default=True)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
             ],
