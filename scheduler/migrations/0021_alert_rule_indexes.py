@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0019_claim_starts_runs_apart'),
+        ('scheduler', '0020_fair_share'),
     ]
 
     operations = [
