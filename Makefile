@@ -116,6 +116,10 @@ run: $(STAMP)
 	$(PY) manage.py catalogue_seed --if-empty
 	# The URLs and demo login; the Procfile's `urls` prints them again once the ports answer.
 	$(PY) -m devservices urls
+	# Alert e-mails go to files (Django's file backend), one per message, in .devdata/mail.
+	export EMAIL_BACKEND="$${EMAIL_BACKEND:-django.core.mail.backends.filebased.EmailBackend}"
+	export EMAIL_FILE_PATH="$${EMAIL_FILE_PATH:-$(CURDIR)/.devdata/mail}"
+	mkdir -p "$$EMAIL_FILE_PATH"; echo "alert e-mails: $$EMAIL_FILE_PATH (EMAIL_BACKEND=$$EMAIL_BACKEND)"
 	# Ctrl-C reaches honcho, which stops every process and exits 130: that is a clean stop.
 	code=0; $(VENV)/bin/honcho start -f Procfile || code=$$?
 	if [ "$$code" -eq 130 ]; then echo "stopped (Ctrl-C)"; exit 0; fi

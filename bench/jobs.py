@@ -13,7 +13,7 @@ workers). Every process loads the bench's workflow and tasks by SAS_WORKFLOW_MOD
 
 Jobs are written in bulk (a few INSERT ... SELECT statements) as copies of a template job made by
 `job_create`, each with its own name, owner, cron and zone, and a next row whose time comes from
-the project's cron code (`scheduler.cron.cron_next`) - the rows `job_create` writes; the script
+the project's cron code (`scheduler.dispatcher.cron.cron_next`) - the rows `job_create` writes; the script
 checks that against `job_create` itself for a sample of schedules. The mix (per 100 jobs): 2
 every minute, 8 every 5 minutes (5 offsets), 40 hourly (at every minute of the hour), 50 daily
 (every quarter hour of the day), each spread over six time zones (UTC, Berlin, New York, Tokyo,
@@ -180,7 +180,7 @@ def fill_jobs(
     Returns seconds.
 
     A template job made by `job_create` gives every column's value; each copy gets its own
-    name, owner, cron and zone, and its next occurrence after `after` from `scheduler.cron`
+    name, owner, cron and zone, and its next occurrence after `after` from `scheduler.dispatcher.cron`
     (computed once per distinct schedule)."""
     from scheduler.dispatcher.cron import cron_next
     from scheduler.models import Job, ScheduledJob

@@ -94,7 +94,7 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
         count = getattr(obj, "open_alerts", 0) or 0
         if not count:
             return mark_safe('<span class="sas-muted">0</span>')
-        url = reverse("admin:supervisor_alert_changelist") + f"?run__id__exact={obj.id}&status=open"
+        url = reverse("admin:supervisor_alert_changelist") + f"?links__run__id__exact={obj.id}&status=open"
         return format_html('<a class="sas-badge sas-critical" href="{}">{}</a>', url, count)
 
     @admin.display(description="correlation id")

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker, _redis
@@ -24,7 +24,7 @@ from sasproject.redis_client import get_redis
 from scheduler.metrics import periodic_key
 from scheduler.models import Run, ScheduledJob, Step
 from scheduler.selectors import count_per_run, run_list_annotated, run_state_counts, steps_overdue_count
-from supervisor.models import Alert
+from supervisor.models import ALERT_OPEN_STATES, Alert, AlertRun, AlertSeverity
 from supervisor.periodic import PERIODIC_TASKS
 
 from .queues import QueueStatus, queue_statuses
@@ -39,8 +39,12 @@ WEBHOOK_BREAKER_PREFIX = "webhook:"
 WEBHOOK_BREAKERS_SHOWN = 50
 
 
-def _open_alerts(run_ref: str = "pk") -> QuerySet[Alert]:
-    return Alert.objects.filter(run_id=OuterRef(run_ref), acknowledged_at__isnull=True)
+def _open_alerts(run_ref: str = "pk") -> QuerySet[AlertRun]:
+    """The open, unacknowledged alerts linked to a run - every run an alert affects, not only
+    its first (AlertRun; alertrun_run_idx)."""
+    return AlertRun.objects.filter(
+        run_id=OuterRef(run_ref), alert__state__in=ALERT_OPEN_STATES, alert__acknowledged_at__isnull=True
+    )
 
 
 def run_list_with_alerts(*, queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:
@@ -55,15 +59,33 @@ def run_needs_attention_q() -> Q:
 
 def runs_need_attention_count() -> int:
     """How many runs `run_needs_attention_q` matches, as a UNION of two index scans (Failed runs
-    by run_state_created_idx, open alerts by alert_open_idx) rather than a scan of all runs."""
+    by run_state_created_idx, the runs linked to open alerts by alert_open_rule_idx and
+    alertrun_unique) rather than a scan of all runs."""
     failed = Run.objects.filter(state=Run.State.FAILED).order_by().values("pk")
-    alerted = Alert.objects.filter(acknowledged_at__isnull=True).order_by().values("run_id")
+    alerted = (
+        AlertRun.objects.filter(alert__state__in=ALERT_OPEN_STATES, alert__acknowledged_at__isnull=True)
+        .order_by()
+        .values("run_id")
+    )
     return failed.union(alerted).count()
 
 
 def alerts_open_count() -> int:
-    """Alerts nobody has acknowledged yet (served by the partial index alert_open_idx)."""
-    return Alert.objects.filter(acknowledged_at__isnull=True).count()
+    """Alerts firing that nobody has acknowledged yet (the partial index alert_open_rule_idx)."""
+    return Alert.objects.filter(state=Alert.State.FIRING, acknowledged_at__isnull=True).count()
+
+
+def alerts_open_by_severity() -> list[tuple[str, str, int]]:
+    """(severity, label, count) of the firing, unacknowledged alerts, most severe first - the
+    admin index's engine panel."""
+    counts = dict(
+        Alert.objects.filter(state=Alert.State.FIRING, acknowledged_at__isnull=True)
+        .order_by()
+        .values_list("severity")
+        .annotate(n=Count("id"))
+        .values_list("severity", "n")
+    )
+    return [(value, label, counts.get(value, 0)) for value, label in reversed(AlertSeverity.choices)]
 
 
 @dataclass(frozen=True)

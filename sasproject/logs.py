@@ -38,7 +38,9 @@ FIELDS = ("event", "run", "step", "lease", "attempt", "operation", "outcome")
 # Periodic engine tasks whose every run would otherwise log two lines (received, succeeded) and a
 # third in beat (sending due task): the beat rows of supervisor/periodic.py's PERIODIC_TASKS
 # (tests/sasproject/test_logs.py keeps the two lists equal; settings cannot import an app).
-QUIET_TASKS = frozenset({"supervisor.sweep", "scheduler.tick", "scheduler.jobs_dispatch"})
+QUIET_TASKS = frozenset(
+    {"supervisor.sweep", "scheduler.tick", "scheduler.jobs_dispatch", "alerting.evaluate"}
+)
 
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "sas_log_context", default=None

@@ -373,6 +373,10 @@ CELERY_TASK_ROUTES = (
         "scheduler.jobs_dispatch": {"queue": "jobs"},
         "scheduler.*": {"queue": "scheduler"},
         "supervisor.*": {"queue": "supervisor"},
+        # The alert evaluator beside the supervisor; alert e-mails on the webhook agent's
+        # worker (I/O threads), so a hanging SMTP server never holds up the control worker.
+        "alerting.evaluate": {"queue": "supervisor"},
+        "alerting.email_send": {"queue": "agent.webhook"},
         "bench.*": {"queue": "bench"},
     },
 )
@@ -420,6 +424,9 @@ SAS: dict[str, Any] = {
     # how long one tick may keep firing full batches (and at most how many): a burst is written
     # by one tick, not a few batches per beat period (bench/README.md, "Jobs").
     "JOBS_DISPATCH_INTERVAL": env_float("SAS_JOBS_DISPATCH_INTERVAL", 1.0),
+    # The alert rules' evaluator's beat period (seconds; the "sas: alert rules" row). A tick
+    # costs a few ms (bench/alerts.py), so it can run every few seconds.
+    "ALERTS_INTERVAL": env_float("SAS_ALERTS_INTERVAL", 5.0),
     "JOBS_DISPATCH_BATCH": int(os.environ.get("SAS_JOBS_DISPATCH_BATCH", "1000")),
     "JOBS_DISPATCH_MAX_BATCHES": int(os.environ.get("SAS_JOBS_DISPATCH_MAX_BATCHES", "1000")),
     "JOBS_DISPATCH_TICK_SECONDS": env_float("SAS_JOBS_DISPATCH_TICK_SECONDS", 20.0),
@@ -738,3 +745,52 @@ SAS_MONITORING: dict[str, Any] = {
         "SAS_FLOWER_URL", "http://127.0.0.1:" + os.environ.get("FLOWER_PORT", "5555")
     ),
 }
+
+# --------------------------------------------------------------------------------------------
+# Alerting (issue 21): alert rules evaluated from the database, e-mail and signed webhooks.
+# docs/operators.md#alerts. The rules themselves are rows (admin: Supervisor > Alert rules).
+# --------------------------------------------------------------------------------------------
+INSTALLED_APPS += ["alerting"]
+# Off: neither beat's tick nor the watchdog evaluates (the test suite's shared workers run with
+# it off so that background alerts never meet another test's assertions).
+SAS_ALERTS_ENABLED = env_bool("SAS_ALERTS_ENABLED", True)
+# At most this many enabled rules are evaluated per tick (bounded cost; by id).
+SAS_ALERT_MAX_RULES = int(os.environ.get("SAS_ALERT_MAX_RULES", "500"))
+# Workers write a heartbeat per consumed queue this often (TTL 3x); the control worker's
+# watchdog checks the evaluator at the same pace (alerting/watchdog.py).
+SAS_ALERT_HEARTBEAT_INTERVAL = env_float("SAS_ALERT_HEARTBEAT_INTERVAL", 2.0)
+# Queues the "queue with work and no consumer" rule watches when the rule names none.
+SAS_ALERT_QUEUES = env_list("SAS_ALERT_QUEUES", [q for q in SAS_QUEUES if q != "bench"])
+# Tasks whose completions are recorded for the dead man's switch (the periodic rows' tasks).
+SAS_ALERT_WATCHED_TASKS = frozenset(
+    ["supervisor.sweep", "scheduler.tick", "scheduler.jobs_dispatch", "alerting.evaluate"]
+)
+# The operators' alert webhook: its default URL (a rule may name its own), the secret that signs
+# it (X-SAS-Signature, as webhooks/signing.py), and its egress policy's lists (agents/egress.py):
+# an incident tool is often on a private address - name it in the PRIVATE list.
+SAS_ALERT_WEBHOOK_URL = os.environ.get("SAS_ALERT_WEBHOOK_URL", "")
+SAS_ALERT_WEBHOOK_SECRET = os.environ.get("SAS_ALERT_WEBHOOK_SECRET", SECRET_KEY)
+SAS_ALERT_WEBHOOK_ALLOWED_HOSTS = env_list("SAS_ALERT_WEBHOOK_ALLOWED_HOSTS", ["*"])
+SAS_ALERT_WEBHOOK_PRIVATE_HOSTS = env_list("SAS_ALERT_WEBHOOK_PRIVATE_HOSTS", [])
+
+# E-mail through Django's backends. https://docs.djangoproject.com/en/5.2/topics/email/
+# `make run` sets the file backend and EMAIL_FILE_PATH=.devdata/mail (each message a file);
+# production sets the SMTP backend and host. EMAIL_TIMEOUT bounds a hanging server.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(BASE_DIR / ".devdata" / "mail"))
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = int(os.environ.get("EMAIL_TIMEOUT", "10"))
+EMAIL_SUBJECT_PREFIX = os.environ.get("EMAIL_SUBJECT_PREFIX", "[sasproject] ")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "alerts@sasproject.localhost")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+# Who operator alerts go to when a rule lists nobody: "Name <a@b>, c@d" (comma-separated).
+ADMINS = [
+    (address.split("<")[0].strip() or address, address.split("<")[-1].rstrip(">").strip())
+    for address in env_list("SAS_ADMINS", ["ops@sasproject.localhost"])
+]
+# A customer has at most this many alert rules (each is evaluated every few seconds).
+SAS_ALERT_RULES_PER_USER = int(os.environ.get("SAS_ALERT_RULES_PER_USER", "20"))

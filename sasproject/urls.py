@@ -12,6 +12,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import SimpleRouter
 
+from alerting.api import alert_rule_view, alert_rules_view
 from jobs.api import JobViewSet
 from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
 from reports.api import report_api
@@ -69,6 +70,8 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>/progress/", run_progress_view, name="api-run-progress"),
     path("api/exports/", include("exports.api_urls")),
     path("api/reports/", report_api, name="api-reports"),
+    path("api/alert-rules/", alert_rules_view, name="api-alert-rules"),
+    path("api/alert-rules/<int:rule_id>/", alert_rule_view, name="api-alert-rule"),
     path("api/", include(router.urls)),
     # Only addresses ending in "/": one without it still gets APPEND_SLASH's redirect.
     re_path(r"^api/[\s\S]*/$", api_not_found),  # any character, a newline too

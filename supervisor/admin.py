@@ -1,4 +1,6 @@
-"""Operator alerts: open ones first; acknowledging is the only change an operator makes."""
+"""Operator alerts and alert rules. Alerts: open ones first; acknowledging is the only change an
+operator makes (an alert resolves itself when its condition clears). Rules: edited here (the
+shipped ones come from a data migration, supervisor/default_rules.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,14 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import F, QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from adminkit.display import compact_time, state_badge
 from adminkit.readonly import ReadOnlyAdmin
 from scheduler.admin import OPERATE_PERMISSION, run_link
 
-from .models import Alert
+from .models import Alert, AlertRule
 from .operator import alert_acknowledge
 
 
@@ -23,13 +25,22 @@ class AlertStatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("open", "Open"), ("acknowledged", "Acknowledged")]
+        return [
+            ("open", "Open (firing, not acknowledged)"),
+            ("pending", "Pending"),
+            ("acknowledged", "Acknowledged"),
+            ("resolved", "Resolved"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == "open":
-            return queryset.filter(acknowledged_at__isnull=True)
+            return queryset.filter(state=Alert.State.FIRING, acknowledged_at__isnull=True)
+        if self.value() == "pending":
+            return queryset.filter(state=Alert.State.PENDING)
         if self.value() == "acknowledged":
             return queryset.filter(acknowledged_at__isnull=False)
+        if self.value() == "resolved":
+            return queryset.filter(state=Alert.State.RESOLVED)
         return queryset
 
 
@@ -37,30 +48,44 @@ class AlertStatusFilter(admin.SimpleListFilter):
 class AlertAdmin(ReadOnlyAdmin):
     list_display = (
         "severity_badge",
-        "acknowledged",
-        "kind",
+        "status",
+        "rule",
+        "subject",
+        "count",
         "run_short",
-        "step_name",
         "message_short",
         "created",
     )
     list_display_links = ("severity_badge",)
-    list_filter = (AlertStatusFilter, "severity", "kind")
-    list_select_related = ("step", "acknowledged_by")
-    search_fields = ("message",)
-    # Open alerts (acknowledged_at IS NULL) first, then the newest.
-    ordering = (F("acknowledged_at").desc(nulls_first=True), "-created_at")
+    list_filter = (AlertStatusFilter, "severity", "kind", "rule")
+    list_select_related = ("rule", "acknowledged_by")
+    search_fields = ("message", "subject")
+    # Open alerts first (firing, then pending), then the newest.
+    ordering = (F("resolved_at").desc(nulls_first=True), "-created_at")
     actions = ("acknowledge",)
     fields = readonly_fields = (
         "severity_badge",
+        "status",
+        "rule",
         "kind",
-        "run_full",
-        "step",
+        "subject",
         "message",
+        "count",
+        "affected_runs",
         "created_at",
+        "fired_at",
+        "resolved_at",
+        "announced_state",
+        "announced_at",
         "acknowledged_at",
         "acknowledged_by",
     )
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        # The run admin's "alerts" column links here by a linked run.
+        if lookup == "links__run__id__exact":
+            return True
+        return super().lookup_allowed(lookup, value, request)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.is_staff and request.user.has_perm(OPERATE_PERMISSION))
@@ -83,27 +108,73 @@ class AlertAdmin(ReadOnlyAdmin):
     def severity_badge(self, obj: Alert) -> SafeString:
         return state_badge(obj.severity, obj.get_severity_display())
 
-    @admin.display(description="run", ordering="run_id")
+    @admin.display(description="state", ordering="state")
+    def status(self, obj: Alert) -> SafeString:
+        if obj.state == Alert.State.FIRING and obj.acknowledged_at is not None:
+            who = obj.acknowledged_by.get_username() if obj.acknowledged_by is not None else "?"
+            return format_html(
+                '{} <span class="sas-muted">acknowledged {} by {}</span>',
+                state_badge("firing", "firing"),
+                obj.acknowledged_at.strftime("%Y-%m-%d %H:%M"),
+                who,
+            )
+        return state_badge(obj.state, obj.get_state_display())
+
+    @admin.display(description="first run", ordering="run_id")
     def run_short(self, obj: Alert) -> str:
-        return run_link(obj.run_id)
+        return run_link(obj.run_id) if obj.run_id else "-"
 
-    @admin.display(description="run")
-    def run_full(self, obj: Alert) -> str:
-        return run_link(obj.run_id, full=True)
-
-    @admin.display(description="step")
-    def step_name(self, obj: Alert) -> str:
-        return obj.step.name if obj.step is not None else "-"
+    @admin.display(description="affected runs")
+    def affected_runs(self, obj: Alert) -> SafeString:
+        links = list(obj.links.order_by("-linked_at").values_list("run_id", flat=True)[:200])
+        if not links:
+            return format_html('<span class="sas-muted">{}</span>', "none")
+        return format_html_join(" ", "{}", ((run_link(run_id),) for run_id in links))
 
     @admin.display(description="message")
     def message_short(self, obj: Alert) -> str:
         return obj.message if len(obj.message) <= 120 else obj.message[:117] + "..."
 
-    @admin.display(description="status", ordering="acknowledged_at")
-    def acknowledged(self, obj: Alert) -> SafeString:
-        if obj.acknowledged_at is None:
-            return state_badge("open", "open")
-        who = obj.acknowledged_by.get_username() if obj.acknowledged_by is not None else "?"
-        return format_html(
-            '<span class="sas-muted">{} by {}</span>', obj.acknowledged_at.strftime("%Y-%m-%d %H:%M"), who
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "kind",
+        "target",
+        "job",
+        "owner",
+        "threshold",
+        "window",
+        "severity",
+        "channels",
+        "enabled",
+    )
+    list_filter = ("enabled", "kind", "severity")
+    list_editable = ("enabled",)
+    search_fields = ("name", "target")
+    raw_id_fields = ("job", "owner")
+    fieldsets = (
+        (None, {"fields": ("name", "kind", "target", "job", "owner", "enabled")}),
+        ("Condition", {"fields": ("threshold", "min_runs", "window", "for_duration")}),
+        (
+            "Notification",
+            {
+                "fields": (
+                    "severity",
+                    "cooldown",
+                    "notify_email",
+                    "recipients",
+                    "notify_webhook",
+                    "webhook_url",
+                )
+            },
+        ),
+    )
+
+    @admin.display(description="channels")
+    def channels(self, obj: AlertRule) -> str:
+        return (
+            ", ".join(c for c, on in (("e-mail", obj.notify_email), ("webhook", obj.notify_webhook)) if on)
+            or "-"
         )

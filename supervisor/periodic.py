@@ -20,6 +20,9 @@ PERIODIC_TASKS = (
     # Seed 004's Scheduler Service: fires due job occurrences (scheduler/jobs.md); its row is
     # defined in the dispatcher's room.
     DISPATCHER_PERIODIC_TASK,
+    # The alert rules' evaluator (issue 21; alerting/services.py). The control worker's watchdog
+    # also runs it when beat's ticks stop (the dead man's switch; docs/decisions.md).
+    ("sas: alert rules", "alerting.evaluate", "supervisor", "ALERTS_INTERVAL"),
 )
 
 

@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from .alerts import alert_raise
-from .models import Alert
+from .models import RuleKind
 
 
 def on_step_errored(
@@ -25,31 +25,32 @@ def on_step_errored(
       compensated and the customer told why - no alert (a flood of them is a failure-rate
       alert rule's job);
     - a forward step out of attempts or past its deadline is one incident per step name (an
-      outage fails many orders the same way): one open alert, counted;
+      outage fails many orders the same way): the "step in Error" rule's alert for that name,
+      every affected run linked;
     - a compensation refused for good leaves its run Failed, only partly undone: an operator
-      must act on that run, so one critical alert per run.
+      must act on it - the "run needing an operator" rule's one alert, every such run linked
+      (refunds failing on 4 runs: one alert listing the 4 runs).
     Runs inside the transaction of the change: no alert for a change that rolls back."""
     if kind == "forward":
         if permanent:
             return
         alert_raise(
+            kind=RuleKind.STEP_ERROR,
+            subject=step_name,
             run_id=run_id,
             step_id=step_id,
-            kind=Alert.Kind.STEP_FAILED,
             message=f"{step_name}: {reason}",
-            key=f"step_failed:{step_name}",
         )
     else:
         alert_raise(
+            kind=RuleKind.RUN_NEEDS_OPERATOR,
+            subject="",
             run_id=run_id,
             step_id=step_id,
-            kind=Alert.Kind.COMPENSATION_FAILED,
-            severity=Alert.Severity.CRITICAL,
             message=(
                 f"compensation {step_name} failed ({reason}); the run is only partly undone. "
                 "Fix the cause, then use 'Resume compensation' on the run."
             ),
-            key=f"compensation_failed:{run_id}",
         )
 
 
@@ -66,13 +67,12 @@ def on_step_struggling(
     """A compensation passed its alert threshold and keeps retrying: the customer's money or
     stock is still held. One open alert per step name (the incident), counted."""
     alert_raise(
+        kind=RuleKind.COMPENSATION_STRUGGLING,
+        subject=step_name,
         run_id=run_id,
         step_id=step_id,
-        kind=Alert.Kind.COMPENSATION_STRUGGLING,
-        severity=Alert.Severity.CRITICAL,
         message=(
             f"compensation {step_name} failed {failure_count} times ({error}); it keeps retrying. "
             "If the undo was done by other means, mark it done on the run's page."
         ),
-        key=f"compensation_struggling:{step_name}",
     )

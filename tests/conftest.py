@@ -26,6 +26,8 @@ from django.conf import settings
 from django.db import OperationalError, connection
 
 from simulator.client import SimulatorControl
+from supervisor.default_rules import default_rules_ensure
+from supervisor.models import AlertRule
 
 from .harness import (
     AGENT_QUEUES,
@@ -64,6 +66,9 @@ def truncate_engine_tables() -> None:
         try:
             with connection.cursor() as cursor:
                 cursor.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+            # The CASCADE empties the alert rules (they reference jobs): put back the shipped
+            # ones, which the engine's signals raise alerts into.
+            default_rules_ensure(rule_model=AlertRule)
             return
         except OperationalError:
             if attempt == 9:
@@ -145,6 +150,9 @@ def worker_env(django_db_setup: Any) -> dict[str, str]:
     env["DJANGO_DEBUG"] = "0"
     # Workers know the engine's own test workflow (jobs of it fire in their dispatcher).
     env["SAS_WORKFLOW_MODULES"] = "tests.engine_workflow"
+    # The shared workers evaluate no alert rules (a background alert would meet other tests'
+    # assertions); tests/alerting starts its own workers with it on.
+    env["SAS_ALERTS_ENABLED"] = "0"
     return env
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from agents.egress import UrlRefused, is_public
 from orders.models import Order
 from orders.workflows import MAX_AMOUNT, AmountError, amount_parse, validate_order_input
-from scheduler.cron import cron_error, cron_next, zone_error
+from scheduler.dispatcher.cron import cron_error, cron_next, zone_error
 from scheduler.limits import LimitExceeded
 from scheduler.messages import agent_request_problem, reply_problem
 from scheduler.models import Job, Run

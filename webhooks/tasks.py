@@ -17,6 +17,7 @@ from celery import shared_task
 from django.conf import settings
 
 from agents.base import TRANSIENT_STATUSES, AgentTask, PermanentFault, TransientFault
+from agents.egress import EgressPolicy
 from agents.egress_http import egress_request
 from agents.outbound import excerpt
 from agents.schedulable import schedulable
@@ -44,6 +45,14 @@ class WebhookAgent(AgentTask):
         netloc = urlsplit(str(payload.get("url", ""))).netloc.lower()
         return f"webhook:{_owner_id(payload)}:{netloc}"
 
+    def policy_for(self, payload: dict[str, Any]) -> EgressPolicy:
+        """The egress policy the URL must pass (a subclass's alert webhooks have their own)."""
+        return CALLBACK_POLICY
+
+    def secret_for(self, payload: dict[str, Any]) -> str:
+        """The signing secret: the owner's."""
+        return webhook_secret_get_or_create(user_id=_owner_id(payload)).secret
+
     def call_remote(self, *, path: str, payload: dict[str, Any], idempotency_key: str, timeout: float) -> Any:
         """POST the stored body, byte for byte, signed now (`t=<now>,v1=<HMAC of "t.body">`),
         under the callback egress policy (checked, resolved and pinned at this attempt), reading
@@ -51,9 +60,8 @@ class WebhookAgent(AgentTask):
         is delivered; timeouts, connection errors, 5xx, 408/425/429 are retried; any other
         answer (4xx, a redirect - never followed) or a refused URL gives the delivery up."""
         body = payload["body"].encode()
-        owner_id = _owner_id(payload)
         timestamp = int(time.time())
-        secret = webhook_secret_get_or_create(user_id=owner_id).secret
+        secret = self.secret_for(payload)
         headers = {
             **{k: v for k, v in payload["headers"].items() if k.lower() != SIGNATURE_HEADER.lower()},
             "Content-Type": "application/json",
@@ -64,7 +72,7 @@ class WebhookAgent(AgentTask):
         }
         url = payload["url"]
         response = egress_request(
-            policy=CALLBACK_POLICY,
+            policy=self.policy_for(payload),
             method="POST",
             url=url,
             headers=headers,

@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
         ("contenttypes", "0002_remove_content_type_name"),
         ("django_celery_beat", "0019_alter_periodictasks_options"),
         ("scheduler", "0019_claim_starts_runs_apart"),
-        ("supervisor", "0006_operator_action"),
+        ("supervisor", "0007_operator_action"),
         ("orders", "0003_time_ordered_ids"),
         ("catalogue", "0001_initial"),
         ("exports", "0001_initial"),

@@ -343,6 +343,11 @@ class Step(models.Model):
                 name="step_processing_deadline_idx",
                 condition=Q(process_state="processing"),
             ),
+            # The "step in Error" alert rule: Error steps of a recent window (issue 21). Few
+            # rows: a step is in Error only once, at the end.
+            models.Index(
+                fields=["finished_at"], name="step_error_finished_idx", condition=Q(process_state="error")
+            ),
         ]
 
     def __str__(self) -> str:
@@ -375,6 +380,11 @@ class HistoryStatus(models.TextChoices):
     FAILED = "failed", "Failed"
     SKIPPED = "skipped", "Skipped"
     BUFFERED = "buffered", "Buffered (waits for the running one)"
+
+
+# An attempt that ended with an answer or a timeout: what a service's failure rate counts
+# (alerting/conditions.py repeats this list in its SQL, so the partial index applies).
+ATTEMPT_ENDED_STATUSES = ("succeeded", "failed_transient", "failed_permanent", "timed_out")
 
 
 class TaskExecutionHistory(models.Model):
@@ -431,6 +441,15 @@ class TaskExecutionHistory(models.Model):
             # A job's history, newest first (the API and admin filter by job).
             models.Index(
                 fields=["job", "-started_at"], name="history_job_started_idx", condition=Q(job__isnull=False)
+            ),
+            # A remote service's failure rate over a window (the alert rule, issue 21): the
+            # attempts of that window only, never the whole history. Ended attempts only: a
+            # predicate the reply's lookup by lease (kind = attempt) does not imply, so on a small
+            # table the planner never takes this index for it (history_lease_idx stays).
+            models.Index(
+                fields=["started_at"],
+                name="history_attempt_started_idx",
+                condition=Q(kind="attempt", status__in=ATTEMPT_ENDED_STATUSES),
             ),
         ]
 

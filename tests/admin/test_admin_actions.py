@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from scheduler.models import Run, Step, TaskExecutionHistory
 from supervisor.models import Alert
@@ -109,16 +111,18 @@ def test_acknowledge_action__open_alerts__acknowledged_by_operator(
     staff_client: Client, operator: Any, customer: Any
 ) -> None:
     failed, other = order_failed(customer), order_failed(customer)
-    # The declined cards raise no alert (a business outcome); each run's refused release does.
-    alerts = list(Alert.objects.filter(run_id__in=[failed.run_id, other.run_id]))
-    assert len(alerts) == 2 and all(a.acknowledged_at is None for a in alerts)
-    assert {a.kind for a in alerts} == {"compensation_failed"}
+    # The declined cards raise no alert (a business outcome); the refused releases are one
+    # incident - "runs needing an operator" - with both runs linked and counted (issue 21).
+    alerts = list(Alert.objects.all())
+    assert len(alerts) == 1 and alerts[0].acknowledged_at is None
+    assert alerts[0].kind == "run_needs_operator" and alerts[0].count == 2
+    assert set(alerts[0].links.values_list("run_id", flat=True)) == {failed.run_id, other.run_id}
 
     url = reverse("admin:supervisor_alert_changelist")
     response = _action(staff_client, url, "acknowledge", [a.pk for a in alerts])
 
-    assert any("Acknowledged 2 alert(s)" in t for t in _messages(response))
-    for alert in Alert.objects.filter(run_id__in=[failed.run_id, other.run_id]):
+    assert any("Acknowledged 1 alert(s)" in t for t in _messages(response))
+    for alert in Alert.objects.all():
         assert alert.acknowledged_at is not None
         assert alert.acknowledged_by_id == operator.pk
     html = staff_client.get(url, {"status": "open"}).content.decode()
@@ -128,10 +132,10 @@ def test_acknowledge_action__open_alerts__acknowledged_by_operator(
 def test_alert_acknowledge__twice__first_operator_kept(operator: Any, customer: Any) -> None:
     from django.contrib.auth import get_user_model
 
-    runs = [order_failed(customer).run_id for _ in range(2)]
-    ids = list(Alert.objects.filter(run_id__in=runs).values_list("pk", flat=True))
+    order_failed(customer)
+    ids = list(Alert.objects.values_list("pk", flat=True))
     other = get_user_model().objects.create_user("bob", is_staff=True)
-    assert alert_acknowledge(alert_ids=ids, user=operator) == 2
+    assert alert_acknowledge(alert_ids=ids, user=operator) == 1
     first = {a.pk: a.acknowledged_at for a in Alert.objects.filter(pk__in=ids)}
     assert alert_acknowledge(alert_ids=ids, user=other) == 0
     for alert in Alert.objects.filter(pk__in=ids):
@@ -141,13 +145,17 @@ def test_alert_acknowledge__twice__first_operator_kept(operator: Any, customer: 
 
 def test_alert_changelist__open_first(staff_client: Client, operator: Any, customer: Any) -> None:
     old = order_failed(customer)
-    new = order_failed(customer)
-    alert_acknowledge(
-        alert_ids=Alert.objects.filter(run_id=new.run_id).values_list("pk", flat=True), user=operator
+    older_alert = Alert.objects.get()
+    # Resolved an hour ago (past the rule's cooldown), then a newer incident of the rule opens.
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    Alert.objects.filter(pk=older_alert.pk).update(
+        state="resolved", resolved_at=an_hour_ago, created_at=an_hour_ago
     )
+    new = order_failed(customer)
     html = staff_client.get(reverse("admin:supervisor_alert_changelist")).content.decode()
-    # The older run's alerts are open, so they come before the newer, acknowledged ones.
-    assert html.index(str(old.run_id)[-8:]) < html.index(str(new.run_id)[-8:])
+    # The open alert (the newer run) comes before the resolved one (the older run).
+    assert Alert.objects.count() == 2
+    assert html.index(str(new.run_id)[-8:]) < html.index(str(old.run_id)[-8:])
 
 
 def test_run_detail__give_up_a_compensating_run__failed_with_the_reason(

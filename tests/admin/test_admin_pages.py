@@ -62,8 +62,8 @@ def test_run_changelist__columns__state_progress_and_alerts(
     assert '<span class="sas-progress-done">3/3</span>' in html  # the completed run
     assert '<span class="sas-progress">1/3</span>' in html  # running and failed: reserve done
     assert str(orders["running"].id) in html  # correlation id = order id
-    # The failed run has two open alerts (step failed, compensation failed), linked.
-    assert f"?run__id__exact={orders['failed'].run_id}&amp;status=open" in html
+    # The failed run is linked to the open "runs needing an operator" alert.
+    assert f"?links__run__id__exact={orders['failed'].run_id}&amp;status=open" in html
 
 
 def test_detail_pages__staff__render_read_only(staff_client: Client, orders: dict[str, Any]) -> None:
@@ -79,7 +79,7 @@ def test_detail_pages__staff__render_read_only(staff_client: Client, orders: dic
 
     step = Step.objects.filter(run_id=run_id).first()
     history = TaskExecutionHistory.objects.filter(run_id=run_id).first()
-    alert = Alert.objects.filter(run_id=run_id).first()
+    alert = Alert.objects.filter(links__run_id=run_id).first()
     assert step and history and alert
     for url in (
         reverse("admin:scheduler_step_change", args=[step.pk]),

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from agents.http_call import HTTP_CALL_WORKFLOW
-from scheduler.job_transitions import db_now
+from scheduler.dispatcher.transitions import db_now
 from scheduler.models import Run, Step, TaskExecutionHistory
 from scheduler.services import RunSpec, job_create, job_run_now, runs_submit_many
 from scheduler.workflows import get_workflow

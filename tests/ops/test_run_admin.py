@@ -20,8 +20,8 @@ def test_run_detail__order_run__links_order_and_counts_open_alerts(
     failed = order_failed(customer)
     html = staff_client.get(reverse("admin:scheduler_run_change", args=[failed.run_id])).content.decode()
     assert reverse("admin:orders_order_change", args=[failed.pk]) in html
-    # The failed run has two open alerts (step failed, compensation failed), linked.
-    assert f"?run__id__exact={failed.run_id}&amp;status=open" in html
+    # The failed run is linked to the open "runs needing an operator" alert.
+    assert f"?links__run__id__exact={failed.run_id}&amp;status=open" in html
 
 
 def test_run_changelist__needs_attention_filter__offered_first(staff_client: Client, customer: Any) -> None:

@@ -93,7 +93,9 @@ def test_defer__next_probe_after_the_whole_step_deadline__step_errors_and_run_co
     decision = TaskExecutionHistory.objects.get(step=step, status="errored")
     assert decision.detail["give_up"] == "deadline"
     # The outage is one incident: an alert, counted per step that gave up.
-    assert Alert.objects.get().key == "step_failed:a"
+    alert = Alert.objects.get()
+    assert (alert.kind, alert.subject, alert.state) == ("step_error", "a", "firing")
+    assert list(alert.links.values_list("run_id", flat=True)) == [run.pk]
 
 
 def test_transient__reached__counted_and_the_step_is_compensated(user):
@@ -179,7 +181,7 @@ def test_compensation__never_errors_on_its_count__alerts_once_and_keeps_trying(u
     assert struggling == [undo.pk]  # once, at its threshold (3 in the engine workflow)
     run.refresh_from_db()
     assert run.state == "compensating"
-    alert = Alert.objects.get(kind="compensation_struggling")
+    alert = Alert.objects.get(kind="compensation_struggling", subject="undo_a")
     assert alert.severity == "critical" and alert.count == 1
 
 

@@ -29,7 +29,7 @@ def test_sweep__expired_step_at_limit__error_alert_and_compensation(user):
     assert comp.name == "undo_a" and comp.process_state == "pending"
     alert = run.alerts.get()
     # Raised by the supervisor from the engine's step_errored signal, in the same transaction.
-    assert alert.kind == "step_failed" and alert.step_id == claim.step_id
+    assert alert.kind == "step_error" and alert.step_id == claim.step_id
     assert alert.message.startswith("a: timed_out 1 times (limit 1)")
 
 

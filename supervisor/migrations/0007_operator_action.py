@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('scheduler', '0019_claim_starts_runs_apart'),
-        ('supervisor', '0005_jobs_dispatcher_queue'),
+        ('supervisor', '0006_alert_rules'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,83 @@
+"""Who is alive, read from Redis and written by the workers themselves (issue 21).
+
+- Consumer heartbeats: every worker's watchdog thread (alerting/watchdog.py) sets
+  `sas:consumer:<queue>:<worker>` with a TTL of a few beats for each queue it consumes. A
+  worker killed with SIGKILL stops writing, and its keys expire: "a queue with work and no
+  consumer" needs no broadcast to the workers (celery inspect waits for a timeout per call).
+- Last runs: a `task_success`-side hook records when the supervisor's sweep, the jobs
+  dispatcher and the evaluator itself last ran to completion, `sas:lastrun:<task>` (the dead
+  man's switch reads it; beat's own `last_run_at` says when beat *sent* a task, and beat saves
+  it only every few minutes).
+- Queue depth: the broker's lists (kombu's Redis transport: one list per queue and priority).
+
+The metrics issue (19) reads the same things for Prometheus in `ops`; this layer may not import
+`ops`, hence these small readers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import redis
+from django.conf import settings
+
+from sasproject.redis_client import get_redis
+
+CONSUMER_KEY = "sas:consumer:"
+LASTRUN_KEY = "sas:lastrun:"
+# kombu's Redis transport: priority 0 is the queue's own list, the others "<queue>\x06\x16<n>".
+_PRIORITY_SEP = "\x06\x16"
+_PRIORITIES = (3, 6, 9)
+
+
+def _client() -> redis.Redis:
+    return get_redis(settings.REDIS_URL)
+
+
+def _broker() -> redis.Redis:
+    return get_redis(settings.CELERY_BROKER_URL)
+
+
+def consumers_beat(*, queues: Iterable[str], worker: str, ttl: float) -> None:
+    """This worker consumes `queues` (its keys live `ttl` seconds)."""
+    pipe = _client().pipeline(transaction=False)
+    for queue in queues:
+        pipe.set(
+            f"{settings.REDIS_PREFIX}{CONSUMER_KEY}{queue}:{worker}", str(time.time()), ex=max(1, int(ttl))
+        )
+    pipe.execute()
+
+
+def consumers_alive(*, queue: str) -> int:
+    """How many workers beat for `queue` within their TTL (a SCAN over that queue's keys)."""
+    pattern = f"{settings.REDIS_PREFIX}{CONSUMER_KEY}{queue}:*"
+    return sum(1 for _ in _client().scan_iter(match=pattern, count=100))
+
+
+def queue_depth(*, queue: str) -> int:
+    """Messages waiting in the broker for `queue` (all priorities; not the unacked ones)."""
+    prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
+    pipe = _broker().pipeline(transaction=False)
+    pipe.llen(f"{prefix}{queue}")
+    for priority in _PRIORITIES:
+        pipe.llen(f"{prefix}{queue}{_PRIORITY_SEP}{priority}")
+    return int(sum(pipe.execute()))
+
+
+def last_run_record(*, task: str) -> None:
+    _client().set(f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}", str(time.time()))
+
+
+def last_run_start_counting(*, task: str) -> None:
+    """Never recorded (a fresh deployment, Redis emptied): count from now, once (SET NX) - the
+    task gets its full N intervals before the dead man's switch fires."""
+    _client().set(f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}", str(time.time()), nx=True)
+
+
+def last_run_age(*, task: str) -> float | None:
+    """Seconds since `task` last completed, or None if never recorded."""
+    raw = _client().get(f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}")
+    if raw is None:
+        return None
+    return max(0.0, time.time() - float(raw))

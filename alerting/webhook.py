@@ -1,0 +1,88 @@
+"""The alert webhook: the `alert_webhook` workflow, one step that POSTs one signed notification,
+run by the webhook agent's worker (`agents.webhook.alert` on the agent.webhook queue).
+
+An ordinary workflow, so a notification gets what every remote call gets: retries with backoff,
+a circuit breaker per destination, the supervisor's sweep - and the evaluator only writes a run
+row, it never waits on a receiver. The URL passes an egress policy at every attempt:
+- an operator rule's URL (SAS_ALERT_WEBHOOK_URL, or the rule's) the alert webhook policy,
+  `SAS_ALERT_WEBHOOK_ALLOWED_HOSTS` / `SAS_ALERT_WEBHOOK_PRIVATE_HOSTS` (an operator's own
+  incident tool may be on a private address, so it is named there), signed with
+  SAS_ALERT_WEBHOOK_SECRET;
+- a customer's rule's URL the order callbacks' policy (webhooks/destinations.py), signed with
+  the customer's own webhook secret, exactly like their order callbacks.
+Signature: `X-SAS-Signature: t=<unix>,v1=<HMAC-SHA256 of "<t>.<body>">` (webhooks/signing.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from celery import shared_task
+from django.conf import settings
+
+from agents.egress import EgressPolicy, egress_policy_register
+from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
+from webhooks.destinations import CALLBACK_POLICY
+from webhooks.tasks import WebhookAgent
+
+ALERT_WEBHOOK_POLICY = egress_policy_register(EgressPolicy(name="alert webhooks", prefix="SAS_ALERT_WEBHOOK"))
+ALERT_WEBHOOK_WORKFLOW = "alert_webhook"
+ALERT_WEBHOOK_OPERATION = "agents.webhook.alert"
+
+
+def validate_alert_webhook_input(data: Mapping[str, Any]) -> dict[str, Any]:
+    errors: dict[str, list[str]] = {}
+    for key in ("url", "body"):
+        if not isinstance(data.get(key), str) or not data.get(key):
+            errors[key] = ["must be a non-empty string"]
+    owner_id = data.get("owner_id")
+    if owner_id is not None and (not isinstance(owner_id, int) or isinstance(owner_id, bool)):
+        errors["owner_id"] = ["must be an integer or null"]
+    if errors:
+        raise WorkflowInputError(errors)
+    return {"url": data["url"], "body": data["body"], "owner_id": owner_id, "headers": {}}
+
+
+def _payload(ctx: StepContext) -> dict[str, Any]:
+    return dict(ctx.input)
+
+
+register(
+    Workflow(
+        name=ALERT_WEBHOOK_WORKFLOW,
+        label="Alert webhook (internal)",
+        description="Internal: POSTs one signed alert notification (firing or resolved).",
+        input_example={"url": "https://alerts.example.com/hook", "body": '{"event": "alert.firing"}'},
+        validate=validate_alert_webhook_input,
+        steps=[
+            StepDef(
+                name="notify",
+                operation=ALERT_WEBHOOK_OPERATION,
+                payload=_payload,
+                **step_policy(settings.SAS_WEBHOOKS),
+            )
+        ],
+    )
+)
+
+
+class AlertWebhookAgent(WebhookAgent):
+    def breaker_name(self, payload: dict[str, Any]) -> str:
+        netloc = urlsplit(str(payload.get("url", ""))).netloc.lower()
+        owner = payload.get("owner_id")
+        return f"webhook:{owner if owner is not None else 'alerts'}:{netloc}"
+
+    def policy_for(self, payload: dict[str, Any]) -> EgressPolicy:
+        return ALERT_WEBHOOK_POLICY if payload.get("owner_id") is None else CALLBACK_POLICY
+
+    def secret_for(self, payload: dict[str, Any]) -> str:
+        if payload.get("owner_id") is None:
+            return str(settings.SAS_ALERT_WEBHOOK_SECRET)
+        return super().secret_for(payload)
+
+
+@shared_task(name=ALERT_WEBHOOK_OPERATION, bind=True, base=AlertWebhookAgent)
+def alert_webhook_deliver(self: AlertWebhookAgent, **kwargs: Any) -> str:
+    return self.perform(path="", **kwargs)

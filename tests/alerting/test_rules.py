@@ -1,0 +1,275 @@
+"""Each rule kind fires once per incident - evaluated again and again, one alert - links every
+affected run, and resolves when its condition clears; both announced once. Real PostgreSQL and
+Redis, the evaluator called in-process (tests/alerting/test_live.py runs it in real workers)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core import mail
+from django.utils import timezone
+
+from agents.breaker import CircuitBreaker
+from alerting import liveness
+from alerting.services import alert_rules_evaluate
+from alerting.tasks import alert_email_send
+from ops.selectors import alerts_open_by_severity, runs_need_attention_count
+from scheduler.models import Run, ScheduledJob, Step, TaskExecutionHistory
+from supervisor.models import Alert, AlertRule
+
+from .conftest import error_step, job, rule, run, user
+
+pytestmark = pytest.mark.usefixtures("no_rules")
+
+
+def tick() -> None:
+    assert alert_rules_evaluate().ran
+
+
+def only_alert(r: AlertRule) -> Alert:
+    (alert,) = Alert.objects.filter(rule=r)
+    return alert
+
+
+def assert_fires_once(r: AlertRule, *, subject: str = "", runs: set[Any] | None = None) -> Alert:
+    tick()
+    tick()  # an incident is one alert however often it is evaluated
+    alert = only_alert(r)
+    assert (alert.state, alert.subject, alert.announced_state) == ("firing", subject, "firing")
+    if runs is not None:
+        assert set(alert.links.values_list("run_id", flat=True)) == runs
+        assert alert.count == len(runs)
+    return alert
+
+
+def assert_resolves(r: AlertRule) -> None:
+    tick()
+    tick()
+    alert = only_alert(r)
+    assert (alert.state, alert.announced_state) == ("resolved", "resolved")
+    assert alert.resolved_at is not None
+
+
+def test_workflow_failure_rate__over_threshold__fires_links_failed_runs_then_resolves() -> None:
+    r = rule("workflow_failure_rate", target="wf", threshold=0.5, min_runs=4, window=timedelta(minutes=10))
+    failed = [run(state="compensated"), run(state="failed"), run(state="compensated")]
+    run(state="completed")
+    run(workflow="other", state="failed")  # another workflow: not this incident
+    run(state="compensated", ago=timedelta(hours=1))  # outside the window
+    alert = assert_fires_once(r, subject="wf", runs={x.pk for x in failed})
+    assert "3 of 4 runs failed (75%)" in alert.message
+
+    Run.objects.filter(workflow="wf").update(created_at=timezone.now() - timedelta(hours=1))
+    assert_resolves(r)
+
+
+def test_workflow_failure_rate__below_min_runs__no_alert() -> None:
+    r = rule("workflow_failure_rate", threshold=0.5, min_runs=5)
+    for _ in range(4):
+        run(state="failed")
+    tick()
+    assert not Alert.objects.filter(rule=r).exists()
+
+
+def test_job_failure_rate_and_consecutive_failures__on_a_job__fire_and_resolve() -> None:
+    owner = user("alice")
+    j = job(owner)
+    rate = rule("job_failure_rate", job=j, threshold=0.5, min_runs=3)
+    streak = rule("job_consecutive_failures", job=j, threshold=3)
+    failed = [run(state="compensated", job=j, ago=timedelta(seconds=10 - i)) for i in range(3)]
+    assert_fires_once(rate, subject=str(j.pk), runs={x.pk for x in failed})
+    assert_fires_once(streak, subject=str(j.pk), runs={x.pk for x in failed})
+
+    run(state="completed", job=j)  # the streak is broken; 3 of 4 still fail
+    tick()
+    assert only_alert(streak).state == "resolved"
+    assert only_alert(rate).state == "firing"
+
+
+def test_service_failure_rate__attempts_failing__fires_per_service() -> None:
+    r = rule("service_failure_rate", threshold=0.5, min_runs=4)
+    parent = run(state="running")
+    step = error_step(parent)
+    now = timezone.now()
+    for status in ("failed_transient", "timed_out", "failed_transient", "succeeded"):
+        TaskExecutionHistory.objects.create(
+            step=step, run=parent, kind="attempt", status=status, started_at=now
+        )
+    assert_fires_once(r, subject="payment")
+    TaskExecutionHistory.objects.update(started_at=now - timedelta(hours=1))
+    assert_resolves(r)
+
+
+def test_job_missed_runs_dispatch_lag_due_backlog__late_occurrence__fire_and_resolve() -> None:
+    j = job(user("bob"))
+    missed = rule("job_missed_runs", job=j, threshold=60)
+    lag = rule("dispatch_lag", threshold=60)
+    backlog = rule("due_backlog", threshold=0)
+    ScheduledJob.objects.filter(job=j).update(next_execution_at=timezone.now() - timedelta(minutes=5))
+    assert_fires_once(missed, subject=str(j.pk))
+    assert_fires_once(lag)
+    assert_fires_once(backlog)
+    ScheduledJob.objects.filter(job=j).update(next_execution_at=timezone.now() + timedelta(hours=1))
+    for r in (missed, lag, backlog):
+        assert_resolves(r)
+
+
+def test_step_error__same_step_on_many_runs__one_alert_every_run_linked() -> None:
+    r = rule("step_error", window=timedelta(hours=1))
+    runs = [run(state="compensated") for _ in range(4)]
+    for x in runs:
+        error_step(x)
+    assert_fires_once(r, subject="charge_payment", runs={x.pk for x in runs})
+    Step.objects.update(finished_at=timezone.now() - timedelta(hours=2))
+    assert_resolves(r)
+
+
+def test_run_needs_operator__refunds_failing_on_4_runs__one_alert_4_runs_needing_attention() -> None:
+    r = rule("run_needs_operator", severity="critical", window=timedelta(days=7))
+    failed = [run(state="failed") for _ in range(4)]
+    alert = assert_fires_once(r, runs={x.pk for x in failed})
+    assert alert.count == 4
+    assert runs_need_attention_count() == 4
+    assert ("critical", "Critical", 1) in alerts_open_by_severity()
+
+    Run.objects.filter(pk__in=[x.pk for x in failed]).update(state="compensated")  # an operator fixed them
+    assert_resolves(r)
+    assert runs_need_attention_count() == 0
+
+
+def test_compensation_struggling__undo_past_its_threshold__fires_and_resolves() -> None:
+    r = rule("compensation_struggling")
+    parent = run(state="compensating")
+    Step.objects.create(
+        run=parent,
+        name="refund_payment",
+        kind="compensation",
+        seq=1000,
+        operation="agents.payment.refund",
+        idempotency_key=str(uuid.uuid4()),
+        process_state="pending",
+        failure_count=3,
+        max_failures=3,
+    )
+    assert_fires_once(r, subject="refund_payment", runs={parent.pk})
+    Step.objects.filter(run=parent).update(process_state="compensated")
+    assert_resolves(r)
+
+
+def test_steps_overdue__processing_past_complete_by__fires_and_resolves() -> None:
+    r = rule("steps_overdue", threshold=0)
+    parent = run(state="running")
+    Step.objects.create(
+        run=parent,
+        name="reserve",
+        seq=0,
+        operation="agents.inventory.reserve",
+        idempotency_key=str(uuid.uuid4()),
+        process_state="processing",
+        lease=uuid.uuid4(),
+        locked_by="w1",
+        complete_by=timezone.now() - timedelta(minutes=1),
+    )
+    assert_fires_once(r, runs={parent.pk})
+    Step.objects.update(process_state="processed", lease=None, locked_by=None)
+    assert_resolves(r)
+
+
+def test_circuit_open__longer_than_threshold__pending_then_firing_then_resolved(redis_client: Any) -> None:
+    breaker = CircuitBreaker("alerttest", failure_threshold=1)
+    breaker.record_failure()
+    r = rule("circuit_open", target="alerttest", threshold=3600)
+    tick()
+    assert only_alert(r).state == "pending"  # open, but not for an hour yet: nobody is told
+    Alert.objects.filter(rule=r).update(created_at=timezone.now() - timedelta(hours=2))
+    assert_fires_once(r, subject="alerttest")
+    breaker.reset()
+    assert_resolves(r)
+
+
+def test_queue_no_consumer__work_and_no_heartbeat__fires_then_a_consumer_resolves_it(
+    redis_client: Any,
+) -> None:
+    r = rule("queue_no_consumer", target="alerttest.q")
+    prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
+    redis_client.lpush(f"{prefix}alerttest.q", "{}")
+    try:
+        alert = assert_fires_once(r, subject="alerttest.q")
+        assert "1 message(s) and no live consumer" in alert.message
+        liveness.consumers_beat(queues=["alerttest.q"], worker="w1@test", ttl=30)
+        assert_resolves(r)
+    finally:
+        redis_client.delete(f"{prefix}alerttest.q")
+
+
+def test_periodic_not_run__sweep_older_than_n_intervals__fires_and_resolves(redis_client: Any) -> None:
+    r = rule("periodic_not_run", target="sas: supervisor sweep", threshold=5)
+    key = f"{settings.REDIS_PREFIX}{liveness.LASTRUN_KEY}supervisor.sweep"
+    redis_client.set(key, str(timezone.now().timestamp() - 3600))
+    alert = assert_fires_once(r, subject="sas: supervisor sweep")
+    assert "has not run for" in alert.message
+    liveness.last_run_record(task="supervisor.sweep")
+    assert_resolves(r)
+
+
+def test_for_duration__condition_shorter_than_it__never_announced() -> None:
+    r = rule("run_needs_operator", for_duration=timedelta(minutes=5))
+    failed = run(state="failed")
+    tick()
+    assert (only_alert(r).state, only_alert(r).announced_state) == ("pending", "")
+    Run.objects.filter(pk=failed.pk).update(state="compensated")
+    tick()
+    assert (only_alert(r).state, only_alert(r).announced_state) == ("resolved", "resolved")
+
+
+def test_cooldown__incident_returns_within_it__same_alert_reopened_not_announced_again() -> None:
+    r = rule("run_needs_operator", cooldown=timedelta(hours=1))
+    failed = run(state="failed")
+    tick()
+    Run.objects.filter(pk=failed.pk).update(state="compensated")
+    tick()
+    Run.objects.filter(pk=failed.pk).update(state="failed")
+    tick()
+    alert = only_alert(r)  # reopened: still one row, counted
+    assert alert.state == "firing" and alert.count == 2
+    assert alert.announced_state == "resolved"  # the re-firing waits for the cooldown
+
+
+def test_engine_signal_and_evaluator__same_incident__one_alert() -> None:
+    from supervisor.alerts import alert_raise
+
+    r = rule("step_error")
+    parent = run(state="compensated")
+    step = error_step(parent)
+    alert_raise(kind="step_error", subject="charge_payment", run_id=parent.pk, step_id=step.pk, message="x")
+    tick()
+    alert = only_alert(r)
+    assert alert.state == "firing" and alert.count == 1
+    assert list(alert.links.values_list("run_id", flat=True)) == [parent.pk]
+
+
+def test_announcement__email__names_rule_and_runs__resolution_mailed_too(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    r = rule("run_needs_operator", notify_email=True, recipients="ops@example.com, oncall@example.com")
+    failed = run(state="failed")
+    with django_capture_on_commit_callbacks() as callbacks:
+        tick()
+    assert len(callbacks) == 1  # the e-mail task, queued on commit
+    alert = only_alert(r)
+    assert alert_email_send(alert_id=alert.pk, state="firing")
+    (message,) = mail.outbox
+    assert message.to == ["ops@example.com", "oncall@example.com"]
+    assert "FIRING" in message.subject and r.name in message.subject
+    assert str(failed.pk) in message.body
+
+    Run.objects.filter(pk=failed.pk).update(state="compensated")
+    with django_capture_on_commit_callbacks() as callbacks:
+        tick()
+    assert len(callbacks) == 1
+    assert alert_email_send(alert_id=alert.pk, state="resolved")
+    assert "RESOLVED" in mail.outbox[1].subject
