@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
@@ -25,25 +27,50 @@ from .customer import (
     customer_rule_get,
     customer_rules,
 )
+from .serializers import (
+    AlertRuleListSerializer,
+    AlertRuleQuerySerializer,
+    AlertRuleSerializer,
+    AlertRuleWriteSerializer,
+)
 
-_FIELDS = ("job", "kind", "threshold", "min_runs", "window_minutes", "notify_email", "webhook_url", "name")
+FIELD_ERRORS = OpenApiResponse(
+    OpenApiTypes.OBJECT,
+    description='Field errors: {"field": ["message"]} (another user\'s job is "no such job of yours"). '
+    "Nothing was written.",
+)
+RULE_ID = OpenApiParameter("rule_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The rule id.")
 
 
+@extend_schema(
+    methods=["GET"],
+    operation_id="alert_rules_list",
+    summary="Your alert rules, oldest first (on one job of yours with ?job=)",
+    parameters=[AlertRuleQuerySerializer],
+    responses={200: AlertRuleListSerializer, 400: FIELD_ERRORS},
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="alert_rules_create",
+    summary="Create an alert rule on one of your jobs (e-mail to your address and/or a signed webhook)",
+    request=AlertRuleWriteSerializer,
+    responses={201: AlertRuleSerializer, 400: FIELD_ERRORS},
+)
 @api_view(["GET", "POST"])
 @authentication_classes([TokenAuthentication, SessionAuthentication])
 @permission_classes([IsAuthenticated])
 def alert_rules_view(request: Request) -> Response:
     owner_id = int(request.user.pk)
     if request.method == "GET":
-        return Response({"results": [customer_rule_document(r) for r in customer_rules(owner_id=owner_id)]})
-    body: Any = request.data
-    if not isinstance(body, dict):
-        return Response(
-            {"non_field_errors": ["a JSON object is expected"]}, status=status.HTTP_400_BAD_REQUEST
-        )
-    unknown = sorted(set(body) - set(_FIELDS))
-    if unknown:
-        return Response({k: ["unknown field"] for k in unknown}, status=status.HTTP_400_BAD_REQUEST)
+        query = AlertRuleQuerySerializer(data=request.query_params)
+        if not query.is_valid():
+            return Response(query.errors, status=status.HTTP_400_BAD_REQUEST)
+        rules = customer_rules(owner_id=owner_id, job_id=query.validated_data.get("job"))
+        return Response({"results": [customer_rule_document(r) for r in rules]})
+    serializer = AlertRuleWriteSerializer(data=request.data)
+    if not serializer.is_valid():
+        return Response(serializer.errors, status=status.HTTP_400_BAD_REQUEST)
+    body: dict[str, Any] = dict(serializer.validated_data)
     data = CustomerRuleInput(
         job_id=body.get("job"),
         kind=body.get("kind"),
@@ -61,6 +88,20 @@ def alert_rules_view(request: Request) -> Response:
     return Response(customer_rule_document(rule), status=status.HTTP_201_CREATED)
 
 
+@extend_schema(
+    methods=["GET"],
+    operation_id="alert_rules_retrieve",
+    summary="One of your alert rules, and whether it is firing",
+    parameters=[RULE_ID],
+    responses={200: AlertRuleSerializer},
+)
+@extend_schema(
+    methods=["DELETE"],
+    operation_id="alert_rules_destroy",
+    summary="Delete one of your alert rules (its alerts go with it)",
+    parameters=[RULE_ID],
+    responses={204: None},
+)
 @api_view(["GET", "DELETE"])
 @authentication_classes([TokenAuthentication, SessionAuthentication])
 @permission_classes([IsAuthenticated])

@@ -110,7 +110,7 @@ def test_outage__longer_than_the_step_deadline__compensated_or_skipped_one_alert
     assert sorted(released) == sorted(reserved)
     # One incident, one alert, counting the orders it failed.
     alerts = list(Alert.objects.all())
-    assert len(alerts) == 1 and alerts[0].kind == "step_failed" and alerts[0].count == len(orders)
+    assert len(alerts) == 1 and alerts[0].kind == "step_error" and alerts[0].count == len(orders)
 
 
 def test_outage__shipping_slow_for_2_minutes__compensation_waits_it_out(engine, demo_user):
