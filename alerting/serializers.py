@@ -9,8 +9,13 @@ from typing import Any
 
 from rest_framework import serializers
 
-from jobs.serializers import StrictBooleanField, StrictFloatField, StrictIntegerField
-from sasproject.api_input import ClosedSerializer, StrictCharField
+from sasproject.api_input import (
+    ClosedSerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+)
 from supervisor.models import CUSTOMER_RULE_KINDS
 
 from .customer import MIN_RUNS_LIMITS, WINDOW_MINUTES_LIMITS

@@ -14,7 +14,13 @@ from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from sasproject.api_input import ClosedSerializer, StrictCharField
+from sasproject.api_input import (
+    ClosedSerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+)
 from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
@@ -36,15 +42,6 @@ PRIORITY_RANGE = (
     f"must be a whole number between {CUSTOMER_PRIORITY_MIN} and {CUSTOMER_PRIORITY_MAX}: customer "
     "jobs run below system work (orders, exports: 0; webhook deliveries: -1)"
 )
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer, not "3", 3.0 or true: wrong types are errors, not guesses."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return int(super().to_internal_value(data))
 
 
 class LocalDateTimeField(serializers.DateTimeField):
@@ -74,15 +71,6 @@ def in_zone(value: datetime | None, zone_name: str) -> datetime | None:
     if value is None or value.tzinfo is not None or zone_error(zone_name):
         return value
     return value.replace(tzinfo=ZoneInfo(zone_name))
-
-
-class StrictFloatField(serializers.FloatField):
-    """A JSON number (not a string, not a boolean)."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("invalid")
-        return float(super().to_internal_value(data))
 
 
 @extend_schema_field(
@@ -118,15 +106,6 @@ def _ranged(low: int, high: int) -> dict[str, Any]:
         "max_value": high,
         "error_messages": {"min_value": message, "max_value": message},
     }
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """A JSON boolean only ("yes" or 1 are errors)."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
 
 
 YEARS = f"Years {YEAR_MIN} to {YEAR_MAX}."
