@@ -167,6 +167,21 @@ DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"]["application_name"] = os.environ.get(
     "DATABASE_APPLICATION_NAME", "sasproject"
 )
+# A process cut off from the network inside a transaction (issue 22) keeps its PostgreSQL session
+# "idle in transaction" - and its row locks - until the server notices the peer is gone: TCP
+# keepalive, two hours by default, and never behind a proxy or pooler that stays up. A jobs
+# dispatcher cut off mid-batch then holds its shard's row lock, and the shard is never taken over
+# (shard_lease_take skips locked shards). With this set (seconds, 0 = off, PostgreSQL's default)
+# the server ends such a session after that long idle in a transaction, rolling it back and
+# releasing its locks. Set it above the longest pause a transaction makes between two statements
+# (the engine's are milliseconds of Python), and at or under SAS_JOBS_DISPATCH_LEASE_SECONDS so a
+# cut-off dispatcher's shard is taken over when its lease ends (tests/chaos/test_netns_live.py).
+# https://www.postgresql.org/docs/current/runtime-config-client.html#GUC-IDLE-IN-TRANSACTION-SESSION-TIMEOUT
+DATABASE_IDLE_IN_TRANSACTION_TIMEOUT = env_float("DATABASE_IDLE_IN_TRANSACTION_TIMEOUT", 0.0)
+if DATABASE_IDLE_IN_TRANSACTION_TIMEOUT > 0:
+    DATABASES["default"]["OPTIONS"]["options"] = (
+        f"-c idle_in_transaction_session_timeout={int(DATABASE_IDLE_IN_TRANSACTION_TIMEOUT * 1000)}"
+    )
 if DATABASE_POOL_MAX_SIZE:
     # min_size connections are opened when the pool opens (first query) and kept; more up to
     # max_size on demand. https://www.psycopg.org/psycopg3/docs/api/pool.html
