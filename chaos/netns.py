@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from itertools import count
 
 PREFIX = "sas-"
-SUBNET = ipaddress.ip_network("10.213.0.0/16")
+SUBNET = ipaddress.IPv4Network("10.213.0.0/16")
 _counter = count()
 
 
@@ -104,14 +104,19 @@ def _host_if(pid: int, n: int) -> str:
 
 def _used_addresses() -> set[ipaddress.IPv4Address]:
     out = _ip("-o", "-4", "addr", "show", check=False).stdout
-    return {ipaddress.ip_interface(m).ip for m in re.findall(r"inet (\S+)", out)}  # type: ignore[misc]
+    return {ipaddress.IPv4Interface(m).ip for m in re.findall(r"inet (\S+)", out)}
 
 
-def _free_subnet() -> ipaddress.IPv4Network:
+def _free_subnet(start: int) -> ipaddress.IPv4Network:
+    """A /30 of SUBNET with no address in use, searched from the `start`-th: sessions start at
+    different places (their pid), so two making a namespace at the same instant do not both take
+    the first free one."""
     used = _used_addresses()
-    for net in SUBNET.subnets(new_prefix=30):
+    nets = list(SUBNET.subnets(new_prefix=30))
+    for i in range(len(nets)):
+        net = nets[(start + i) % len(nets)]
         if not any(addr in net for addr in used):
-            return net  # type: ignore[return-value]
+            return net
     raise RuntimeError(f"no free /30 left in {SUBNET}")
 
 
@@ -120,7 +125,7 @@ class NetNamespace:
         reason = unavailable_reason()
         if reason:
             raise NetnsUnavailable(reason)
-        n = next(_counter)
+        n = self.n = next(_counter)
         pid = os.getpid()
         self.name = f"{PREFIX}{pid}-{n}"
         self.host_if = _host_if(pid, n)
@@ -132,7 +137,7 @@ class NetNamespace:
     def create(self) -> NetNamespace:
         sweep_stale()
         try:
-            net = _free_subnet()
+            net = _free_subnet(os.getpid() * 64 + self.n)
             hosts = list(net.hosts())
             self.host_ip, self.ns_ip = str(hosts[0]), str(hosts[1])
             _ip("netns", "add", self.name)
