@@ -18,11 +18,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from scheduler.dispatcher.selectors import job_get
 from scheduler.models import Job
-from supervisor.models import CUSTOMER_RULE_KINDS, AlertRule, RuleKind
+from supervisor.models import CUSTOMER_RULE_KINDS, Alert, AlertRule, AlertState, RuleKind
 from webhooks.destinations import UrlRefused, webhook_url_check
 
 # kind -> (threshold minimum, maximum, what the threshold is)
@@ -57,6 +57,19 @@ def customer_rules(*, owner_id: int, job_id: int | None = None) -> QuerySet[Aler
     """The owner's rules (on one job of theirs if `job_id`), oldest first."""
     qs = AlertRule.objects.filter(owner_id=owner_id).select_related("job").order_by("id")
     return qs if job_id is None else qs.filter(job_id=job_id)
+
+
+def customer_rules_with_state(*, owner_id: int, job_id: int) -> list[AlertRule]:
+    """The owner's rules on one of their jobs, oldest first, each with its open incident if it
+    is firing: `firing_message` and `firing_since` (None when quiet). One query (the firing
+    alert is a subquery per rule; a user has at most SAS_ALERT_RULES_PER_USER rules)."""
+    firing = Alert.objects.filter(rule=OuterRef("pk"), state=AlertState.FIRING).order_by("-id")
+    return list(
+        customer_rules(owner_id=owner_id, job_id=job_id).annotate(
+            firing_message=Subquery(firing.values("message")[:1]),
+            firing_since=Subquery(firing.values("fired_at")[:1]),
+        )
+    )
 
 
 def customer_rule_get(*, owner_id: int, rule_id: int) -> AlertRule:

@@ -33,6 +33,7 @@ from scheduler.limits import (
 from scheduler.models import Job, OverlapPolicy
 from scheduler.services.jobs import CATCHUP_WINDOW_MAX, CATCHUP_WINDOW_MESSAGE, job_create, job_update
 from scheduler.workflows import Workflow, WorkflowInputError, workflows_permitted
+from supervisor.models import CUSTOMER_RULE_KINDS
 
 from .errors import FIELD_TO_SERVICE, input_messages, split_errors
 
@@ -337,3 +338,58 @@ def job_write(form: JobForm, *, owner_id: int | None = None) -> Job | None:
         return None
     form.changes = dict(edit.changed)
     return edit.job
+
+
+# ---------------------------------------------------------------------------------------------
+# The job's alert rules (issue 21, seed 004 per-user alerting)
+# ---------------------------------------------------------------------------------------------
+
+# What each kind a customer may pick means, in the form's words (the kinds are the alerting
+# service's, CUSTOMER_RULE_KINDS).
+ALERT_RULE_KIND_TEXT = {
+    "job_failure_rate": "Failure rate: this share of runs failed in the window",
+    "job_consecutive_failures": "Consecutive failures: the last N runs all failed",
+    "job_missed_runs": "Missed runs: a run due this many seconds ago has not started",
+}
+ALERT_RULE_KIND_CHOICES = [(k.value, ALERT_RULE_KIND_TEXT.get(k.value, k.label)) for k in CUSTOMER_RULE_KINDS]
+
+
+class AlertRuleForm(forms.Form):
+    """Parses what the customer typed into the types the rule service takes; every rule - the
+    limits per kind, the channel, the webhook URL's egress policy, the per-user cap - is
+    `alerting.customer.customer_rule_create`'s, whose field errors come back on these fields."""
+
+    kind = forms.ChoiceField(label="Alert when", choices=ALERT_RULE_KIND_CHOICES)
+    threshold = forms.FloatField(
+        label="Threshold",
+        help_text="Failure rate: a fraction, 0.01 to 1 (0.5 = half the runs). Consecutive failures: "
+        "a number of runs, 1 to 100. Missed runs: seconds late, 60 to 604800.",
+        widget=forms.NumberInput(attrs={"step": "any"}),
+    )
+    min_runs = forms.IntegerField(
+        label="At least this many runs",
+        initial=1,
+        help_text="Failure rate only: fewer runs in the window never alert (1 to 10000).",
+    )
+    window_minutes = forms.IntegerField(
+        label="Window (minutes)", initial=60, help_text="Failure rate only: 1 to 10080 (a week)."
+    )
+    notify_email = forms.BooleanField(
+        label="E-mail me (to my account's address)", required=False, initial=True
+    )
+    webhook_url = forms.CharField(
+        label="Webhook URL (optional)",
+        required=False,
+        max_length=500,
+        help_text="https only, a public address; signed with your webhook secret.",
+        widget=forms.URLInput(attrs={"placeholder": "https://example.com/alerts"}),
+    )
+    name = forms.CharField(
+        label="Name (optional)", required=False, max_length=100, help_text="Shown in the alert."
+    )
+
+    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
+        """The rule service's errors on their fields; the job's (not yours, the cap) on top."""
+        for field, messages in errors.items():
+            for message in messages:
+                self.add_error(field if field in self.fields else None, message)

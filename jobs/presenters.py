@@ -10,6 +10,7 @@ from typing import Any
 
 from scheduler.dispatcher.selectors import job_schedule_text
 from scheduler.models import Job, Run, RunState, TaskExecutionHistory
+from supervisor.models import AlertRule, RuleKind
 
 ACTIVE, PAUSED, FINISHED = "active", "paused", "finished"
 # Why an occurrence's run started, in words (the engine's codes; a skipped or buffered
@@ -131,4 +132,38 @@ def history_data(row: TaskExecutionHistory) -> dict[str, Any]:
         "detail": detail,
         "started_at": row.started_at,
         "ended_at": row.ended_at,
+    }
+
+
+def alert_rule_condition_text(rule: AlertRule) -> str:
+    """What the rule watches, in words: "30% of runs failed in 60 min (at least 5 runs)"."""
+    minutes = int(rule.window.total_seconds() // 60)
+    if rule.kind == RuleKind.JOB_FAILURE_RATE:
+        runs = f", at least {rule.min_runs} run{'s' if rule.min_runs != 1 else ''}"
+        return f"{rule.threshold:.0%} of runs failed in {minutes} min{runs}"
+    if rule.kind == RuleKind.JOB_CONSECUTIVE_FAILURES:
+        return f"the last {int(rule.threshold)} runs all failed"
+    if rule.kind == RuleKind.JOB_MISSED_RUNS:
+        return f"a run due more than {int(rule.threshold)} s ago has not started"
+    return rule.get_kind_display()
+
+
+def alert_rule_data(rule: AlertRule) -> dict[str, Any]:
+    """A customer's rule on the job page: what it watches, where it tells, whether it is firing
+    (`firing_message` / `firing_since`, annotated by `customer_rules_with_state`)."""
+    channels = []
+    if rule.notify_email:
+        channels.append("e-mail")
+    if rule.notify_webhook and rule.webhook_url:
+        channels.append(f"webhook {rule.webhook_url}")
+    message = getattr(rule, "firing_message", None)
+    return {
+        "id": rule.pk,
+        "name": rule.name,
+        "kind_label": rule.get_kind_display(),
+        "condition": alert_rule_condition_text(rule),
+        "channels": ", ".join(channels) or "-",
+        "firing": message is not None,
+        "firing_message": message or "",
+        "firing_since": getattr(rule, "firing_since", None),
     }

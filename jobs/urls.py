@@ -16,4 +16,10 @@ urlpatterns = [
     path("<int:job_id>/run-now/", views.job_run_now_view, name="run_now"),
     path("<int:job_id>/delete/", views.job_delete_view, name="delete"),
     path("<int:job_id>/runs/<uuid:run_id>/", views.job_run_view, name="run"),
+    path("<int:job_id>/alert-rules/", views.alert_rule_create_view, name="alert_rule_create"),
+    path(
+        "<int:job_id>/alert-rules/<int:rule_id>/delete/",
+        views.alert_rule_delete_view,
+        name="alert_rule_delete",
+    ),
 ]

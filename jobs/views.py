@@ -13,9 +13,18 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from alerting.customer import (
+    AlertRuleInputError,
+    CustomerRuleInput,
+    customer_rule_create,
+    customer_rule_delete,
+    customer_rule_get,
+    customer_rules_with_state,
+)
 from reports.timeline import run_timeline
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs
 from scheduler.limits import LimitExceeded, RateLimited
@@ -23,9 +32,10 @@ from scheduler.models import Job, Run
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
+from supervisor.models import AlertRule
 
-from .forms import JobForm, job_save, time_zone_names
-from .presenters import history_data, job_data, run_data
+from .forms import AlertRuleForm, JobForm, job_save, time_zone_names
+from .presenters import alert_rule_data, history_data, job_data, run_data
 
 PAGE_SIZE = 20
 HISTORY_PAGE_SIZE = 25
@@ -138,6 +148,10 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
             "runs": [run_data(r) for r in runs.object_list],
             "history_page": history,
             "history": [history_data(h) for h in history.object_list],
+            "alert_rules": [
+                alert_rule_data(r) for r in customer_rules_with_state(owner_id=owner_id, job_id=job.pk)
+            ],
+            "rule_form": AlertRuleForm(),
         },
     )
 
@@ -235,3 +249,67 @@ def job_delete_view(request: HttpRequest, job_id: int) -> HttpResponse:
         return redirect("jobs:list")
     context: dict[str, Any] = {"job": job, "data": job_data(job)}
     return render(request, "jobs/job_confirm_delete.html", context)
+
+
+# ---------------------------------------------------------------------------------------------
+# The job's alert rules: listed on the job page with the add form; delete asks first
+# ---------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def alert_rule_create_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Add an alert rule to the job: the form parses, `customer_rule_create` decides. Refused: the
+    form again with every field's error (400), nothing written."""
+    job = _job_or_404(request, job_id)
+    form = AlertRuleForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            rule = customer_rule_create(
+                owner_id=_user_id(request),
+                data=CustomerRuleInput(
+                    job_id=job.pk,
+                    kind=data["kind"],
+                    threshold=data["threshold"],
+                    min_runs=data["min_runs"],
+                    window_minutes=data["window_minutes"],
+                    notify_email=data["notify_email"],
+                    webhook_url=data["webhook_url"].strip(),
+                    name=data["name"],
+                ),
+            )
+        except AlertRuleInputError as exc:
+            form.add_service_errors(exc.errors)
+        else:
+            messages.success(request, f"Alert rule “{rule.name}” added.")
+            return redirect(f"{reverse('jobs:detail', args=[job.pk])}#alert-rules")
+    context = {"job": job, "data": job_data(job), "rule_form": form}
+    return render(request, "jobs/alert_rule_form.html", context, status=400)
+
+
+def _rule_or_404(request: HttpRequest, job: Job, rule_id: int) -> AlertRule:
+    try:
+        rule = customer_rule_get(owner_id=_user_id(request), rule_id=rule_id)
+    except AlertRule.DoesNotExist:
+        raise Http404("No such alert rule.") from None
+    if rule.job_id != job.pk:
+        raise Http404("No such alert rule on this job.")
+    return rule
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def alert_rule_delete_view(request: HttpRequest, job_id: int, rule_id: int) -> HttpResponse:
+    """GET: the confirmation page; POST: delete the rule (its alerts go with it)."""
+    job = _job_or_404(request, job_id)
+    rule = _rule_or_404(request, job, rule_id)
+    if request.method == "POST":
+        try:
+            customer_rule_delete(owner_id=_user_id(request), rule_id=rule.pk)
+        except AlertRule.DoesNotExist:
+            raise Http404("No such alert rule.") from None
+        messages.success(request, f"Alert rule “{rule.name}” deleted.")
+        return redirect(f"{reverse('jobs:detail', args=[job.pk])}#alert-rules")
+    context = {"job": job, "data": job_data(job), "rule": alert_rule_data(rule)}
+    return render(request, "jobs/alert_rule_confirm_delete.html", context)
