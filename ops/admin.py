@@ -14,6 +14,7 @@ The health page keeps its URLs under the run admin: /admin/scheduler/run/health/
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,6 +105,25 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
             return super().correlation_detail(obj)
         url = reverse("admin:orders_order_change", args=[order.pk])
         return format_html('<code>{}</code> (<a href="{}">order</a>)', obj.correlation_id, url)
+
+    # -- cancel / resume / give up: a confirmation page with a reason, and the audit entry -------
+    # The scheduler's RunAdmin does them by its services alone (an admin LogEntry); here each goes
+    # through the operator service, which writes the OperatorAction shown on the run (issue 21).
+
+    @admin.action(description="Cancel selected runs", permissions=["operate"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
+        return self.runs_action_confirm(request, queryset, "cancel", "cancel_runs")
+
+    @admin.action(description="Resume compensation of selected failed runs", permissions=["operate"])
+    def resume_compensation(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
+        return self.runs_action_confirm(request, queryset, "resume", "resume_compensation")
+
+    def operate_view(self, request: HttpRequest, object_id: uuid.UUID, operation: str) -> HttpResponse:
+        """The scheduler admin's direct POST (no reason, no audit) goes through the confirmation
+        page's action instead: a POST without a reason or the row's version is refused there."""
+        if operation not in ("cancel", "resume", "give_up"):
+            raise PermissionDenied
+        return self.run_action_view(request, object_id, operation)
 
     # -- the run's timeline (reports) -------------------------------------------------------------
 

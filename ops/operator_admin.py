@@ -17,6 +17,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from typing import Any, cast
 
 from django import forms
@@ -30,6 +31,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from agents.breaker import CLOSED, OPEN
+from scheduler.admin import OPERATE_PERMISSION
 from scheduler.models import Run, Step
 from supervisor import operator
 from supervisor.models import OperatorAction
@@ -46,6 +48,8 @@ P_MARK_DONE = "supervisor.mark_compensation_done"
 P_BREAKER = "supervisor.operate_breaker"
 P_BULK = "supervisor.bulk_resubmit"
 P_SWEEP_PREVIEW = "supervisor.view_sweep_preview"
+# Cancel, resume and give up: "may operate" runs (scheduler/admin/runs.py's OPERATE_PERMISSION).
+P_OPERATE = OPERATE_PERMISSION
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,36 @@ RUN_ACTIONS: dict[str, RunAction] = {
         "The engine will not call this compensation again: the run goes on as if it had succeeded "
         "(the next compensation, or Compensated). Say how it was undone.",
     ),
+    "cancel": RunAction(
+        P_OPERATE,
+        False,
+        "Cancel the run",
+        "Steps not started are dropped, the one in flight is stopped, and the steps done are undone "
+        "in reverse order. The run ends Cancelled.",
+    ),
+    "resume": RunAction(
+        P_OPERATE,
+        False,
+        "Resume compensation",
+        "The run's compensation steps in Error go back to Pending with a fresh failure budget and "
+        "the run back to Compensating. Fix the cause first.",
+    ),
+    "give_up": RunAction(
+        P_OPERATE,
+        False,
+        "Give the run up",
+        "The engine stops compensating: the run ends Failed with your reason and nothing more is "
+        "undone. Say what is left and who handles it.",
+    ),
+}
+
+# The run-level actions that are also changelist actions (several runs at once, one
+# confirmation page with one reason): action -> its service.
+RUN_SERVICES: dict[str, Callable[..., OperatorAction]] = {
+    "cancel": operator.run_cancel_by_operator,
+    "resume": operator.run_resume_compensation_by_operator,
+    "give_up": operator.run_give_up_by_operator,
+    "compensate": operator.run_compensate_by_operator,
 }
 
 
@@ -115,12 +149,16 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat()
 
 
-def _seen(request: HttpRequest) -> datetime:
+def _seen_of(text: str) -> datetime:
     try:
-        return datetime.fromisoformat(request.POST.get("seen", ""))
+        return datetime.fromisoformat(text)
     except ValueError:
         # A form without the row's version cannot prove it is not stale.
         return datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _seen(request: HttpRequest) -> datetime:
+    return _seen_of(request.POST.get("seen", ""))
 
 
 class BulkForm(forms.Form):
@@ -191,7 +229,12 @@ class OperatorToolsMixin:
             )
 
         if run.state in (Run.State.PENDING, Run.State.RUNNING):
+            add("cancel", "Cancel run")
             add("compensate", "Compensate run")
+        if run.state == Run.State.FAILED:
+            add("resume", "Resume compensation")
+        if run.state == Run.State.COMPENSATING:
+            add("give_up", "Give up (Failed)")
         if (
             run.state == Run.State.COMPENSATED
             and not OperatorAction.objects.filter(run=run, action=OperatorAction.Action.RESUBMIT_RUN).exists()
@@ -285,8 +328,8 @@ class OperatorToolsMixin:
                         "input", "the input must be a JSON object", {"input": ["not an object"]}
                     )
             return operator.run_resubmit(run_id=run.pk, user=user, reason=reason, seen=seen, input=edited)
-        if action == "compensate":
-            return operator.run_compensate_by_operator(run_id=run.pk, user=user, reason=reason, seen=seen)
+        if action in RUN_SERVICES:
+            return RUN_SERVICES[action](run_id=run.pk, user=user, reason=reason, seen=seen)
         if action == "retry_compensation" and step is not None:
             return operator.step_compensation_retry(step_id=step.pk, user=user, reason=reason, seen=seen)
         if action == "mark_done" and step is not None:
@@ -294,6 +337,49 @@ class OperatorToolsMixin:
                 step_id=step.pk, user=user, reason=reason, seen=seen
             )
         raise PermissionDenied
+
+    # -- the same actions on several runs: the changelist's actions, with a confirmation page -----
+
+    def runs_action_confirm(
+        self, request: HttpRequest, queryset: Any, action: str, admin_action: str
+    ) -> HttpResponse | None:
+        """A changelist action on the selected runs: first a page listing them as they are (each
+        row's updated_at carried, like the single confirmation's) with a reason field; confirmed,
+        the action's service per run (each its own transaction, its own audit entry), every
+        outcome reported. A run changed since the page was shown is refused as stale."""
+        spec = RUN_ACTIONS[action]
+        if not _has(request, spec.permission):
+            raise PermissionDenied
+        runs = list(queryset.order_by("-created_at")[:BULK_LIMIT])
+        error = ""
+        if request.POST.get("confirm") == "yes":
+            reason = request.POST.get("reason", "")
+            if reason.strip():
+                user, done = _operator(request), []
+                for run in runs:
+                    seen = _seen_of(request.POST.get(f"seen-{run.pk}", ""))
+                    try:
+                        RUN_SERVICES[action](run_id=run.pk, user=user, reason=reason, seen=seen)
+                    except OperatorRefused as exc:
+                        messages.error(request, f"Run {str(run.pk)[-8:]}: refused, nothing done: {exc}")
+                    else:
+                        done.append(str(run.pk)[-8:])
+                if done:
+                    messages.success(request, f"{spec.title}: {len(done)} run(s): {', '.join(done)}.")
+                return None
+            error = "say why (the reason is required and kept in the audit)"
+        context = self._context(
+            request,
+            title=f"{spec.title}: {len(runs)} run(s)",
+            spec=spec,
+            runs=[(run, _iso(run.updated_at)) for run in runs],
+            admin_action=admin_action,
+            error=error,
+            reason=request.POST.get("reason", ""),
+        )
+        return TemplateResponse(
+            request, "admin/ops/runs_action_confirm.html", context, status=400 if error else 200
+        )
 
     # -- bulk resubmit: dry run, then do it ------------------------------------------------------
 

@@ -279,6 +279,9 @@ class OperatorAction(models.Model):
         BREAKER_OPEN = "breaker_open", "Open circuit breaker by hand"
         BREAKER_CLOSE = "breaker_close", "Close circuit breaker by hand"
         BULK_RESUBMIT = "bulk_resubmit", "Bulk resubmit"
+        CANCEL_RUN = "cancel_run", "Cancel run"
+        RESUME_COMPENSATION = "resume_compensation", "Resume compensation (Failed -> Compensating)"
+        GIVE_UP_RUN = "give_up_run", "Give run up (Compensating -> Failed)"
 
     action = models.CharField(max_length=40, choices=Action.choices)
     run = models.ForeignKey(

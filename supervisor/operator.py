@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,9 +29,13 @@ from django.utils import timezone
 from scheduler import transitions
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.services import (
+    RunNotCancellable,
     StepNotMarkable,
     event_record,
+    run_cancel,
     run_compensate,
+    run_give_up,
+    run_resume_compensation,
     run_submit,
     scheduler_kick_enqueue,
     step_compensation_mark_done,
@@ -286,6 +290,79 @@ def run_compensate_by_operator(
             )
         entry = _audit(action=Action.COMPENSATE_RUN, user=user, reason=why, run_id=run.pk)
     return entry
+
+
+def _run_operate(
+    *,
+    action: str,
+    run_id: uuid.UUID | str,
+    user: AbstractBaseUser,
+    reason: str,
+    seen: datetime,
+    call: Callable[[Run, str], object],
+) -> OperatorAction:
+    """The run as it was shown (`seen`) locked, the scheduler's service `call(run, reason)`, and
+    the audit entry, in one transaction: a refusal (RunNotCancellable: wrong state) writes
+    nothing, not even the audit."""
+    why = _reason(reason)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            raise OperatorRefused("state", "no such run")
+        if run.updated_at != seen:
+            raise _stale_or_state(run, seen, "")
+        try:
+            call(run, why)
+        except RunNotCancellable as exc:
+            raise OperatorRefused("state", str(exc)) from exc
+        entry = _audit(action=action, user=user, reason=why, run_id=run.pk)
+    return entry
+
+
+def run_cancel_by_operator(
+    *, run_id: uuid.UUID | str, user: AbstractBaseUser, reason: str, seen: datetime
+) -> OperatorAction:
+    """Cancel a Pending or Running run (`run_cancel`: work not started dropped, work done
+    compensated, the run ends Cancelled), audited. Refused: no reason, wrong state, stale form."""
+    return _run_operate(
+        action=Action.CANCEL_RUN,
+        run_id=run_id,
+        user=user,
+        reason=reason,
+        seen=seen,
+        call=lambda run, why: run_cancel(run_id=run.pk, actor=actor_name(user)),
+    )
+
+
+def run_resume_compensation_by_operator(
+    *, run_id: uuid.UUID | str, user: AbstractBaseUser, reason: str, seen: datetime
+) -> OperatorAction:
+    """Resume a Failed run's compensation (`run_resume_compensation`: its compensation steps in
+    Error back to Pending with a fresh budget, the run Compensating), audited. Refused: no
+    reason, wrong state, stale form."""
+    return _run_operate(
+        action=Action.RESUME_COMPENSATION,
+        run_id=run_id,
+        user=user,
+        reason=reason,
+        seen=seen,
+        call=lambda run, why: run_resume_compensation(run_id=run.pk, actor=actor_name(user)),
+    )
+
+
+def run_give_up_by_operator(
+    *, run_id: uuid.UUID | str, user: AbstractBaseUser, reason: str, seen: datetime
+) -> OperatorAction:
+    """Give a Compensating run up (`run_give_up`: it ends Failed with the reason, nothing more
+    undone), audited. Refused: no reason, wrong state, stale form."""
+    return _run_operate(
+        action=Action.GIVE_UP_RUN,
+        run_id=run_id,
+        user=user,
+        reason=reason,
+        seen=seen,
+        call=lambda run, why: run_give_up(run_id=run.pk, actor=actor_name(user), reason=why),
+    )
 
 
 def step_compensation_retry(

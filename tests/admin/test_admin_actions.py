@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from scheduler.models import Run, Step, TaskExecutionHistory
-from supervisor.models import Alert
+from supervisor.models import Alert, OperatorAction
 from supervisor.operator import alert_acknowledge
 
 from .factories import order_completed, order_failed, order_pending, order_running
@@ -31,14 +31,43 @@ def _action(client: Client, url: str, action: str, ids: list[Any]) -> Any:
     return client.post(url, {"action": action, "_selected_action": [str(i) for i in ids]}, follow=True)
 
 
-def test_cancel_action__running_and_pending__compensating_and_cancelled(
+def _confirmed(client: Client, action: str, ids: list[Any], *, reason: str = "customer asked") -> Any:
+    """The changelist action: its confirmation page (nothing done yet), then confirmed with a
+    reason and each run as the page showed it."""
+    page = _action(client, RUNS, action, ids)
+    assert page.status_code == 200 and 'id="runs-action-form"' in page.content.decode()
+    data: dict[str, Any] = {
+        "action": action,
+        "_selected_action": [str(i) for i in ids],
+        "confirm": "yes",
+        "reason": reason,
+    }
+    for run, seen in page.context["runs"]:
+        data[f"seen-{run.pk}"] = seen
+    return client.post(RUNS, data, follow=True)
+
+
+def test_cancel_action__confirm_with_reason__running_and_pending_cancelled_each_audited(
     staff_client: Client, customer: Any
 ) -> None:
     running = order_running(customer)
     pending = order_pending(customer)
     completed = order_completed(customer)
+    ids = [running.run_id, pending.run_id, completed.run_id]
+    before = {r.pk: r.updated_at for r in Run.objects.all()}
 
-    response = _action(staff_client, RUNS, "cancel_runs", [running.run_id, pending.run_id, completed.run_id])
+    # The action asks first: the page lists the runs, and nothing is done.
+    asked = _action(staff_client, RUNS, "cancel_runs", ids)
+    assert asked.status_code == 200 and "Cancel the run: 3 run(s)" in asked.content.decode()
+    assert {r.pk: r.updated_at for r in Run.objects.all()} == before
+    # Confirmed without a reason: refused, nothing done.
+    no_reason = staff_client.post(
+        RUNS, {"action": "cancel_runs", "_selected_action": [str(i) for i in ids], "confirm": "yes"}
+    )
+    assert no_reason.status_code == 400 and "say why" in no_reason.content.decode()
+    assert {r.pk: r.updated_at for r in Run.objects.all()} == before
+
+    response = _confirmed(staff_client, "cancel_runs", ids)
 
     assert response.status_code == 200
     run = Run.objects.get(pk=running.run_id)
@@ -50,61 +79,104 @@ def test_cancel_action__running_and_pending__compensating_and_cancelled(
     assert Run.objects.get(pk=pending.run_id).state == Run.State.CANCELLED  # nothing ran: nothing to undo
     assert Run.objects.get(pk=completed.run_id).state == Run.State.COMPLETED
     texts = _messages(response)
-    assert any(t.startswith("Cancelled 2 run(s)") for t in texts), texts
+    assert any(t.startswith("Cancel the run: 2 run(s)") for t in texts), texts
     assert any(str(completed.run_id)[-8:] in t and "only pending or running" in t for t in texts), texts
+    audit = {(a.run_id, a.action, a.actor_name, a.reason) for a in OperatorAction.objects.all()}
+    assert audit == {
+        (running.run_id, "cancel_run", "admin:ops", "customer asked"),
+        (pending.run_id, "cancel_run", "admin:ops", "customer asked"),
+    }
+    page = staff_client.get(reverse("admin:scheduler_run_change", args=[running.run_id])).content.decode()
+    assert 'data-action="cancel_run"' in page and "customer asked" in page
 
 
-def test_resume_compensation_action__failed_run__compensating_again(
+def test_cancel_action__run_changed_since_the_page__refused_as_stale(
+    staff_client: Client, customer: Any
+) -> None:
+    running = order_running(customer)
+    page = _action(staff_client, RUNS, "cancel_runs", [running.run_id])
+    ((_, seen),) = page.context["runs"]
+    Run.objects.filter(pk=running.run_id).update(updated_at=timezone.now())  # a reply, the sweep...
+    response = staff_client.post(
+        RUNS,
+        {
+            "action": "cancel_runs",
+            "_selected_action": [str(running.run_id)],
+            "confirm": "yes",
+            "reason": "customer asked",
+            f"seen-{running.run_id}": seen,
+        },
+        follow=True,
+    )
+    assert any("changed since the page was shown" in t for t in _messages(response))
+    assert Run.objects.get(pk=running.run_id).state == Run.State.RUNNING
+    assert not OperatorAction.objects.exists()
+
+
+def test_resume_compensation_action__failed_run__compensating_again_audited(
     staff_client: Client, customer: Any
 ) -> None:
     failed = order_failed(customer)
     running = order_running(customer)
 
-    response = _action(staff_client, RUNS, "resume_compensation", [failed.run_id, running.run_id])
+    response = _confirmed(
+        staff_client, "resume_compensation", [failed.run_id, running.run_id], reason="inventory is back"
+    )
 
     run = Run.objects.get(pk=failed.run_id)
     assert run.state == Run.State.COMPENSATING
     release = Step.objects.get(run_id=run.id, name="release_inventory")
     assert release.process_state == Step.State.PENDING
     assert release.failure_count == 0
-    audit = TaskExecutionHistory.objects.get(run_id=run.id, kind=TaskExecutionHistory.Kind.OPERATOR)
-    assert audit.worker == "admin:ops"
+    history = TaskExecutionHistory.objects.get(run_id=run.id, kind=TaskExecutionHistory.Kind.OPERATOR)
+    assert history.worker == "admin:ops"
     texts = _messages(response)
-    assert any(t.startswith("Resumed compensation of 1 run(s)") for t in texts), texts
+    assert any(t.startswith("Resume compensation: 1 run(s)") for t in texts), texts
     assert any("only failed runs" in t for t in texts), texts
     assert Run.objects.get(pk=running.run_id).state == Run.State.RUNNING
+    (entry,) = OperatorAction.objects.all()
+    assert (entry.run_id, entry.action, entry.reason) == (failed.run_id, "resume_compensation", "inventory is back")
 
 
-def test_run_detail_buttons__cancel_then_not_offered(staff_client: Client, customer: Any) -> None:
+def test_run_detail__cancel__confirmation_page_reason_audit_then_not_offered(
+    staff_client: Client, customer: Any
+) -> None:
     running = order_running(customer)
     url = reverse("admin:scheduler_run_change", args=[running.run_id])
-    assert "Cancel run" in staff_client.get(url).content.decode()
+    cancel = reverse("admin:scheduler_run_act", args=[running.run_id, "cancel"])
+    assert f'href="{cancel}"' in staff_client.get(url).content.decode()
 
-    response = staff_client.post(
-        reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"]), follow=True
-    )
+    confirm = staff_client.get(cancel)
+    assert confirm.status_code == 200 and 'id="operator-form"' in confirm.content.decode()
+    seen = confirm.context["seen"]
+    assert Run.objects.get(pk=running.run_id).state == Run.State.RUNNING  # asking did nothing
+    no_reason = staff_client.post(cancel, {"seen": seen, "reason": "  "})
+    assert no_reason.status_code == 400 and Run.objects.get(pk=running.run_id).state == Run.State.RUNNING
+
+    response = staff_client.post(cancel, {"seen": seen, "reason": "duplicate order"}, follow=True)
 
     assert response.redirect_chain[-1][0] == url
     assert Run.objects.get(pk=running.run_id).state == Run.State.COMPENSATING
-    from django.contrib.admin.models import LogEntry
-
-    entry = LogEntry.objects.get(object_id=str(running.run_id))
-    assert entry.user.username == "ops" and "Cancelled" in entry.get_change_message()
+    (entry,) = OperatorAction.objects.all()
+    assert (entry.action, entry.actor_name, entry.reason) == ("cancel_run", "admin:ops", "duplicate order")
     html = response.content.decode()
-    assert "Cancelled run" in html
-    assert "Cancel run</button>" not in html
-    # A second POST (stale page, double click) is refused with a message, not an error page.
-    response = staff_client.post(
-        reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"]), follow=True
-    )
-    assert any("only pending or running" in t for t in _messages(response))
+    assert 'data-action="cancel_run"' in html and "duplicate order" in html
+    assert f'href="{cancel}"' not in html
+    # The same form again (stale page, double click): refused, nothing written.
+    again = staff_client.post(cancel, {"seen": seen, "reason": "duplicate order"})
+    assert again.status_code == 409 and OperatorAction.objects.count() == 1
 
 
-def test_operate_view__get__not_allowed(staff_client: Client, customer: Any) -> None:
+def test_operate_view__get_not_allowed__post_without_reason_refused(
+    staff_client: Client, customer: Any
+) -> None:
     running = order_running(customer)
-    response = staff_client.get(reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"]))
-    assert response.status_code == 405
+    old = reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"])
+    assert staff_client.get(old).status_code == 405
+    # The scheduler admin's direct POST goes through the audited action: no reason, no cancel.
+    assert staff_client.post(old).status_code == 400
     assert Run.objects.get(pk=running.run_id).state == Run.State.RUNNING
+    assert not OperatorAction.objects.exists()
 
 
 def test_acknowledge_action__open_alerts__acknowledged_by_operator(
@@ -158,19 +230,26 @@ def test_alert_changelist__open_first(staff_client: Client, operator: Any, custo
     assert html.index(str(new.run_id)[-8:]) < html.index(str(old.run_id)[-8:])
 
 
-def test_run_detail__give_up_a_compensating_run__failed_with_the_reason(
+def test_run_detail__give_up_a_compensating_run__failed_with_the_reason_audited(
     staff_client: Client, customer: Any
 ) -> None:
     running = order_running(customer)
-    staff_client.post(reverse("admin:scheduler_run_operate", args=[running.run_id, "cancel"]))
-    assert Run.objects.get(pk=running.run_id).state == Run.State.COMPENSATING
+    cancel = reverse("admin:scheduler_run_act", args=[running.run_id, "cancel"])
+    seen = Run.objects.get(pk=running.run_id).updated_at.isoformat()
+    staff_client.post(cancel, {"seen": seen, "reason": "duplicate"})
+    run = Run.objects.get(pk=running.run_id)
+    assert run.state == Run.State.COMPENSATING
     page = staff_client.get(reverse("admin:scheduler_run_change", args=[running.run_id])).content.decode()
     assert "Give up (Failed)" in page
+    give_up = reverse("admin:scheduler_run_act", args=[running.run_id, "give_up"])
+    # Wrong state is refused: resume applies to a Failed run only.
+    resume = reverse("admin:scheduler_run_act", args=[running.run_id, "resume"])
+    wrong = staff_client.post(resume, {"seen": run.updated_at.isoformat(), "reason": "try again"})
+    assert wrong.status_code == 409 and "only failed runs" in wrong.content.decode()
 
-    staff_client.post(
-        reverse("admin:scheduler_run_operate", args=[running.run_id, "give_up"]),
-        {"reason": "refunded by phone"},
-    )
+    staff_client.post(give_up, {"seen": run.updated_at.isoformat(), "reason": "refunded by phone"})
 
     run = Run.objects.get(pk=running.run_id)
     assert run.state == Run.State.FAILED and "refunded by phone" in run.error
+    actions = list(OperatorAction.objects.order_by("id").values_list("action", "reason"))
+    assert actions == [("cancel_run", "duplicate"), ("give_up_run", "refunded by phone")]

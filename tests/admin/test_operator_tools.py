@@ -462,6 +462,7 @@ def test_roles__read_only_sees_everything_and_cannot_act_by_any_post(
     assert reader.get(reverse("admin:scheduler_run_changelist")).status_code == 200
     page = _run_page(reader, failed.run_id)
     assert "Resubmit" not in page and "Mark release_inventory done" not in page and "Cancel run" not in page
+    assert "Resume compensation" not in page
     assert reader.get(reverse("admin:scheduler_run_health")).status_code == 200
     assert reader.get(reverse("admin:scheduler_run_sweep_preview")).status_code == 200
 
@@ -480,6 +481,8 @@ def test_roles__read_only_sees_everything_and_cannot_act_by_any_post(
         (reverse("admin:scheduler_run_breaker_reset", args=["payment"]), {}),
         (reverse("admin:scheduler_run_operate", args=[running.pk, "cancel"]), {}),
         (reverse("admin:scheduler_run_operate", args=[failed.run_id, "resume"]), {}),
+        (_act(running.pk, "cancel"), {"seen": running.updated_at.isoformat()}),
+        (_act(failed.run_id, "resume"), {"seen": before[failed.run_id][1].isoformat()}),
     ]
     for url, data in posts:
         response = reader.post(url, {**data, "reason": "I should not be able to"})
