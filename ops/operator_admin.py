@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from collections.abc import Callable
 from typing import Any, cast
 
 from django import forms
@@ -69,7 +69,10 @@ RUN_ACTIONS: dict[str, RunAction] = {
         True,
         "Resubmit a step in Error",
         "The step goes back to Pending with its failure count reset and the same idempotency key "
-        "(the remote service deduplicates by it); the run goes back to Compensating.",
+        "(the remote service deduplicates by it). A compensation step: the run goes back to "
+        "Compensating. A forward step whose run has undone nothing yet: its compensation is called "
+        "off and the run goes on from this step (to change the input, let it be compensated and "
+        "start a new run: a changed request needs new idempotency keys).",
     ),
     "resubmit_run": RunAction(
         P_RESUBMIT,
@@ -240,6 +243,9 @@ class OperatorToolsMixin:
             and not OperatorAction.objects.filter(run=run, action=OperatorAction.Action.RESUBMIT_RUN).exists()
         ):
             add("resubmit_run", "New run of this input")
+        if run.state == Run.State.COMPENSATING and operator.forward_step_resubmittable(run=run):
+            for step in run.steps.filter(kind=Step.Kind.FORWARD, process_state=Step.State.ERROR):
+                add("resubmit_step", f"Resubmit {step.name}", step)
         for step in run.steps.filter(kind=Step.Kind.COMPENSATION).order_by("seq"):
             if step.process_state == Step.State.ERROR and run.state == Run.State.FAILED:
                 add("resubmit_step", f"Resubmit {step.name}", step)

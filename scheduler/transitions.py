@@ -507,6 +507,16 @@ def step_resubmit(*, step_id: int, seen: datetime) -> tuple[str, str] | None:
     return None if row is None else (str(row[0]), row[1])
 
 
+def step_resubmit_in_place(*, step_id: int, seen: datetime) -> tuple[str, str, int] | None:
+    """Error -> Pending for a forward step whose run is Compensating with no compensation
+    attempted yet: the run back to Running, its unattempted compensations dropped, its forward
+    steps as before the error; fresh failure budget, same idempotency key. Only the row as an
+    operator saw it (`seen`). The caller holds the run and its compensation steps locked.
+    (run id, step name, compensations dropped) or None."""
+    row = _one("step_resubmit_in_place", {"step_id": step_id, "seen": seen})
+    return None if row is None else (str(row[0]), row[1], int(row[2]))
+
+
 def step_compensation_retry(*, step_id: int, seen: datetime) -> tuple[str, str] | None:
     """A compensation step Pending in backoff after failures -> due now, failure count 0, if its
     row is still as an operator saw it. (run id, name) or None."""

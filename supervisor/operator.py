@@ -170,25 +170,29 @@ def _history(
 
 
 def step_resubmit(*, step_id: int, user: AbstractBaseUser, reason: str, seen: datetime) -> OperatorAction:
-    """Resubmit a compensation step in Error: back to Pending, failure count reset, the same
-    idempotency key (the remote side deduplicates by it), and its Failed run back to
-    Compensating. A forward step in Error is refused: the engine compensated its run when it
-    errored, so what an operator resubmits then is the run (`run_resubmit`: a new run of the
-    same input, linked to the old one).
+    """Resubmit a step in Error: back to Pending, failure count reset, the same idempotency key
+    (the remote side deduplicates by it).
+
+    - A compensation step of a Failed run: the run goes back to Compensating.
+    - A forward step of a run that began compensating but has undone nothing yet (no
+      compensation step attempted): in place - the run back to Running, its compensations
+      dropped, the steps done before it kept (`transitions.step_resubmit_in_place`).
+    - A forward step whose run is Compensated (or whose compensation has started): refused -
+      what the operator resubmits then is the run (`run_resubmit`: a new run of the same input,
+      or an edited one, linked to this one). Its steps' effects were undone, and their keys
+      would be answered from the remote services' idempotency records; an edited input likewise
+      needs new keys, so it is offered on the new run only.
 
     Refused (OperatorRefused, nothing written): no reason; the step or its run not in those
     states; the step changed since the page was shown (`seen` is its updated_at then).
-    Transaction: one; the run row is locked first (the order every transition takes)."""
+    Transaction: one; the run row is locked first (the order every transition takes), then a
+    forward step's compensation steps (the claim skips locked rows: none starts meanwhile)."""
     why = _reason(reason)
     step = Step.objects.filter(pk=step_id).only("id", "run_id", "kind").first()
     if step is None:
         raise OperatorRefused("state", "no such step")
     if step.kind == Step.Kind.FORWARD:
-        raise OperatorRefused(
-            "state",
-            "a forward step in Error had its run compensated: resubmit the run instead "
-            "(a new run of the same input, linked to this one)",
-        )
+        return _forward_step_resubmit(step_id=step_id, run_id=step.run_id, user=user, why=why, seen=seen)
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=step.run_id)
         if run.state != Run.State.FAILED:
@@ -213,6 +217,63 @@ def step_resubmit(*, step_id: int, user: AbstractBaseUser, reason: str, seen: da
             steps=[moved[1]],
         )
         entry = _audit(action=Action.RESUBMIT_STEP, user=user, reason=why, run_id=run.pk, step_id=step_id)
+        transaction.on_commit(scheduler_kick_enqueue)
+    return entry
+
+
+FORWARD_NOT_IN_PLACE = (
+    "a forward step is resubmitted in place only while its run is compensating and nothing has "
+    "been undone yet; once its compensation has started, let it finish and resubmit the run (a "
+    "new run of the same input, linked to this one)"
+)
+
+
+def forward_step_resubmittable(*, run: Run) -> bool:
+    """Whether a forward step in Error of `run` may be resubmitted in place now (the buttons ask;
+    the transition decides): the run Compensating, not cancelled, no compensation attempted."""
+    return (
+        run.state == Run.State.COMPENSATING
+        and not run.cancel_requested
+        and not run.steps.filter(kind=Step.Kind.COMPENSATION)
+        .filter(Q(attempts__gt=0) | ~Q(process_state__in=[Step.State.PENDING, Step.State.WAITING]))
+        .exists()
+    )
+
+
+def _forward_step_resubmit(
+    *, step_id: int, run_id: uuid.UUID, user: AbstractBaseUser, why: str, seen: datetime
+) -> OperatorAction:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.state == Run.State.COMPENSATED:
+            raise OperatorRefused(
+                "state",
+                "its run is compensated: resubmit the run instead (a new run of the same input, "
+                "linked to this one)",
+            )
+        # Held until commit: the scheduler's claim (SKIP LOCKED) cannot start one meanwhile.
+        list(Step.objects.select_for_update().filter(run_id=run.pk, kind=Step.Kind.COMPENSATION))
+        moved = transitions.step_resubmit_in_place(step_id=step_id, seen=seen)
+        if moved is None:
+            raise _stale_or_state(Step.objects.filter(pk=step_id).first(), seen, FORWARD_NOT_IN_PLACE)
+        _run_id, name, dropped = moved
+        _history(run_id=run.pk, step_id=step_id, user=user, action=Action.RESUBMIT_STEP, reason=why)
+        event_record(
+            run_id=run.pk,
+            type=RunEvent.Type.STEP_RETRYING,
+            observed=run.observed,
+            step_id=step_id,
+            step=name,
+            reason=f"resubmitted by {actor_name(user)}; compensation called off",
+        )
+        entry = _audit(
+            action=Action.RESUBMIT_STEP,
+            user=user,
+            reason=why,
+            run_id=run.pk,
+            step_id=step_id,
+            detail={"in_place": True, "compensations_dropped": dropped},
+        )
         transaction.on_commit(scheduler_kick_enqueue)
     return entry
 
@@ -420,7 +481,8 @@ def step_compensation_mark_done_by_operator(
 @dataclass(frozen=True)
 class BulkItem:
     """One step the bulk resubmission found, and what it would do with it: `plan` is
-    "resubmit_step" (a compensation step of a Failed run), "resubmit_run" (a forward step whose
+    "resubmit_step" (a compensation step of a Failed run, or a forward step of a run that has
+    undone nothing yet: in place), "resubmit_run" (a forward step whose
     run is Compensated: a new run) or "skip" (with `why`). `token` names the row and its
     updated_at as shown, for the confirmation (a row changed since is skipped as stale)."""
 
@@ -468,6 +530,12 @@ def _bulk_plan_of(step: Step, resubmitted: set[uuid.UUID]) -> tuple[str, str, st
             "resubmit_run",
             "run compensated: a new run of the same input",
             (f"run:{run.pk}:{run.updated_at.isoformat()}"),
+        )
+    if run.state == Run.State.COMPENSATING and forward_step_resubmittable(run=run):
+        return (
+            "resubmit_step",
+            "nothing undone yet: back to Pending in place, run back to Running",
+            (f"step:{step.pk}:{step.updated_at.isoformat()}"),
         )
     if run.state == Run.State.COMPENSATING:
         return "skip", "run still compensating: try again once it is compensated", ""
@@ -538,7 +606,7 @@ def bulk_resubmit(
             seen = datetime.fromisoformat(seen_text)
             if kind == "step":
                 step_resubmit(step_id=int(ident), user=user, reason=f"bulk: {why}", seen=seen)
-                outcomes.append(BulkOutcome(token, True, "compensation step resubmitted"))
+                outcomes.append(BulkOutcome(token, True, "step resubmitted"))
             elif kind == "run":
                 entry = run_resubmit(run_id=uuid.UUID(ident), user=user, reason=f"bulk: {why}", seen=seen)
                 outcomes.append(BulkOutcome(token, True, "new run started", new_run_id=str(entry.new_run_id)))

@@ -407,12 +407,14 @@ class RunAdmin(ReadOnlyAdmin):
     # -- actions ---------------------------------------------------------------------------------
 
     @admin.action(description="Cancel selected runs", permissions=["operate"])
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
         self._per_run(request, queryset, verb="Cancelled", call=run_cancel)
+        return None  # (ops' OperatorRunAdmin, registered, asks first: a confirmation page)
 
     @admin.action(description="Resume compensation of selected failed runs", permissions=["operate"])
-    def resume_compensation(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+    def resume_compensation(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
         self._per_run(request, queryset, verb="Resumed compensation of", call=run_resume_compensation)
+        return None
 
     def _per_run(self, request: HttpRequest, queryset: QuerySet[Run], *, verb: str, call: Any) -> None:
         """Call a service once per run (each its own transaction) and report every outcome."""

@@ -204,6 +204,57 @@ WHERE id = %(step_id)s AND kind = 'compensation' AND process_state = 'error'
   AND updated_at = %(seen)s
 RETURNING run_id, name
 
+-- name: step_resubmit_in_place
+-- Error -> Pending (an operator resubmits it) for a FORWARD step whose run began compensating
+-- but has undone nothing yet: no compensation step attempted (the caller holds them locked, so
+-- no claim starts one meanwhile). In one statement: the run Compensating -> Running (its error
+-- cleared); its compensation steps, never attempted, removed; the forward steps marked for undo
+-- (Compensating) back to Processed, those cancelled after the errored one back to Waiting; the
+-- errored step Pending with a fresh failure budget and the same idempotency key. Only the row
+-- the operator saw (`seen`: its updated_at). Once a compensation was attempted the run is
+-- undone instead, and then run again as a new run (new keys: the old ones' effects were undone,
+-- and a remote service would answer them from its idempotency record).
+WITH target AS (
+    SELECT id, run_id, seq FROM scheduler_step
+    WHERE id = %(step_id)s AND kind = 'forward' AND process_state = 'error' AND updated_at = %(seen)s
+), reopened AS (
+    UPDATE scheduler_run r
+    SET state = 'running', error = '', finished_at = NULL, updated_at = statement_timestamp()
+    FROM target t
+    WHERE r.id = t.run_id AND r.state = 'compensating' AND NOT r.cancel_requested
+      AND NOT EXISTS (
+          SELECT 1 FROM scheduler_step c
+          WHERE c.run_id = r.id AND c.kind = 'compensation'
+            AND (c.attempts > 0 OR c.process_state NOT IN ('pending', 'waiting'))
+      )
+    RETURNING r.id
+), dropped AS (
+    DELETE FROM scheduler_step c
+    USING reopened
+    WHERE c.run_id = reopened.id AND c.kind = 'compensation' AND c.attempts = 0
+      AND c.process_state IN ('pending', 'waiting')
+    RETURNING c.id
+), restored AS (
+    UPDATE scheduler_step f
+    SET process_state = CASE
+            WHEN f.id = t.id THEN 'pending'
+            WHEN f.process_state = 'compensating' THEN 'processed'
+            ELSE 'waiting'
+        END,
+        failure_count = CASE WHEN f.id = t.id THEN 0 ELSE f.failure_count END,
+        error_permanent = CASE WHEN f.id = t.id THEN false ELSE f.error_permanent END,
+        not_before = CASE WHEN f.id = t.id THEN statement_timestamp() ELSE f.not_before END,
+        finished_at = CASE WHEN f.process_state = 'compensating' THEN f.finished_at END,
+        locked_by = NULL, lease = NULL, complete_by = NULL, start_by = NULL,
+        updated_at = statement_timestamp()
+    FROM target t, reopened
+    WHERE f.run_id = reopened.id AND f.kind = 'forward'
+      AND (f.id = t.id OR f.process_state = 'compensating' OR (f.process_state = 'cancelled' AND f.seq > t.seq))
+    RETURNING f.id, f.run_id, f.name
+)
+SELECT restored.run_id, restored.name, (SELECT count(*) FROM dropped)
+FROM restored WHERE restored.id = %(step_id)s
+
 -- name: step_compensation_retry
 -- Pending -> Pending, due now with a fresh failure count: a compensation step waiting out its
 -- backoff after failures (the "compensation keeps failing" alert), retried at once by an

@@ -135,7 +135,11 @@ def test_resume_compensation_action__failed_run__compensating_again_audited(
     assert any("only failed runs" in t for t in texts), texts
     assert Run.objects.get(pk=running.run_id).state == Run.State.RUNNING
     (entry,) = OperatorAction.objects.all()
-    assert (entry.run_id, entry.action, entry.reason) == (failed.run_id, "resume_compensation", "inventory is back")
+    assert (entry.run_id, entry.action, entry.reason) == (
+        failed.run_id,
+        "resume_compensation",
+        "inventory is back",
+    )
 
 
 def test_run_detail__cancel__confirmation_page_reason_audit_then_not_offered(

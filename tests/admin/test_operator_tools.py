@@ -141,9 +141,95 @@ def test_resubmit_step__wrong_state_and_no_reason__refused(staff_client: Client,
         {"step": release.pk, "seen": release.updated_at.isoformat(), "reason": "  "},
     )
 
-    assert forward.status_code == 409 and "resubmit the run instead" in forward.content.decode()
+    # The run's compensation has run (the release was tried): the run is what is resubmitted.
+    assert forward.status_code == 409 and "resubmit the run (a new run" in forward.content.decode()
     assert blank.status_code == 400 and "reason is required" in blank.content.decode()
     assert Step.objects.get(pk=release.pk).process_state == "error"
+    assert not OperatorAction.objects.exists()
+
+
+def order_declined_nothing_undone(user: Any) -> tuple[Any, Step]:
+    """The charge is declined (forward step in Error); its run is Compensating and the release of
+    the inventory is Pending, not yet attempted: nothing has been undone."""
+    order = order_pending(user)
+    reply(claim(order.run_id), "success")
+    reply(claim(order.run_id), "permanent", error="card declined")
+    charge = Step.objects.get(run_id=order.run_id, name="charge_payment")
+    release = Step.objects.get(run_id=order.run_id, name="release_inventory")
+    assert Run.objects.get(pk=order.run_id).state == Run.State.COMPENSATING
+    assert (charge.process_state, release.process_state, release.attempts) == ("error", "pending", 0)
+    return order, charge
+
+
+def test_resubmit_forward_step__nothing_undone_yet__back_to_pending_in_place_run_goes_on(
+    staff_client: Client, customer: Any
+) -> None:
+    order, charge = order_declined_nothing_undone(customer)
+    key = charge.idempotency_key
+    page = _run_page(staff_client, order.run_id)
+    assert "Resubmit charge_payment" in page
+
+    done = staff_client.post(
+        _act(order.run_id, "resubmit_step"),
+        {"step": charge.pk, "seen": charge.updated_at.isoformat(), "reason": "customer updated the card"},
+    )
+
+    assert done.status_code == 302
+    run = Run.objects.get(pk=order.run_id)
+    assert run.state == Run.State.RUNNING and run.error == ""
+    steps = {s.name: s for s in Step.objects.filter(run_id=order.run_id)}
+    assert set(steps) == {"reserve_inventory", "charge_payment", "create_shipment"}  # compensation dropped
+    assert steps["reserve_inventory"].process_state == "processed"
+    assert steps["create_shipment"].process_state == "waiting"
+    charge = steps["charge_payment"]
+    assert (charge.process_state, charge.failure_count, charge.idempotency_key) == ("pending", 0, key)
+    entry = OperatorAction.objects.get(run_id=order.run_id)
+    assert (entry.action, entry.step_id, entry.reason) == (
+        "resubmit_step",
+        charge.pk,
+        "customer updated the card",
+    )
+    assert entry.detail == {"in_place": True, "compensations_dropped": 1}
+    assert "customer updated the card" in _run_page(staff_client, order.run_id)
+    # The run goes on from the resubmitted step, with the same key, to the end.
+    again = claim(order.run_id)
+    assert again.step_id == charge.pk
+    reply(again, "success")
+    reply(claim(order.run_id), "success")
+    assert Run.objects.get(pk=order.run_id).state == Run.State.COMPLETED
+
+
+def test_resubmit_forward_step__compensation_started__refused_nothing_written(
+    staff_client: Client, customer: Any
+) -> None:
+    order, charge = order_declined_nothing_undone(customer)
+    claim(order.run_id)  # the release is being undone now
+    before = {s.pk: (s.process_state, s.updated_at) for s in Step.objects.filter(run_id=order.run_id)}
+    assert "Resubmit charge_payment" not in _run_page(staff_client, order.run_id)
+
+    refused = staff_client.post(
+        _act(order.run_id, "resubmit_step"),
+        {"step": charge.pk, "seen": charge.updated_at.isoformat(), "reason": "retry"},
+    )
+
+    assert refused.status_code == 409 and "nothing has been undone yet" in refused.content.decode()
+    assert {s.pk: (s.process_state, s.updated_at) for s in Step.objects.filter(run_id=order.run_id)} == before
+    assert Run.objects.get(pk=order.run_id).state == Run.State.COMPENSATING
+    assert not OperatorAction.objects.exists()
+
+
+def test_resubmit_forward_step__stale_form__refused_nothing_written(
+    staff_client: Client, customer: Any
+) -> None:
+    order, charge = order_declined_nothing_undone(customer)
+    shown = charge.updated_at.isoformat()
+    Step.objects.filter(pk=charge.pk).update(updated_at=timezone.now())
+    refused = staff_client.post(
+        _act(order.run_id, "resubmit_step"), {"step": charge.pk, "seen": shown, "reason": "retry"}
+    )
+    assert refused.status_code == 409 and "changed since the page was shown" in refused.content.decode()
+    assert Run.objects.get(pk=order.run_id).state == Run.State.COMPENSATING
+    assert Step.objects.filter(run_id=order.run_id, name="release_inventory").exists()
     assert not OperatorAction.objects.exists()
 
 
