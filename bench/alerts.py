@@ -3,14 +3,16 @@
     python bench/alerts.py [--history 1000000] [--rules 50] [--samples 30] [--plans]
 
 Fills, with generate_series: 200,000 runs over 30 days (10 workflows, 5% compensated, 1%
-failed, a fifth of them runs of 50 jobs), one step per run (2% in Error), and --history attempt
-rows in scheduler_taskexecutionhistory (5 per step, over the same 30 days, 10% failed) - then
+failed, a fifth of them runs of 50 jobs), one step per run (2% in Error, half of those with the
+outage's error text), and --history attempt rows in scheduler_taskexecutionhistory (5 per
+step, over the same 30 days, 10% failed) - then
 creates --rules enabled rules of every kind (failure rates per workflow, job and service,
 consecutive failures, Error steps, runs needing an operator, overdue steps, dispatch lag, due
 backlog, missed runs, breakers, queues, the dead man's switch) and times `alert_rules_evaluate`
 - one tick, everything a beat tick does, announcements included - --samples times. Target: at
 most 50 ms a tick. With --plans it prints EXPLAIN (ANALYZE, BUFFERS) of each condition's
-statement (the plans in bench/README.md, "Alerting"). Rows are deleted at the end.
+statement, and of the operator's bulk resubmission search over an hour and a week (the plans
+in bench/README.md, "Alerting"). Rows are deleted at the end.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ INSERT INTO scheduler_step (run_id, name, kind, seq, operation, process_state, f
 SELECT md5('run' || g)::uuid, 'charge', 'forward', 0,
        'agents.' || (ARRAY['inventory', 'payment', 'shipping'])[1 + g %% 3] || '.call',
        CASE WHEN g %% 50 = 0 THEN 'error' ELSE 'processed' END, 0, now(), 'bench:' || g,
-       interval '30 seconds', 3, 1.0, 60.0, 0, 1, '', false, now(), now(),
+       interval '30 seconds', 3, 1.0, 60.0, 0, 1,
+       CASE WHEN g %% 100 = 0 THEN 'payment service unavailable' ELSE '' END, false, now(), now(),
        now() - (g::float / %(runs)s) * interval '%(days)s days'
 FROM generate_series(1, %(runs)s) AS g;
 
@@ -154,7 +157,21 @@ def plans() -> None:
         "threshold": 0.5,
         "limit": c.RUNS_PER_FINDING,
     }
+    from django.utils import timezone
+
+    from supervisor.operator import steps_failed_matching_queryset
+
+    now = timezone.now()
     with connection.cursor() as cursor:
+        # The operator's bulk resubmission search (issue 21): an hour and a whole week.
+        for label, span in (("an hour", timedelta(hours=1)), ("a week", timedelta(days=7))):
+            sql, bulk_params = steps_failed_matching_queryset(
+                reason="service unavailable", since=now - span, until=now
+            ).query.sql_with_params()
+            explain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY ON) "
+            cursor.execute(explain + sql, bulk_params)
+            print(f"\n-- bulk resubmit search: error contains 'service unavailable', {label}")
+            print("\n".join(row[0] for row in cursor.fetchall()))
         for name, (sql, params) in statements.items():
             cursor.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY ON) " + sql,

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -498,10 +498,13 @@ class BulkItem:
     token: str
 
 
-def steps_failed_matching(*, reason: str, since: datetime, until: datetime) -> list[Step]:
-    """Steps in Error whose last error contains `reason` (case-insensitive) and that errored in
-    [since, until), oldest first, at most BULK_LIMIT + 1 (the caller says when there are more)."""
-    return list(
+def steps_failed_matching_queryset(*, reason: str, since: datetime, until: datetime) -> QuerySet[Step]:
+    """The bulk search: steps in Error whose last error contains `reason` (case-insensitive)
+    that errored in [since, until), oldest first, at most BULK_LIMIT + 1. Index-backed: a range
+    scan of step_error_finished_idx (finished_at WHERE Error) over the window, the text matched
+    on those rows only - its cost is the window's errored steps, never the table
+    (tests/supervisor/test_operator.py EXPLAINs it; bench/README.md, "Alerting", has the plan)."""
+    return (
         Step.objects.select_related("run")
         .filter(
             process_state=Step.State.ERROR,
@@ -511,6 +514,12 @@ def steps_failed_matching(*, reason: str, since: datetime, until: datetime) -> l
         )
         .order_by("finished_at", "id")[: BULK_LIMIT + 1]
     )
+
+
+def steps_failed_matching(*, reason: str, since: datetime, until: datetime) -> list[Step]:
+    """`steps_failed_matching_queryset`'s rows (the caller says when there are more than
+    BULK_LIMIT)."""
+    return list(steps_failed_matching_queryset(reason=reason, since=since, until=until))
 
 
 def _bulk_plan_of(step: Step, resubmitted: set[uuid.UUID]) -> tuple[str, str, str]:
