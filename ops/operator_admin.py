@@ -69,10 +69,7 @@ RUN_ACTIONS: dict[str, RunAction] = {
         True,
         "Resubmit a step in Error",
         "The step goes back to Pending with its failure count reset and the same idempotency key "
-        "(the remote service deduplicates by it). A compensation step: the run goes back to "
-        "Compensating. A forward step whose run has undone nothing yet: its compensation is called "
-        "off and the run goes on from this step (to change the input, let it be compensated and "
-        "start a new run: a changed request needs new idempotency keys).",
+        "(the remote service deduplicates by it); the run goes back to Compensating.",
     ),
     "resubmit_run": RunAction(
         P_RESUBMIT,
@@ -125,6 +122,14 @@ RUN_ACTIONS: dict[str, RunAction] = {
         "undone. Say what is left and who handles it.",
     ),
 }
+
+# A forward step's resubmission (in place, before anything was undone) says what else changes.
+FORWARD_RESUBMIT_EXPLAINS = (
+    "The step goes back to Pending with its failure count reset and the same idempotency key (the "
+    "remote service deduplicates by it). Nothing has been undone yet: the run's compensation is "
+    "called off and the run goes on from this step. To change the input, let the run be compensated "
+    "and start a new run of it instead: a changed request needs new idempotency keys."
+)
 
 # The run-level actions that are also changelist actions (several runs at once, one
 # confirmation page with one reason): action -> its service.
@@ -277,10 +282,14 @@ class OperatorToolsMixin:
             except ValueError:
                 return HttpResponse("choose a step of this run (step=<id>)", status=400)
         row = step if step is not None else run
+        explains = spec.explains
+        if action == "resubmit_step" and step is not None and step.kind == Step.Kind.FORWARD:
+            explains = FORWARD_RESUBMIT_EXPLAINS
         context = self._context(
             request,
             title=spec.title,
             spec=spec,
+            explains=explains,
             action=action,
             run=run,
             step=step,

@@ -62,7 +62,7 @@ def admin_server(live_db: None, worker_env: dict[str, str], tmp_path: Path) -> I
             return False
 
     try:
-        wait_for(up, timeout=30, interval=0.2, what="the web to answer")
+        wait_for(up, timeout=120, interval=0.2, what="the web to answer")  # a loaded shared machine
         yield base
     finally:
         proc.stop()

@@ -168,6 +168,8 @@ def test_resubmit_forward_step__nothing_undone_yet__back_to_pending_in_place_run
     key = charge.idempotency_key
     page = _run_page(staff_client, order.run_id)
     assert "Resubmit charge_payment" in page
+    confirm = staff_client.get(_act(order.run_id, "resubmit_step") + f"?step={charge.pk}").content.decode()
+    assert "compensation is called off" in confirm and key in confirm
 
     done = staff_client.post(
         _act(order.run_id, "resubmit_step"),

@@ -53,7 +53,7 @@ def web_server(worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFact
             return False
 
     try:
-        wait_for(up, timeout=30, interval=0.2, what="the web to answer")
+        wait_for(up, timeout=120, interval=0.2, what="the web to answer")  # a loaded shared machine
         yield base
     finally:
         proc.stop()
