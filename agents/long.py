@@ -206,7 +206,18 @@ class Beat:
 class HeartbeatAgentTask(AgentTask):
     """Base of a heartbeat step's agent: implement `work` (the long part: call `beat()` often,
     write nothing that matters) and `commit` (write its effect; runs in the fenced transaction
-    that also accepts the success; returns the step's result)."""
+    that also accepts the success; returns the step's result).
+
+    Its message is acknowledged when a worker starts it, not when it ends (`acks_late` off,
+    unlike every other agent): a heartbeat step may run for its whole deadline (the export's
+    15 min), and a delivery held unacknowledged that long meets the broker's bound on holds -
+    RabbitMQ's `consumer_timeout` closes the worker's channel, and Celery's worker exits
+    ("Unrecoverable error: PreconditionFailed"); Redis's `visibility_timeout` delivers it a
+    second time. Late acks buy nothing here anyway: if the worker dies, its heartbeats stop and
+    the supervisor takes the step back within one window + one sweep, from the database.
+    (tests/e2e/test_consumer_timeout_live.py shows both on a RabbitMQ with a 3 s timeout.)"""
+
+    acks_late = False
 
     def work(self, *, payload: dict[str, Any], beat: Beat) -> Any:
         raise NotImplementedError

@@ -729,11 +729,18 @@ SAS_QUEUES = [
 def _celery_queues() -> list[Any]:
     from kombu import Exchange, Queue
 
-    # Quorum queues (SAS_BROKER_QUEUE_TYPE above, RabbitMQ only) are declared with their type.
+    # Quorum queues (SAS_BROKER_QUEUE_TYPE above, RabbitMQ only) are declared with their type,
+    # behind topic exchanges: Celery's native delayed delivery (a countdown waits in RabbitMQ's
+    # celery_delayed_* exchanges, not unacked in a worker) binds only topic exchanges - on a
+    # direct one kombu warns "ETA tasks published to this exchange will block the worker".
+    # Routing is unchanged: each queue's key is its own name. (Classic queues keep their direct
+    # exchanges: RabbitMQ refuses to redeclare an existing exchange with another type.)
+    # https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/rabbitmq.html#native-delayed-delivery
     quorum = CELERY_TASK_DEFAULT_QUEUE_TYPE == "quorum"
     arguments = {"x-queue-type": "quorum"} if quorum else None
+    kind = "topic" if quorum else "direct"
     return [
-        Queue(name, Exchange(name, type="direct"), routing_key=name, queue_arguments=arguments)
+        Queue(name, Exchange(name, type=kind), routing_key=name, queue_arguments=arguments)
         for name in SAS_QUEUES
     ]
 

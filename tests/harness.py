@@ -176,14 +176,16 @@ def publishing_to(url: str, *, queue_type: str = "classic") -> Iterator[None]:
     dropped before and after, so each is made again from the configuration of the moment (kombu
     keeps one connection pool per URL, process-wide: they are not closed here)."""
     from celery import current_app
-    from kombu import Queue
+    from kombu import Exchange, Queue
 
     conf = current_app.conf
     names = ("broker_url", "task_default_queue_type", "task_create_missing_queue_type", "task_queues")
     before = {name: conf[name] for name in names}
-    arguments = {"x-queue-type": queue_type} if queue_type != "classic" else None
+    args = {"x-queue-type": queue_type} if queue_type != "classic" else None
+    # Quorum queues sit behind topic exchanges (settings._celery_queues: native delayed delivery).
+    kind = "topic" if queue_type == "quorum" else "direct"
     queues = [
-        Queue(q.name, q.exchange, routing_key=q.routing_key, queue_arguments=arguments)
+        Queue(q.name, Exchange(q.exchange.name, type=kind), routing_key=q.routing_key, queue_arguments=args)
         for q in before["task_queues"] or ()
     ]
 

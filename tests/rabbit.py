@@ -74,9 +74,12 @@ def _free_port() -> int:
 class PrivateRabbit:
     """A rabbitmq-server node of a test's own: its own node name, data directory and ports, so
     killing it touches nothing else. `consumer_timeout_ms` sets RabbitMQ's consumer timeout (the
-    machine's node keeps the 30 min default)."""
+    machine's node keeps the 30 min default). RabbitMQ checks it on each channel's tick,
+    `channel_tick_interval`, 60 s by default - so it fires up to a minute late; `tick_ms`
+    shortens the tick so a test sees it fire within a second of the timeout."""
 
     consumer_timeout_ms: int | None = None
+    tick_ms: int | None = None
     port: int = field(default_factory=_free_port)
     dist_port: int = field(default_factory=_free_port)
     base: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sas-rabbit-")))
@@ -102,6 +105,8 @@ class PrivateRabbit:
         erl_args = "-rabbit loopback_users []"
         if self.consumer_timeout_ms is not None:
             erl_args += f" -rabbit consumer_timeout {int(self.consumer_timeout_ms)}"
+        if self.tick_ms is not None:
+            erl_args += f" -rabbit channel_tick_interval {int(self.tick_ms)}"
         env = {
             **os.environ,
             "RABBITMQ_NODENAME": self.node,

@@ -41,12 +41,17 @@ def rabbit_engine(
 
 
 @contextlib.contextmanager
-def _engine_on(env: dict[str, str], tmp_path: Path) -> Iterator[tuple[dict[str, str], SimulatorControl]]:
-    """A control worker, an agents worker and beat on `env`'s broker; the test process publishes there."""
-    procs = [
-        celery_worker(name="control", queues=CONTROL_QUEUES, log_dir=tmp_path, env=env),
-        celery_worker(name="agents", queues=AGENT_QUEUES, log_dir=tmp_path, env=env, concurrency=4),
-    ]
+def _engine_on(
+    env: dict[str, str], tmp_path: Path, *, agents: bool = True
+) -> Iterator[tuple[dict[str, str], SimulatorControl]]:
+    """A control worker, an agents worker (unless not `agents`: the test starts its own) and
+    beat on `env`'s broker; the test process publishes there."""
+    procs = [celery_worker(name="control", queues=CONTROL_QUEUES, log_dir=tmp_path, env=env)]
+    if agents:
+        agent_worker = celery_worker(
+            name="agents", queues=AGENT_QUEUES, log_dir=tmp_path, env=env, concurrency=4
+        )
+        procs.append(agent_worker)
     beat = celery_beat(log_dir=tmp_path, env=env)
     sim = SimulatorControl(os.environ["SIMULATOR_URL"])
     sim.reset()
@@ -93,8 +98,9 @@ def test_quorum_queues__orders_with_retries_complete__every_queue_is_quorum(
     engine_paused, simulator_session, worker_env, demo_user, tmp_path
 ):
     # SAS_BROKER_QUEUE_TYPE=quorum on a vhost of its own: every queue Celery declares is a quorum
-    # queue; the workers run without global QoS, and the retries' countdowns (a transient fault
-    # at the payment service) go through RabbitMQ's native delayed delivery.
+    # queue (behind a topic exchange); the workers run without global QoS, and countdowns (the
+    # scheduler's kicks after a retry's backoff: a transient fault at the payment service) go
+    # through RabbitMQ's native delayed delivery.
     with session_vhost(f"sas-test-{os.getpid()}-quorum") as vhost:
         env = {**worker_env, "CELERY_BROKER_URL": f"amqp://guest:guest@127.0.0.1:5672/{vhost}"}
         env["SAS_BROKER_QUEUE_TYPE"] = "quorum"
@@ -119,3 +125,7 @@ def test_quorum_queues__orders_with_retries_complete__every_queue_is_quorum(
             assert queues.get(name) == "quorum", queues
         log = (tmp_path / "agents.log").read_text()
         assert "Global QoS is disabled" in log, log[-2000:]
+        # Native delayed delivery bound every queue (topic exchanges): countdowns wait in
+        # RabbitMQ, not unacked in a worker (tests/e2e/test_consumer_timeout_live.py).
+        for name in ("agents.log", "control.log"):
+            assert "do not support direct exchanges" not in (tmp_path / name).read_text()
