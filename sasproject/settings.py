@@ -352,10 +352,12 @@ if REDIS_PREFIX:
 # RabbitMQ's consumer_timeout (seconds; its default is 30 min): a delivery a consumer holds
 # unacked longer closes the channel and is delivered again. With task_acks_late a message stays
 # unacked for as long as its task runs, and an ETA/countdown message for as long as the worker
-# waits for its time (Celery holds both unacked). Ours stay far below it: the task time limit
-# above (300 s) and the countdowns (kicks after a backoff, at most the *_BACKOFF_MAX settings;
-# dispatcher wake-ups, under JOBS_DISPATCH_INTERVAL) - tests/deploy/test_brokers.py checks every
-# one against this value and the machine's broker against it. Set it to your broker's
+# waits for its time (Celery holds both unacked); Celery's worker exits when it fires. Ours stay
+# far below it: the task time limit above (300 s), every step's window + 2 s (its hard limit),
+# heartbeat steps acked when they start (agents/long.py), and the countdowns (kicks after a
+# backoff, at most the *_BACKOFF_MAX settings; dispatcher wake-ups, under JOBS_DISPATCH_INTERVAL)
+# - tests/deploy/test_brokers.py checks every one against this value and the machine's broker
+# against it; tests/e2e/test_consumer_timeout_live.py fires it. Set it to your broker's
 # consumer_timeout if you lowered it; never raise time limits or backoffs above it.
 # https://www.rabbitmq.com/docs/consumers#acknowledgement-timeout
 SAS_BROKER_CONSUMER_TIMEOUT = env_float("SAS_BROKER_CONSUMER_TIMEOUT", 1800.0)

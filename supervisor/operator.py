@@ -99,6 +99,10 @@ def _reason(reason: str) -> str:
         raise OperatorRefused("reason", "say why (the reason is required and kept in the audit)")
     if len(text) > REASON_MAX:
         raise OperatorRefused("reason", f"the reason is at most {REASON_MAX} characters")
+    if "\x00" in text:
+        # PostgreSQL's text refuses NUL: refused here, not as a DataError at the INSERT (a 500
+        # in the admin). Found by tests/test_properties_bad_input.py (issue 22).
+        raise OperatorRefused("reason", "the reason may not contain a NUL character")
     return text
 
 

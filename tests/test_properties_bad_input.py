@@ -9,6 +9,7 @@ runs in well under a minute.
 from __future__ import annotations
 
 import ipaddress
+import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -375,3 +376,90 @@ def test_job_update__any_editable_values__edit_or_refusal_nothing_changed(
         job_update(job_id=job.pk, by_staff=False, actor="prop", **changes)
     except (WorkflowInputError, ValidationError, LimitExceeded):
         assert Job.objects.filter(pk=job.pk).values().get() == before
+
+
+# -- operator actions (supervisor/operator.py) ---------------------------------------------------
+
+OPERATOR_ACTIONS = (
+    "step_resubmit",
+    "run_resubmit",
+    "run_compensate_by_operator",
+    "step_compensation_retry",
+    "step_compensation_mark_done_by_operator",
+)
+reasons = st.text(max_size=40) | st.sampled_from(
+    ["", "   ", "x" * 2001, "ok\x00", "\u202eevil", "refund\nmade"]
+)
+
+
+def _engine_rows() -> list[tuple[Any, ...]]:
+    from scheduler.models import Step
+    from supervisor.models import OperatorAction
+
+    return [
+        *Run.objects.order_by("pk").values_list("pk", "state", "updated_at"),
+        *Step.objects.order_by("pk").values_list("pk", "process_state", "updated_at", "failure_count"),
+        ("audit", OperatorAction.objects.count()),
+    ]
+
+
+@pytest.mark.django_db
+@DB
+@given(
+    action=st.sampled_from(OPERATOR_ACTIONS),
+    target=st.sampled_from(["run", "step", "compensation"])
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    reason=reasons,
+    seen_real=st.booleans(),
+    seen_other=st.datetimes(timezones=st.just(UTC)),
+)
+@example(
+    action="run_compensate_by_operator",
+    target="run",
+    reason="ok\x00",
+    seen_real=True,
+    seen_other=datetime(2000, 1, 1, tzinfo=UTC),
+)
+def test_operator_actions__any_target_reason_and_seen__action_or_refusal_nothing_changed(
+    django_user_model: Any, action: str, target: Any, reason: str, seen_real: bool, seen_other: datetime
+) -> None:
+    from scheduler.models import Step
+    from supervisor import operator
+    from supervisor.models import OperatorAction
+    from tests.engine_workflow import register_engine_workflow, submit
+
+    register_engine_workflow()
+    user, _ = django_user_model.objects.get_or_create(username="prop-operator", defaults={"is_staff": True})
+    run = Run.objects.filter(owner=user).first() or submit(user)
+    step = Step.objects.filter(run=run).order_by("pk").first()
+    undo = Step.objects.filter(run=run, compensates__isnull=False).order_by("pk").first() or step
+    run_action = action in ("run_resubmit", "run_compensate_by_operator")
+    real: Run | Step | None
+    if run_action:
+        ident: Any = (
+            run.pk if target == "run" else uuid.UUID(int=target % 2**128 if isinstance(target, int) else 0)
+        )
+        real = Run.objects.filter(pk=ident).first()
+    else:
+        rows = {"step": step, "compensation": undo, "run": None}
+        ident = rows[target].pk if isinstance(target, str) and rows[target] else target
+        ident = ident if isinstance(ident, int) else 0
+        real = Step.objects.filter(pk=ident).first()
+    seen = real.updated_at if (seen_real and real is not None) else seen_other
+    kwargs = {"run_id" if run_action else "step_id": ident, "user": user, "reason": reason, "seen": seen}
+
+    before = _engine_rows()
+    refused: operator.OperatorRefused | None = None
+    try:
+        entry = getattr(operator, action)(**kwargs)
+    except operator.OperatorRefused as exc:
+        refused = exc
+    if refused is not None:
+        assert refused.code in ("state", "stale", "reason", "input"), refused.code
+        assert str(refused)
+        assert _engine_rows() == before  # refused: nothing written
+        return
+    # Done: only with a reason, the row as it was shown, and an audit entry of it.
+    assert reason.strip() and len(reason.strip()) <= operator.REASON_MAX
+    assert seen_real and isinstance(entry, OperatorAction)
+    assert OperatorAction.objects.filter(pk=entry.pk).exists()
