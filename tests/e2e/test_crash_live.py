@@ -34,13 +34,18 @@ def test_agent_worker_killed_mid_charge__order_completes_with_exactly_one_paymen
     run = wait_run(order.run_id, (Run.State.COMPLETED,), timeout=40)
 
     charge = step(run.id, "charge_payment")
-    assert charge.attempts == 2 and charge.failure_count == 1
     assert charging.lease != charge.lease
     # The remote side effect happened once, however often the step ran.
     charges = engine.sim.ledger(service="payment", operation="charge")
     assert len(charges) == 1 and charges[0]["key"] == charge.idempotency_key
     history = TaskExecutionHistory.objects.filter(step=charge).order_by("id")
-    assert [h.status for h in history if h.kind == "attempt"] == ["timed_out", "succeeded"]
+    statuses = [h.status for h in history if h.kind == "attempt"]
+    # One attempt timed out (the killed one: one failure counted), one succeeded. While the
+    # restarted worker boots (seconds on a loaded machine), the supervisor may send the step
+    # again each time its start-by passes unstarted: those are "requeued", no failure counted.
+    requeued = statuses.count("requeued")
+    assert [s for s in statuses if s != "requeued"] == ["timed_out", "succeeded"], statuses
+    assert charge.failure_count == 1 and charge.attempts == 2 + requeued
 
 
 def _charge_started(log: str, step_id: int) -> bool:
