@@ -1,16 +1,22 @@
-"""What monitoring costs the engine (issue 19): the engine benchmark (bench/engine.py's
-`engine`) with the metrics and Flower's task events off and on, alternated in one run.
+"""What monitoring costs the engine (issue 19), and what it costs any Celery app (the floor):
+the engine benchmark (bench/engine.py's `engine`) and a bare Celery app, each with the metrics /
+Flower's task events off and on, alternated in one run.
 
     python bench/monitoring.py [--orders 200] [--latency-samples 50] [--rounds 2] [--concurrency 2]
+                               [--bare-tasks 1] [--variants off metrics on on+sent bare-off ...]
 
-off:     SAS_METRICS=0 (no Redis writes per attempt), task events off, no Flower, no scrapes.
-metrics: SAS_METRICS=1 and /metrics scraped every SCRAPE_EVERY seconds; no task events.
-on:      SAS_METRICS=1, the workers' task events and the producer's task-sent events on
-     (CELERY_WORKER_SEND_TASK_EVENTS / CELERY_TASK_SEND_SENT_EVENT = 1, what Flower turns on),
-     a real Flower consuming them, and /metrics scraped every SCRAPE_EVERY seconds meanwhile.
-Rounds rotate the variants so that the machine's drift falls on all. Printed: orders/s, the p50
-submit->Completed and the CPU per order (worker, beat, Flower) of each, and the ratios to off
-(target: cost <= 5%).
+off:      SAS_METRICS=0 (no Redis writes per attempt), task events off, no Flower, no scrapes.
+metrics:  SAS_METRICS=1 and /metrics scraped every SCRAPE_EVERY seconds; no task events.
+on:       metrics + a real Flower and the workers' task events (what `make run` and compose run:
+          Flower turns the workers' events on; task-sent events stay off by default).
+on+sent:  on + the producers' task-sent events (CELERY_TASK_SEND_SENT_EVENT=1).
+bare-off, bare-on, bare-on+sent: the floor - bench/baselines/bare_celery.py (no Django, our
+          workers' settings) on the same broker, an order being `--bare-tasks` chained tasks that
+          make the same three HTTP calls; with -E and a Flower on the bare app when "on".
+Rounds rotate the variants so that the machine's drift falls on all. Printed per variant:
+orders/s, the p50 submit->done, the CPU per order of the worker's main process, its pool, beat and
+Flower (and, beside them, PostgreSQL, Redis and this process), Flower's tasks per order by name,
+the ratios to the family's "off", and each "on" against its floor (target: cost <= 5%).
 """
 
 from __future__ import annotations
