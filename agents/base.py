@@ -19,7 +19,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -82,8 +82,10 @@ class AttemptFailed(Exception):
     with a traceback. Tasks called directly (tests, steps run in place) return as before."""
 
 
-# Outcomes of an attempt that Flower shows as failed (every one but a success or a page done).
-FAILED_OUTCOMES = frozenset({"permanent", "transient", "deferred", "deadline", "dropped"})
+# Outcomes of an attempt that Flower shows as failed (every one but a success or a page done):
+# its reply's, or why it sent none - past its deadline, dropped unread, or (a long step) its
+# lease taken back while it worked.
+FAILED_OUTCOMES = frozenset({"permanent", "transient", "deferred", "deadline", "dropped", "lease_lost"})
 
 
 @dataclass
@@ -246,8 +248,15 @@ class AgentTask(Task):
         return result
 
     def perform(self, **kwargs: Any) -> str:
-        """One attempt (`_perform`), counted in the engine's metrics (scheduler/metrics.py): its
-        outcome, its time at work and its time in the queue."""
+        """One attempt (`_perform`), observed (`observed`)."""
+        return self.observed(self._perform, kwargs)
+
+    def observed(self, attempt: Callable[..., str], kwargs: dict[str, Any]) -> str:
+        """Run one attempt, `attempt(**kwargs)`, and count it in the engine's metrics
+        (scheduler/metrics.py): its outcome, its time at work and its time in the queue. Its
+        outcome is the first attempt's of a task run by a worker, so the task's Celery state
+        (Flower's) says whether it failed. Every kind of agent goes through here: the short ones
+        (`perform`) and the long steps' pages and heartbeat work (agents/long.py)."""
         record = _Attempt()
         token = _attempt.set(record)
         sent_at = _sent_at.get()
@@ -255,7 +264,7 @@ class AgentTask(Task):
         started = time.monotonic()
         queued = time.time() - sent_at if sent_at is not None else None
         try:
-            result = self._perform(**kwargs)
+            result = attempt(**kwargs)
         finally:
             _attempt.reset(token)
         if not record.outcome:

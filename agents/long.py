@@ -104,7 +104,12 @@ class PagedAgentTask(AgentTask):
     def process_page(self, page: Page) -> PageDone:
         raise NotImplementedError
 
-    def perform_page(
+    def perform_page(self, **kwargs: Any) -> str:
+        """One page: an attempt observed as every agent's (`AgentTask.observed`: metrics, and
+        the task shown failed in Flower unless the page was done)."""
+        return self.observed(self._perform_page, kwargs)
+
+    def _perform_page(
         self,
         *,
         step_id: int,
@@ -228,7 +233,11 @@ class HeartbeatAgentTask(AgentTask):
     def discard(self, *, payload: dict[str, Any], built: Any) -> None:
         """Clean up what `work` built when it cannot be committed (override if it made files)."""
 
-    def perform_long(
+    def perform_long(self, **kwargs: Any) -> str:
+        """The whole long work: an attempt observed as every agent's (`AgentTask.observed`)."""
+        return self.observed(self._perform_long, kwargs)
+
+    def _perform_long(
         self,
         *,
         step_id: int,

@@ -12,15 +12,21 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
+from scheduler.metrics import periodic_mark
+
 from .services import alert_email_build, alert_rules_evaluate
 
 logger = logging.getLogger("sas.alerts")
 
 
-@shared_task(name="alerting.evaluate", ignore_result=True)
+# A periodic engine task like the sweep: no task events (one a second would bury the agents'
+# tasks in Flower and cost each one's events, bench/README.md "Monitoring"); its health signal
+# is its last run as it records it (`periodic_mark`: the engine-health page and /metrics).
+@shared_task(name="alerting.evaluate", ignore_result=True, send_events=False)
 def alerting_evaluate() -> dict[str, Any]:
     """One evaluation tick. Off (returns) when SAS_ALERTS_ENABLED is off. Survives a database
     outage: logs and returns, the next tick (or the watchdog) tries again."""
+    periodic_mark(task="alerting.evaluate")
     if not settings.SAS_ALERTS_ENABLED:
         return {"ran": False}
     try:

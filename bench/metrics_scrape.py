@@ -102,6 +102,7 @@ def explain() -> list[tuple[str, str]]:
         ),
         ("pending steps", metrics.SQL_STEPS_PENDING, {}),
         ("processing steps", metrics.SQL_STEPS_PROCESSING, {}),
+        ("waiting steps", metrics.SQL_STEPS_WAITING, {"states": list(metrics.UNFINISHED)}),
         ("due jobs", metrics.SQL_JOBS_DUE, {}),
         ("open alerts", metrics.SQL_ALERTS_OPEN, {}),
     ]

@@ -83,6 +83,14 @@ SQL_STEPS_PENDING = """
 SELECT operation, count(*), count(*) FILTER (WHERE not_before <= now()), min(not_before)
 FROM scheduler_step WHERE process_state = 'pending' GROUP BY operation
 """
+# Waiting steps (behind the step before them, or a compensation behind the one after) by
+# operation. Only an unfinished run has any (a run that ends cancels what still waits), so the
+# runs come from ranges of run_state_created_idx and their steps from step_run_seq_unique:
+# bounded by the runs in flight, however long the history.
+SQL_STEPS_WAITING = """
+SELECT s.operation, count(*) FROM scheduler_run r JOIN scheduler_step s ON s.run_id = r.id
+WHERE r.state = ANY(%(states)s) AND s.process_state = 'waiting' GROUP BY s.operation
+"""
 # Processing steps by operation: step_processing_deadline_idx (Processing rows only).
 SQL_STEPS_PROCESSING = """
 SELECT operation, count(*) FROM scheduler_step WHERE process_state = 'processing' GROUP BY operation
@@ -333,7 +341,8 @@ class EngineCollector(Collector):
     def _steps(self, now: float) -> Iterable[Metric]:
         steps = GaugeMetricFamily(
             "sas_steps",
-            "Steps waiting for or at an agent, by state and operation.",
+            "Steps of runs in flight by state and operation: waiting (behind the step before "
+            "them), pending (to be claimed: due or in backoff), processing (at an agent).",
             labels=["state", "operation"],
         )
         due = GaugeMetricFamily(
@@ -341,16 +350,26 @@ class EngineCollector(Collector):
             "Pending steps whose time has come (not in backoff).",
             labels=["operation"],
         )
+        backoff = GaugeMetricFamily(
+            "sas_steps_pending_backoff",
+            "Pending steps waiting out a backoff (not_before still ahead): after a failed or "
+            "deferred attempt, or an open circuit breaker.",
+            labels=["operation"],
+        )
         oldest = None
         for operation, count, due_count, first in _rows(SQL_STEPS_PENDING):
             steps.add_metric(["pending", operation], count)
             due.add_metric([operation], due_count)
+            backoff.add_metric([operation], count - due_count)
             if due_count and first is not None and (oldest is None or first < oldest):
                 oldest = first
         for operation, count in _rows(SQL_STEPS_PROCESSING):
             steps.add_metric(["processing", operation], count)
+        for operation, count in _rows(SQL_STEPS_WAITING, {"states": list(UNFINISHED)}):
+            steps.add_metric(["waiting", operation], count)
         yield steps
         yield due
+        yield backoff
         yield GaugeMetricFamily(
             "sas_step_oldest_pending_seconds",
             "How long the oldest due Pending step has waited to be claimed (0: none).",

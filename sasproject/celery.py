@@ -47,6 +47,11 @@ def _name_worker_in_logs(sender: str, instance: Any = None, **kwargs: Any) -> No
 @beat_init.connect
 def _name_beat_in_logs(**kwargs: Any) -> None:
     logs.set_worker_name(f"beat@{socket.gethostname()}")
+    # Beat publishes only the engine's periodic tasks (sweep, tick, dispatcher, alert rules),
+    # which send no task events (send_events=False; their last runs are on the health page):
+    # with CELERY_TASK_SEND_SENT_EVENT on, their task-sent events alone - a few a second - would
+    # still list them in Flower, as "sent" forever, and cost a publish each (issue 19).
+    app.conf.task_send_sent_event = False
 
 
 def _add_queue_heartbeat() -> None:

@@ -60,6 +60,7 @@ ATTEMPT_OUTCOMES: tuple[str, ...] = (
     "continue",
     "deadline",
     "dropped",
+    "lease_lost",
 )
 
 

@@ -60,10 +60,11 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
     broker_transport_options={"global_keyprefix": PREFIX, "visibility_timeout": 3600},
-    # Its own best: no result backend, no task events.
+    # Its own best: no result backend, no task events (bench/monitoring.py measures the floor
+    # of what task events cost with them on: the worker's -E, and BARE_TASK_SENT_EVENT=1).
     task_ignore_result=True,
     worker_send_task_events=False,
-    task_send_sent_event=False,
+    task_send_sent_event=os.environ.get("BARE_TASK_SENT_EVENT") == "1",
     task_default_queue=QUEUE,
     enable_utc=True,
 )
@@ -138,9 +139,42 @@ def ship(order_id: str, items: list[dict[str, Any]], done_key: str = "", counter
     _signal_done(done_key, counter_key)
 
 
-# -- the driver ------------------------------------------------------------------------------
-
 ITEMS = [{"sku": "B-1", "quantity": 1}]
+
+
+# For bench/monitoring.py's floor: an order as `tasks` chained tasks sharing the same three calls.
+CALLS = {
+    "reserve": ("/inventory/reserve", lambda o: {"items": ITEMS, "order_id": o}),
+    "charge": (
+        "/payment/charge",
+        lambda o: {"amount": "9.99", "currency": "EUR", "card": "tok_ok", "order_id": o},
+    ),
+    "ship": ("/shipping/create", lambda o: {"order_id": o, "items": ITEMS}),
+}
+
+
+@app.task(name="bare.calls")
+def calls(order_id: str, names: list[str], done_key: str = "", counter_key: str = "") -> None:
+    for name in names:
+        path, body = CALLS[name]
+        _post(path, body(order_id), f"{order_id}:{name}")
+    if done_key or counter_key:
+        _signal_done(done_key, counter_key)
+
+
+def submit_calls(*, tasks: int, done_key: str = "", counter_key: str = "") -> str:
+    """One order of the three calls in `tasks` chained tasks (1: one task makes all three;
+    3: one each, as `submit_order`; more: the extra ones make none)."""
+    order_id = str(uuid.uuid4())
+    names = list(CALLS)
+    groups = [names[i * len(names) // tasks : (i + 1) * len(names) // tasks] for i in range(tasks)]
+    signatures = [calls.si(order_id, group) for group in groups[:-1]]
+    signatures.append(calls.si(order_id, groups[-1], done_key=done_key, counter_key=counter_key))
+    chain(*signatures).apply_async()
+    return order_id
+
+
+# -- the driver ------------------------------------------------------------------------------
 
 
 def submit_order(*, done_key: str = "", counter_key: str = "") -> str:

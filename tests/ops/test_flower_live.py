@@ -150,3 +150,101 @@ def test_flower__login_failed_attempts_periodic_tasks_and_queues(
     page = body.decode()
     for queue in ("agent.payment", "agent.shipping", "scheduler", "supervisor"):
         assert f">{queue}<" in page or f'"{queue}"' in page or queue in page, queue
+
+
+def test_flower__long_steps_failed_attempts_shown_failed(
+    flower: str, engine: Any, demo_user: Any, start_worker: Any
+) -> None:
+    """The long steps' agents (agents/long.py) end their tasks as the short ones do: a reprice
+    page whose statement fails (a numeric overflow: a transient fault, retried) and an export
+    refused for good show as FAILURE with the reason; a page done ("continue") and the last
+    page as SUCCESS; one task per attempt, as the run's history has them."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from catalogue.services import catalogue_seed, reprice_submit
+    from exports.models import Export
+    from scheduler.services import run_submit
+
+    worker = start_worker(name="long-flower", queues="agent.catalogue,agent.exports", concurrency=1)
+    wait_for(
+        lambda: "Events of group {task} enabled by remote" in worker.log(),
+        timeout=30,
+        what="Flower to enable the long worker's task events",
+    )
+
+    def clean_catalogue() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE catalogue_product, catalogue_repriceledger RESTART IDENTITY")
+
+    victim, _ = get_user_model().objects.get_or_create(username="flower-victim")
+    ops, _ = get_user_model().objects.get_or_create(username="flower-ops", defaults={"is_staff": True})
+    clean_catalogue()
+    try:
+        # 1,001 products: the first page (1,000) is done, the second holds the one product whose
+        # price cannot grow by 10% (numeric(14, 2)): its statement fails, every attempt.
+        catalogue_seed(rows=1001)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE catalogue_product SET price = 999999999999.99"
+                " WHERE id = (SELECT max(id) FROM catalogue_product)"
+            )
+        reprice = reprice_submit(owner_id=demo_user.id, by_staff=True, percent="10")
+        # An export of another user's history: refused for good by the agent.
+        theirs = Export.objects.create(owner=victim)
+        export = run_submit(
+            workflow="exports.history_csv", input={"export_id": str(theirs.pk)}, owner_id=ops.pk
+        )
+        reprice_run = wait_run(reprice.id, tuple(Run.TERMINAL_STATES), timeout=60)
+        export_run = wait_run(export.id, tuple(Run.TERMINAL_STATES), timeout=60)
+
+        def statuses(run: Run) -> list[str]:
+            rows = TaskExecutionHistory.objects.filter(run=run, kind="attempt").order_by("id")
+            return list(rows.values_list("status", flat=True))
+
+        def flower_tasks(name: str, run: Run) -> dict[int, dict[str, Any]]:
+            """The run's tasks that ended, by the attempt each one's request names."""
+            step_id = run.steps.order_by("seq").first().pk
+            status, body = _get(f"{flower}/api/tasks?taskname={name}")
+            assert status == 200
+            done: dict[int, dict[str, Any]] = {}
+            for task in json.loads(body).values():
+                kwargs = task["kwargs"] or ""
+                if f"'step_id': {step_id}," in kwargs and task["state"] in ("FAILURE", "SUCCESS"):
+                    attempt = int(kwargs.split("'attempt': ", 1)[1].split(",", 1)[0])
+                    assert attempt not in done, (attempt, task)  # one task per attempt
+                    done[attempt] = task
+            return done
+
+        # The reprice: page 1 done ("continued"), then the failing page's attempts (transient,
+        # until the step's max_failures). Each attempt that came through the broker is one task,
+        # named by its attempt (page 2's first attempt may run in place, inside page 1's task,
+        # whose state is its own first attempt's: agents/eager.py).
+        history = statuses(reprice_run)
+        assert history[0] == "continued" and history.count("failed_transient") == 3, history
+        tasks = wait_for(
+            lambda: (t := flower_tasks("agents.catalogue.reprice", reprice_run)) and len(history) in t and t,
+            timeout=30,
+            what="Flower to show the reprice's last attempt",
+        )
+        assert tasks[1]["state"] == "SUCCESS", tasks[1]  # the page done: a "continue" reply
+        assert len(tasks) >= 2, tasks
+        for attempt, task in tasks.items():
+            failed = history[attempt - 1] == "failed_transient"
+            assert task["state"] == ("FAILURE" if failed else "SUCCESS"), (attempt, task, history)
+            if failed:
+                assert "AttemptFailed" in task["exception"] and "transient" in task["exception"], task
+                assert "numeric field overflow" in task["exception"], task["exception"]
+
+        # The export: refused once, shown failed with the reason.
+        assert statuses(export_run) == ["failed_permanent"]
+        task = wait_for(
+            lambda: flower_tasks("agents.exports.history_csv", export_run).get(1),
+            timeout=30,
+            what="Flower to show the export's task",
+        )
+        assert task["state"] == "FAILURE", task
+        assert "permanent" in task["exception"] and "not the run owner's" in task["exception"], task
+    finally:
+        clean_catalogue()
+        Export.objects.filter(owner=victim).delete()

@@ -25,7 +25,7 @@ from scheduler import metrics as engine_metrics
 from scheduler.models import Run, TaskExecutionHistory
 from supervisor.models import Alert
 
-from ..e2e.helpers import submit_order
+from ..e2e.helpers import submit_order, wait_run
 from ..harness import AGENT_QUEUES, wait_for
 
 TOKEN = "test-metrics-token"
@@ -259,3 +259,68 @@ def test_metrics__redis_unreachable__served_without_its_parts_and_flagged(
     assert up["steps"] == 1 and up["jobs"] == 1
     assert "sas_step_attempts_total" not in samples
     assert value(samples, "sas_jobs_due_backlog") == 0
+
+
+def test_metrics__steps_waiting_and_in_backoff__match_the_database(
+    engine: Any, demo_user: Any, metrics_settings: None
+) -> None:
+    """During an inventory outage (real workers): each order's later steps wait behind its
+    first (state `waiting`), and the first waits out backoffs (failed tries, then the open
+    breaker's deferrals) - `sas_steps{state}` and `sas_steps_pending_backoff` say so, exactly
+    as the database does at the moment of the scrape."""
+    from django.db.models.functions import Now
+
+    from scheduler.models import Step
+
+    def in_db() -> Counter[tuple[str, str]]:
+        live = Step.objects.filter(process_state__in=("waiting", "pending", "processing"))
+        counts = Counter(live.values_list("process_state", "operation"))
+        backoff = live.filter(process_state="pending", not_before__gt=Now())
+        counts.update(("backoff", op) for op in backoff.values_list("operation", flat=True))
+        return counts
+
+    def scraped(samples: dict[str, list[Any]]) -> Counter[tuple[str, str]]:
+        counts: Counter[tuple[str, str]] = Counter()
+        for s in samples.get("sas_steps", []):
+            counts[(s.labels["state"], s.labels["operation"])] += int(s.value)
+        for s in samples.get("sas_steps_pending_backoff", []):
+            counts[("backoff", s.labels["operation"])] += int(s.value)
+        return +counts  # zero series dropped
+
+    client = Client()
+    engine.sim.set_faults("inventory", transient_rate=1.0)
+    orders = [submit_order(demo_user) for _ in range(3)]
+
+    def agreed(samples_check: Any) -> Any:
+        def check() -> tuple[Counter[tuple[str, str]]] | None:
+            before = in_db()
+            samples = scrape(client)
+            after = in_db()
+            if before != after or scraped(samples) != before:
+                return None  # a step moved meanwhile: look again
+            return (before,) if samples_check(before) else None  # truthy even when empty
+
+        return check
+
+    (seen,) = wait_for(
+        agreed(lambda c: c[("backoff", "agents.inventory.reserve")] >= 1),
+        timeout=30,
+        interval=0.1,
+        what="a scrape agreeing with the database, a step in backoff",
+    )
+    # The orders' charge and ship steps wait behind their reserve step.
+    assert seen[("waiting", "agents.payment.charge")] >= 1, seen
+    assert seen[("waiting", "agents.shipping.create")] >= 1, seen
+    assert seen[("pending", "agents.inventory.reserve")] >= seen[("backoff", "agents.inventory.reserve")]
+
+    engine.sim.set_faults("inventory", transient_rate=0.0)
+    for order in orders:
+        wait_run(order.run_id, tuple(Run.TERMINAL_STATES), timeout=60)
+    # Nothing of the orders waits any more (a finished run cancels what still waited).
+    (after,) = wait_for(
+        agreed(lambda c: not any(state == "waiting" for state, _ in c)),
+        timeout=30,
+        interval=0.1,
+        what="a scrape agreeing with the database, nothing waiting",
+    )
+    assert not any(op.startswith(("agents.inventory", "agents.payment")) for _, op in after), after
