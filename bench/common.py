@@ -57,7 +57,10 @@ def bench_environment(*, migrate: bool = True) -> dict[str, str]:
     import django
 
     django.setup()
-    return dict(os.environ)
+    # The workers and beat it starts log at INFO, as `make run` and production do: they log
+    # through the project's LOG_LEVEL (issue 19), and this process's WARNING would hide the
+    # " ready." / "beat: Starting" lines the benches wait for (a bench may still pass its own).
+    return {**os.environ, "LOG_LEVEL": "INFO"}
 
 
 def _ensure_database(admin_url: str, name: str) -> None:
