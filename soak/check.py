@@ -291,7 +291,15 @@ def plant_violations(f: Facts) -> tuple[Facts, set[str]]:
 
 
 def window_occurrences(
-    expand: Expand, jobs: list[dict[str, Any]], end: datetime
+    expand: Expand, jobs: list[dict[str, Any]], end: datetime | dict[int, datetime]
 ) -> dict[int, list[datetime]]:
-    """Each recurring job's fire times from its creation to `end`."""
-    return {j["id"]: list(expand(j, j["created_at"] + timedelta(microseconds=1), end)) for j in jobs}
+    """Each recurring job's fire times after its creation and before `end` (per job: its next
+    fire time once the dispatcher caught up; a job missing from the dict has none). One instant
+    for all: up to it, included."""
+    tick = timedelta(microseconds=1)
+    ends = end if isinstance(end, dict) else {j["id"]: end + tick for j in jobs}
+    return {
+        j["id"]: list(expand(j, j["created_at"] + tick, ends[j["id"]] - tick))
+        for j in jobs
+        if j["id"] in ends
+    }

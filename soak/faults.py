@@ -115,7 +115,7 @@ class Injector:
         for thread in threads:
             thread.join(timeout=240)
 
-    def _lock(self, target: str) -> threading.Lock:
+    def lock(self, target: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(target, threading.Lock())
 
@@ -136,7 +136,7 @@ class Injector:
     # -- processes -------------------------------------------------------------------------------
 
     def _kill_restart(self, fault: Fault, name: str, down: float = 1.0) -> None:
-        with self._lock(name):
+        with self.lock(name):
             fault.start = time.time()
             self._kill_restart_locked(fault, name, down)
 
@@ -171,7 +171,7 @@ class Injector:
         whose late replies must be fenced."""
         name = fault.rng.choice(AGENT_WORKERS[:3])
         fault.target = name
-        with self._lock(name):
+        with self.lock(name):
             fault.start = time.time()
             proc = self.stack.procs[name]
             proc.kill(signal.SIGSTOP)
@@ -199,7 +199,7 @@ class Injector:
     # -- servers ---------------------------------------------------------------------------------
 
     def restart_postgres(self, fault: Fault) -> None:
-        with self._lock("servers"):
+        with self.lock("servers"):
             fault.start = time.time()
             assert self.stack.pg is not None
             fault.target = f"postgres:{self.stack.pg.port}"
@@ -208,7 +208,7 @@ class Injector:
             self.stack.pg.start()
 
     def restart_redis(self, fault: Fault) -> None:
-        with self._lock("servers"):
+        with self.lock("servers"):
             fault.start = time.time()
             assert self.stack.redis is not None
             fault.target = f"redis:{self.stack.redis.port}"
@@ -217,7 +217,7 @@ class Injector:
             self.stack.redis.start()
 
     def restart_rabbitmq(self, fault: Fault) -> None:
-        with self._lock("servers"):
+        with self.lock("servers"):
             fault.start = time.time()
             fault.target = f"rabbitmq:{self.stack.rabbit.port}"
             self.stack.rabbit.kill()

@@ -85,6 +85,37 @@ class Monitor(threading.Thread):
                     self.overdue[step_id] = (float(over), float(due), float(seen))
 
 
+class Keeper(threading.Thread):
+    """The process manager (systemd's Restart=always, compose's `restart:`): a stack process that
+    exited on its own - not one a fault is killing - is started again, and the exit is reported
+    with the last CRITICAL line of its log."""
+
+    def __init__(self, stack: Stack, injector: Injector) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.injector = stack, injector
+        self.halt = threading.Event()
+        self.exits: list[tuple[float, str, str]] = []
+
+    def run(self) -> None:
+        while not self.halt.wait(1.0):
+            for name, proc in list(self.stack.procs.items()):
+                lock = self.injector.lock(name)
+                if proc.alive() or not lock.acquire(blocking=False):
+                    continue
+                try:
+                    if proc.alive():
+                        continue
+                    critical = [line for line in proc.log().splitlines() if "CRITICAL" in line]
+                    why = (
+                        critical[-1][:200] if critical else f"exit {proc.popen.poll() if proc.popen else '?'}"
+                    )
+                    self.exits.append((time.time(), name, why))
+                    say(f"{name} exited on its own ({why}); started again")
+                    self.stack.restart(name)
+                finally:
+                    lock.release()
+
+
 def impaired_seconds(faults: list[Fault], start: float, end: float) -> float:
     spans = sorted((max(f.start, start), min(f.end, end)) for f in faults if f.impairing)
     total, reach = 0.0, start
@@ -142,7 +173,7 @@ def drained(stack: Stack) -> dict[str, int]:
 
 
 def gather(
-    stack: Stack, jobs: list[int], window_end: datetime, monitor_stuck: dict[int, float]
+    stack: Stack, jobs: list[int], window_end: dict[int, datetime], monitor_stuck: dict[int, float]
 ) -> check.Facts:
     q = stack.query
     f = check.Facts()
@@ -332,6 +363,8 @@ def soak(stack: Stack, args: argparse.Namespace, seconds: float, drain_timeout: 
         target=injector.run, args=(plan, began, began + seconds - 5), daemon=True
     )
     faults_thread.start()
+    keeper = Keeper(stack, injector)
+    keeper.start()
     load.wait()
     injector.stop.set()
     faults_thread.join(timeout=180)
@@ -339,16 +372,30 @@ def soak(stack: Stack, args: argparse.Namespace, seconds: float, drain_timeout: 
     SimulatorControl(stack.sim_url).clear_faults()
     for proxy in stack.proxies.values():
         proxy.set(latency_ms=0, jitter_ms=0, reset=False, blackhole=False)
-    for name, proc in stack.procs.items():
-        if not proc.alive():
-            say(f"{name} was not running at the end of the soak: started again")
-            stack.restart(name)
-    # The recurring jobs stop here: occurrences up to now (less the dispatcher's lag) are the
-    # window every one of which must have a run or a skip row.
-    window_end = stack.query("UPDATE scheduler_job SET enabled = false WHERE is_recurring RETURNING now()")[
-        0
-    ][0]
-    window_end -= timedelta(seconds=15)
+    # The recurring jobs are paused here, over the API, once the dispatcher has caught up (no
+    # occurrence due): each job's window, every occurrence of which must have a run or a skip
+    # row, ends before its next fire time.
+    caught_up = time.monotonic() + 90
+    while time.monotonic() < caught_up:
+        due = stack.query(
+            "SELECT count(*) FROM scheduler_scheduledjob"
+            " WHERE job_id = ANY(%s) AND next_execution_at <= now()",
+            (jobs,),
+        )[0][0]
+        if not due:
+            break
+        time.sleep(1)
+    window_end = dict(
+        stack.query(
+            "SELECT job_id, min(next_execution_at) FROM scheduler_scheduledjob WHERE job_id = ANY(%s)"
+            " GROUP BY job_id",
+            (jobs,),
+        )
+    )
+    for job_id, token in zip(jobs, tokens, strict=True):
+        status, answer = post(f"{stack.web_url}/api/jobs/{job_id}/pause/", token, {"note": "soak over"})
+        if status != 200:
+            say(f"could not pause job {job_id}: {status} {answer}")
     drain_began = time.monotonic()
     time.sleep(5)
     waiting: dict[str, int] = {}
@@ -360,6 +407,7 @@ def soak(stack: Stack, args: argparse.Namespace, seconds: float, drain_timeout: 
     drain_took = time.monotonic() - drain_began
     say(f"drain {'done' if not waiting else 'timed out: ' + str(waiting)} in {drain_took:.0f}s")
     monitor.halt.set()
+    keeper.halt.set()
 
     excess, longest = stuck_steps(monitor, injector.log)
     facts = gather(stack, jobs, window_end, excess)
@@ -390,6 +438,11 @@ def soak(stack: Stack, args: argparse.Namespace, seconds: float, drain_timeout: 
             f"{'  FAILED: ' + fault.note if not fault.ok else ''}"
         )
     allowed = f"sweep {SWEEP_SECONDS:g}s + {GRACE_SECONDS:g}s + outages"
+    print("processes that exited on their own (started again, as a process manager would):")
+    for at, name, why in keeper.exits:
+        print(f"  {datetime.fromtimestamp(at, UTC):%H:%M:%S} {name}: {why}")
+    if not keeper.exits:
+        print("  none")
     print(f"longest a step stayed Processing past its complete-by: {longest:.1f}s"
           f" ({monitor.samples} samples; allowed: {allowed})")  # fmt: skip
     print("invariants:")
