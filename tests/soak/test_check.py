@@ -188,3 +188,12 @@ def test_self_test_plant__is_caught():
         "every run terminal",
     }
     assert expected <= set(failing(planted))
+
+
+def test_window_per_job__ends_before_its_next_fire_time():
+    """After the drain each job's window ends before its next fire time (the dispatcher caught
+    up): an occurrence at that time is not yet owed, one before it is."""
+    jobs = [{"id": 7, "cron": "* * * * *", "timezone": "UTC", "created_at": T0 - timedelta(seconds=30)}]
+    window = check.window_occurrences(expand, jobs, {7: T0 + 2 * MINUTE})
+    assert window == {7: [T0, T0 + MINUTE]}
+    assert check.window_occurrences(expand, jobs, {}) == {}
