@@ -328,15 +328,21 @@ def soak(stack: Stack, args: argparse.Namespace, seconds: float, drain_timeout: 
             "chaos.faultproxy is not in the tree: the workers reach PostgreSQL and the broker"
             " directly, and the proxy faults are left out"
         )
+    mark = time.monotonic()
     stack.prepare()
     setup = stack.setup_script(SETUP % {"order": repr(ORDER)})
     tokens, jobs = setup["tokens"], setup["jobs"]
+    say(f"database migrated and seeded in {time.monotonic() - mark:.0f}s")
+    mark = time.monotonic()
     stack.start_all()
     os.environ.update(stack.env)
     import django
 
     django.setup()
-    say(f"stack up: {len(stack.procs)} processes, web {stack.web_url}, simulator {stack.sim_url}")
+    say(
+        f"stack up in {time.monotonic() - mark:.0f}s: {len(stack.procs)} processes,"
+        f" web {stack.web_url}, simulator {stack.sim_url}"
+    )
 
     capacity = calibrate(stack, tokens[0], args.calibration_orders)
     rate = min(args.max_rate, capacity / 2)
