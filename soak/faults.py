@@ -46,7 +46,8 @@ class Fault:
 
     @property
     def impairing(self) -> bool:
-        return self.kind in IMPAIRING
+        # A control worker or beat that exited on its own stops the sweep until it is back too.
+        return self.kind in IMPAIRING or self.kind in ("exit:control", "exit:beat")
 
 
 @dataclass

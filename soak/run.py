@@ -26,7 +26,7 @@ from simulator.client import SimulatorControl
 from . import check
 from .faults import Fault, Injector
 from .load import ORDER, post
-from .stack import REPO_ROOT, SWEEP_SECONDS, Stack
+from .stack import READY, REPO_ROOT, SWEEP_SECONDS, Stack, log_offset, wait_ready
 
 # Seconds a step may stay Processing past complete_by + one sweep beyond what the injected
 # outages explain: a sweep's own run on 2 shared cores, a worker's reconnect backoff.
@@ -95,6 +95,7 @@ class Keeper(threading.Thread):
         self.stack, self.injector = stack, injector
         self.halt = threading.Event()
         self.exits: list[tuple[float, str, str]] = []
+        self.outages: list[Fault] = []
 
     def run(self) -> None:
         while not self.halt.wait(1.0):
@@ -111,7 +112,12 @@ class Keeper(threading.Thread):
                     )
                     self.exits.append((time.time(), name, why))
                     say(f"{name} exited on its own ({why}); started again")
+                    outage = Fault(f"exit:{name}", name, time.time())
+                    offset = log_offset(proc)
                     self.stack.restart(name)
+                    wait_ready(proc, READY.get(name, " ready."), timeout=90, offset=offset)
+                    outage.end = time.time()
+                    self.outages.append(outage)
                 finally:
                     lock.release()
 
@@ -415,7 +421,7 @@ def soak(stack: Stack, args: argparse.Namespace, seconds: float, drain_timeout: 
     monitor.halt.set()
     keeper.halt.set()
 
-    excess, longest = stuck_steps(monitor, injector.log)
+    excess, longest = stuck_steps(monitor, injector.log + keeper.outages)
     facts = gather(stack, jobs, window_end, excess)
     results = check.check_all(facts, expand)
     planted, expected = check.plant_violations(facts)
