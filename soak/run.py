@@ -259,7 +259,15 @@ OPERATION_OF = {
 
 def recovery(stack: Stack, fault: Fault) -> float | None:
     """Seconds from the fault's end to the next attempt that succeeded (of the steps the fault
-    touched: the killed agent's, or any)."""
+    touched: the killed agent's, or any); for the dispatcher, to the next job run it started."""
+    if fault.target == "dispatcher":  # the next job occurrence it started
+        rows = stack.query(
+            "SELECT extract(epoch FROM min(created_at) - to_timestamp(%s)) FROM scheduler_run"
+            " WHERE job_id IS NOT NULL AND created_at > to_timestamp(%s)",
+            (fault.end, fault.end),
+        )
+        value = rows[0][0]
+        return None if value is None else max(0.0, float(value))
     pattern = OPERATION_OF.get(fault.target.split(" ")[0], "%")
     rows = stack.query(
         "SELECT extract(epoch FROM min(h.ended_at) - to_timestamp(%s)) FROM scheduler_taskexecutionhistory h"
