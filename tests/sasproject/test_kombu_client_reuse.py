@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -80,7 +81,7 @@ def test_ack_on_a_channel_whose_connection_is_gone__a_connection_error_that_cele
     conn, _, queue = queue_on_redis
     _publish(conn, queue, {"n": 1})
     consumer_conn = Connection(settings.CELERY_BROKER_URL)
-    channel = consumer_conn.default_channel
+    channel: Any = consumer_conn.default_channel  # a kombu.transport.redis.Channel
     message = queue(channel).get(no_ack=False)
     assert message is not None
     # The old channel's state in the soak's traceback: pools dropped on the connection error,
