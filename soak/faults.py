@@ -85,20 +85,22 @@ class Injector:
         return kinds
 
     def schedule(self, seconds: float) -> list[tuple[float, str, int]]:
-        """(offset, kind, seed of its choices): every kind once per round, shuffled, about `gap`
-        apart (so a two-minute soak meets each kind once; a long one every few minutes)."""
+        """(offset, kind, seed of its choices): every kind once per round, shuffled, one slot of
+        `gap` seconds each at a random point of its slot (so a two-minute soak meets every kind
+        once; a long one every few minutes)."""
         kinds = self.kinds()
-        gap = max(2.0, min(20.0, seconds / (len(kinds) + 1)))
+        gap = max(1.0, min(20.0, (seconds - 2.0) / len(kinds)))
         plan: list[tuple[float, str, int]] = []
-        t = 2.0
+        slot = 0
         while True:
             order = kinds[:]
             self.rng.shuffle(order)
             for kind in order:
+                t = 2.0 + slot * gap + self.rng.uniform(0.0, 0.5) * gap
                 if t > seconds:
                     return plan
                 plan.append((t, kind, self.rng.randrange(1 << 30)))
-                t += self.rng.uniform(0.5, 1.5) * gap
+                slot += 1
 
     def run(self, plan: list[tuple[float, str, int]], began: float, until: float) -> None:
         """Each fault at its time, in a thread of its own (a slow restart does not hold up the
