@@ -75,8 +75,8 @@ SWEEP_SECONDS = 1.0
 
 
 def faultproxy_class() -> Any:
-    """chaos.faultproxy.FaultProxy, or None while it is not in the tree (the proxy faults are
-    then skipped and the report says so)."""
+    """chaos.faultproxy.FaultProxy, or None if it cannot be imported (the proxy faults are then
+    skipped and the report says so)."""
     try:
         from chaos.faultproxy import FaultProxy
     except ImportError:
