@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from simulator.client import SimulatorControl
 
-from .stack import AGENT_WORKERS, READY, SWEEP_SECONDS, Stack, log_offset, wait_ready
+from .stack import AGENT_WORKERS, READY, SWEEP_SECONDS, Stack, log_offset, stop_group, wait_ready
 
 # Kinds that stop the sweep or the state store for everyone while they last.
 IMPAIRING = {
@@ -196,7 +196,8 @@ class Injector:
         proc.start(ready_marker=None)
         wait_ready(proc, READY.get(name, " ready."), timeout=60)
         time.sleep(self.hold * 2)
-        proc.stop()
+        if stop_group(proc):
+            fault.note = "did not exit on SIGTERM within 15 s: killed"
         self.stack.extra.pop(as_name, None)
 
     # -- servers ---------------------------------------------------------------------------------

@@ -219,8 +219,7 @@ class Stack:
     def stop(self) -> None:
         for proc in [*self.extra.values(), *self.procs.values()]:
             with contextlib.suppress(Exception):
-                proc.kill(signal.SIGCONT)
-                proc.stop()
+                stop_group(proc)
         for proxy in self.proxies.values():
             with contextlib.suppress(Exception):
                 proxy.stop()
@@ -233,6 +232,32 @@ class Stack:
         if self.pg is not None:
             with contextlib.suppress(Exception):
                 self.pg.remove()
+
+
+def stop_group(proc: Proc, timeout: float = 15.0) -> bool:
+    """SIGTERM to the process's whole group, SIGKILL to what is left of it after `timeout`.
+    (Proc.stop waits for the shell the Procfile command runs in, not for the process it started:
+    a beat hung inside its tick outlived its shell's SIGTERM and was left behind once.) True if
+    it took a SIGKILL."""
+    if proc.popen is None:
+        return False
+    group, killed = proc.popen.pid, False
+    for sig, wait in ((signal.SIGCONT, 0.0), (signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            break
+        killed = sig == signal.SIGKILL
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+    with contextlib.suppress(Exception):
+        proc.popen.wait(timeout=5)
+    return killed
 
 
 def wait_ready(proc: Proc, marker: str, *, timeout: float, offset: int = 0) -> bool:
