@@ -32,6 +32,14 @@ PYTEST_ARGS ?=
 # PYTEST_XDIST= runs the suite in one process.
 PYTEST_XDIST ?= -n 2 --dist loadfile
 BENCH_ARGS ?=
+# The chaos soak (issue 22, soak/): `make soak` runs MINUTES (30) of load and faults on servers of
+# its own, then drains and checks; `make test` runs a TEST_SOAK_MINUTES (2) one after pytest
+# (TEST_SOAK_MINUTES=0 leaves it out). BROKER=rabbitmq runs it on a private RabbitMQ node.
+MINUTES ?= 30
+BROKER ?= redis
+SEED ?= 1
+SOAK_ARGS ?=
+TEST_SOAK_MINUTES ?= 2
 
 # Exports DATABASE_URL / REDIS_URL into the recipe's shell. The assignment fails the recipe
 # (set -e) when devservices fails; a bare `eval "$(...)"` would not.
@@ -53,7 +61,7 @@ fi
 exit "$$code"
 endef
 
-.PHONY: help venv install run test test-fast lint format chromium promtool bench services-status stop-services clean-devdata
+.PHONY: help venv install run test test-fast lint format chromium promtool bench soak services-status stop-services clean-devdata
 
 help:
 	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode)"
@@ -62,6 +70,7 @@ help:
 	echo "make test-fast      pytest only (PYTEST_ARGS='-k foo' to narrow)"
 	echo "make format         ruff format + ruff check --fix"
 	echo "make bench          python bench/run_all.py (BENCH_ARGS=...)"
+	echo "make soak           chaos soak: MINUTES=30 of load + seeded faults, then drain and check (BROKER=rabbitmq, SEED=N)"
 	echo "make venv           create $(VENV) and install requirements (only when they changed)"
 	echo "make services-status / stop-services / clean-devdata   embedded PostgreSQL/Redis"
 
@@ -139,7 +148,11 @@ test: $(STAMP) chromium promtool
 	echo "== lint-imports (the layering contracts in pyproject.toml)"
 	$(VENV)/bin/lint-imports
 	echo "== pytest"
-	$(PYTEST)
+	( $(PYTEST) )
+	if [ "$(TEST_SOAK_MINUTES)" != 0 ]; then
+		echo "== chaos soak ($(TEST_SOAK_MINUTES) minutes; soak/)"
+		$(PY) -m soak --minutes $(TEST_SOAK_MINUTES) --broker $(BROKER) --seed $(SEED) $(SOAK_ARGS)
+	fi
 
 test-fast: $(STAMP)
 	@$(DEVSERVICES_ENV)
@@ -204,6 +217,11 @@ promtool:
 bench: $(STAMP)
 	@$(DEVSERVICES_ENV)
 	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+# Starts its own PostgreSQL, Redis (RabbitMQ) and every Procfile process on free ports; exits 1
+# on any broken invariant. Heavy: on a shared machine run it under the bench lock.
+soak: $(STAMP)
+	@$(PY) -m soak --minutes $(MINUTES) --broker $(BROKER) --seed $(SEED) $(SOAK_ARGS)
 
 services-status:
 	@if [ -x $(PY) ]; then $(PY) -m devservices status; else echo "no $(VENV) yet"; fi

@@ -12,6 +12,14 @@ A `redis.Redis` client with a given pool is safe to share between threads (each 
 a connection from the pool). A channel whose pool is replaced (kombu drops it on close and
 after a connection error) gets a new client for the new pool. The asynchronous client (BRPOP,
 the consumer's) is kombu's own `Channel.client` and is not touched.
+
+A channel whose connection is gone (the broker went away, the worker reconnected on a new one)
+and whose pool was dropped has nothing to build a pool from: kombu failed there with
+AttributeError ('NoneType' object has no attribute 'hostname'), which Celery does not expect from
+an ack - a threads-pool agent whose task ended after the reconnect took its whole worker down
+("Unrecoverable error"; found by the chaos soak's Redis restart, issue 22). That is raised as a
+ConnectionError now, one of the transport's connection errors: Celery logs "Couldn't ack" and
+goes on (the message is redelivered by the broker, or its step taken back by the supervisor).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ _CACHE = "_sas_sync_client"
 def _create_client(self: Any, asynchronous: bool = False) -> Any:
     if asynchronous:
         return _original(self, asynchronous=True)
+    if self._pool is None and getattr(self.connection, "client", None) is None:
+        raise ConnectionError("the broker connection of this channel is closed (the worker reconnected)")
     pool = self.pool
     cached = self.__dict__.get(_CACHE)
     if cached is not None and cached[0] is pool:

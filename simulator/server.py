@@ -14,6 +14,7 @@ import time
 import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -336,9 +337,11 @@ class SimulatorServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 1024
 
-    def __init__(self, address: tuple[str, int], *, verbose: bool = False) -> None:
+    def __init__(
+        self, address: tuple[str, int], *, verbose: bool = False, journal: Path | None = None
+    ) -> None:
         self.verbose = verbose
-        self.state = SimulatorState()
+        self.state = SimulatorState(journal)
         self.faults = FaultBoard()
         self.services = Services(self.state, self.faults)
         if ":" in address[0]:
@@ -386,13 +389,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"port to bind, 0 picks a free one (env SIMULATOR_PORT, default {DEFAULT_PORT})",
     )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    parser.add_argument(
+        "--journal",
+        type=Path,
+        default=os.environ.get("SIMULATOR_JOURNAL") or None,
+        help="keep the state in this append-only file and replay it at start, so a restart (a kill -9)"
+        " keeps the ledger and the idempotency store (env SIMULATOR_JOURNAL; default: memory only)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
-        server = SimulatorServer((args.host, args.port), verbose=args.verbose)
+        server = SimulatorServer((args.host, args.port), verbose=args.verbose, journal=args.journal)
     except OSError as exc:
         print(f"simulator: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1

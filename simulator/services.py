@@ -241,7 +241,7 @@ class Services:
         if operation.kind == "compensation":
             target = body[operation.target_field]
             lock_keys.append(target)
-        with self.state.key_locks.hold(*lock_keys):
+        with self.state.key_locks.hold(*lock_keys), self.state.atomic():
             return self._execute_locked(operation, key, body, faults, target)
 
     def _execute_locked(

@@ -1,6 +1,12 @@
-"""In-memory state of the simulator: ledger, idempotency store, effects, tombstones and stats.
+"""State of the simulator: ledger, idempotency store, effects, tombstones and stats.
 
-Nothing here is persisted: a restart of the simulator starts from an empty state.
+In memory; a restart starts from an empty state unless the simulator keeps a journal
+(`--journal PATH`, issue 22's chaos soak kills it with -9): then every change is appended to that
+file, one JSON line per record, and replayed at start, so a remote service that crashes comes
+back with what it did - as a real one would. The changes of one business call are written in one
+`write()` after the call (`SimulatorState.atomic`), before its answer is sent: a crash before it
+loses the call whole (the client saw no answer, and a retry applies it once), never half of it.
+Stats are not journaled.
 """
 
 from __future__ import annotations
@@ -9,8 +15,11 @@ import collections
 import contextlib
 import dataclasses
 import datetime as dt
+import json
+import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -82,8 +91,10 @@ def _now() -> str:
 class SimulatorState:
     """All mutable state. Every method is thread-safe; `key_locks` serialises work per key."""
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Path | None = None) -> None:
         self._lock = threading.Lock()
+        self._local = threading.local()
+        self._journal_fd: int | None = None
         self.key_locks = KeyedLocks()
         self._ledger: list[dict[str, Any]] = []
         self._seq = 0
@@ -92,9 +103,59 @@ class SimulatorState:
         self._tombstones: set[tuple[str, str]] = set()
         self._stats: collections.Counter[tuple[str, str, str]] = collections.Counter()
         self._echo_calls: collections.Counter[str] = collections.Counter()
+        if journal is not None:
+            if journal.exists():
+                self._replay(journal)
+            self._journal_fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    # -- journal -----------------------------------------------------------------------------------
+
+    def _replay(self, journal: Path) -> None:
+        for line in journal.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                break  # a torn last line: the call it belonged to never answered
+            kind = record[0]
+            if kind == "r":
+                self._responses.setdefault(record[1], StoredResponse(*record[2:6]))
+            elif kind == "e":
+                self._effects[(record[1], record[2])] = Effect(record[3])
+            elif kind == "c":
+                self._effects[(record[1], record[2])].compensated_by = record[3]
+            elif kind == "v":
+                self._tombstones.add((record[1], record[2]))
+            elif kind == "l":
+                self._ledger.append(record[1])
+                self._seq = max(self._seq, int(record[1]["seq"]))
+            elif kind == "x":
+                self._echo_calls[record[1]] += 1
+
+    def _log(self, *record: Any) -> None:
+        if self._journal_fd is None:
+            return
+        batch: list[str] | None = getattr(self._local, "batch", None)
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        if batch is not None:
+            batch.append(line)
+        else:
+            os.write(self._journal_fd, line.encode())
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """The journal records made inside are written together, in one write(), at the end."""
+        self._local.batch = []
+        try:
+            yield
+        finally:
+            lines, self._local.batch = self._local.batch, None
+            if lines and self._journal_fd is not None:
+                os.write(self._journal_fd, "".join(lines).encode())
 
     def reset(self) -> None:
         with self._lock:
+            if self._journal_fd is not None:
+                os.ftruncate(self._journal_fd, 0)
             self._echo_calls = collections.Counter()
             self._ledger = []
             self._seq = 0
@@ -111,7 +172,9 @@ class SimulatorState:
 
     def store_response(self, key: str, response: StoredResponse) -> None:
         with self._lock:
-            self._responses.setdefault(key, response)
+            if key not in self._responses:
+                self._responses[key] = response
+                self._log("r", key, response.service, response.operation, response.status, response.body)
 
     # -- effects and tombstones -------------------------------------------------------------------
 
@@ -122,6 +185,7 @@ class SimulatorState:
     def add_effect(self, service: str, key: str, effect: Effect) -> None:
         with self._lock:
             self._effects[(service, key)] = effect
+            self._log("e", service, key, effect.effect_id)
 
     def compensate(self, service: str, key: str, by_key: str) -> Effect | None:
         """Mark the forward effect of ``key`` as undone by ``by_key``; None if nothing to undo."""
@@ -130,6 +194,7 @@ class SimulatorState:
             if effect is None or effect.compensated_by is not None:
                 return None
             effect.compensated_by = by_key
+            self._log("c", service, key, by_key)
             return effect
 
     def is_voided(self, service: str, key: str) -> bool:
@@ -138,7 +203,9 @@ class SimulatorState:
 
     def void(self, service: str, key: str) -> None:
         with self._lock:
-            self._tombstones.add((service, key))
+            if (service, key) not in self._tombstones:
+                self._tombstones.add((service, key))
+                self._log("v", service, key)
 
     # -- ledger ------------------------------------------------------------------------------------
 
@@ -157,6 +224,7 @@ class SimulatorState:
                 "at": _now(),
             }
             self._ledger.append(entry)
+            self._log("l", entry)
             return entry
 
     def ledger(
@@ -178,6 +246,7 @@ class SimulatorState:
         """Count a call to /echo with Idempotency-Key `key`; returns its number (1 = first)."""
         with self._lock:
             self._echo_calls[key] += 1
+            self._log("x", key)
             return self._echo_calls[key]
 
     # -- stats -------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ channel whose pool was dropped (close, connection error) gets a client for its n
 
 from __future__ import annotations
 
+import logging
 import uuid
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -67,3 +69,30 @@ def test_new_pool__new_client(queue_on_redis):
 def test_async_client_untouched(queue_on_redis):
     _, channel, _ = queue_on_redis
     assert channel.client.connection_pool is channel.async_pool
+
+
+def test_ack_on_a_channel_whose_connection_is_gone__a_connection_error_that_celery_logs(queue_on_redis):
+    """A threads-pool agent whose task ends after the broker went away and the worker
+    reconnected acks on the old channel: its pool dropped, its transport's client gone. kombu
+    then failed with AttributeError ('NoneType' object has no attribute 'hostname'), which Celery
+    does not expect from an ack and which ended the worker ("Unrecoverable error"; found by the
+    chaos soak's Redis restart, issue 22). It is a connection error now, which Celery logs
+    ("Couldn't ack") and goes on."""
+    conn, _, queue = queue_on_redis
+    _publish(conn, queue, {"n": 1})
+    consumer_conn = Connection(settings.CELERY_BROKER_URL)
+    channel: Any = consumer_conn.default_channel  # a kombu.transport.redis.Channel
+    message = queue(channel).get(no_ack=False)
+    assert message is not None
+    # The old channel's state in the soak's traceback: pools dropped on the connection error,
+    # the transport's client cleared when the worker let the connection go.
+    channel._disconnect_pools()
+    transport, channel.connection.client = channel.connection, None
+
+    with pytest.raises(ConnectionError):
+        message.ack()
+    message.ack_log_error(logging.getLogger(__name__), consumer_conn.connection_errors)  # logged only
+    # Back on its feet, the ack goes through (nothing left unacked for the next test to find).
+    transport.client = consumer_conn
+    message.ack()
+    consumer_conn.release()

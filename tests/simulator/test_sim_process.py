@@ -67,3 +67,47 @@ def test_port_in_use__exits_non_zero_with_message(tmp_path: Path) -> None:
         first.stop()
 
     assert "cannot listen" in (tmp_path / "second.log").read_text()
+
+
+def test_journal__killed_9_and_restarted__keeps_ledger_replays_and_tombstones(tmp_path: Path) -> None:
+    """With --journal the simulator comes back from a kill -9 knowing what it did (issue 22's
+    soak kills it): a retried charge replays the stored answer (no second effect), a refunded
+    charge stays voided, and the ledger and its sequence go on."""
+    journal = tmp_path / "sim.journal"
+    args = ("--port", "0", "--journal", str(journal))
+    first = start_simulator(tmp_path / "first.log", args=args)
+    api = Api(first.url)
+    charged = api.post("/payment/charge", CHARGE, key="ch-1")
+    api.post("/payment/charge", CHARGE, key="ch-2")
+    assert api.post("/payment/refund", {"charge_key": "ch-2"}, key="re-2").status == 200
+    before = SimulatorControl(first.url).ledger()
+    first.stop(signal.SIGKILL)
+
+    second = start_simulator(tmp_path / "second.log", args=args)
+    try:
+        api = Api(second.url)
+        replay = api.post("/payment/charge", CHARGE, key="ch-1")
+        voided = api.post("/payment/charge", CHARGE, key="ch-2")
+        api.post("/payment/charge", CHARGE, key="ch-3")
+        after = SimulatorControl(second.url).ledger()
+    finally:
+        second.stop()
+
+    assert (replay.status, replay.body) == (200, charged.body)
+    assert (voided.status, voided.body) == (409, {"error": "voided"})
+    assert after[:3] == before
+    assert [(e["seq"], e["key"]) for e in after] == [(1, "ch-1"), (2, "ch-2"), (3, "re-2"), (4, "ch-3")]
+
+
+def test_journal__reset__forgets_it_for_the_next_start(tmp_path: Path) -> None:
+    journal = tmp_path / "sim.journal"
+    args = ("--port", "0", "--journal", str(journal))
+    first = start_simulator(tmp_path / "first.log", args=args)
+    Api(first.url).post("/payment/charge", CHARGE, key="ch-1")
+    SimulatorControl(first.url).reset()
+    first.stop()
+    second = start_simulator(tmp_path / "second.log", args=args)
+    try:
+        assert SimulatorControl(second.url).ledger() == []
+    finally:
+        second.stop()
