@@ -387,25 +387,47 @@ def bench_worker(
 ) -> Any:
     from tests.harness import celery_worker
 
-    return celery_worker(name=name, queues=queues, log_dir=logs, env=env, concurrency=concurrency, pool=pool)
+    return celery_worker(
+        name=name, queues=queues, log_dir=logs, env=process_env(env), concurrency=concurrency, pool=pool
+    )
 
 
-def start_ours(env: dict[str, str], logs: Path, tag: str) -> Stack:
-    """Beat (project scheduler: dispatcher, sweep, tick), the dispatcher's worker (queue jobs,
-    1 process) and the control worker as the Procfile lays them out, the no-op agents. The
-    dispatcher's worker comes first (the one `--profile` samples)."""
-    from bench.jobs_tasks import NOOP_QUEUE
+def process_env(env: dict[str, str]) -> dict[str, str]:
+    """A worker's or beat's environment: logs at INFO, whatever the bench process's own level.
+    Since the processes' logging is the project's (issue 19, LOG_LEVEL), the bench's WARNING
+    hid the " ready." / "beat: Starting" lines the bench waits for, and no process ever started."""
+    return {**env, "LOG_LEVEL": "INFO"}
+
+
+def start_ours(
+    env: dict[str, str], logs: Path, tag: str, *, dispatchers: int = 1, profile_dir: Path | None = None
+) -> Stack:
+    """Beat (project scheduler: dispatcher, sweep, tick), `dispatchers` dispatcher workers (queue
+    jobs, 1 process each: the Procfile's `dispatcher`, scaled out) and the control worker as the
+    Procfile lays them out, the no-op agents. The dispatchers' workers come first (the one
+    `--profile` samples with py-spy in the burst). `profile_dir`: the dispatchers cProfile their
+    ticks into it (bench/jobs_tasks.py)."""
+    from bench.jobs_tasks import NOOP_QUEUE, PROFILE_ENV
     from tests.harness import celery_beat
 
     stack = Stack()
     control_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-control"}
     dispatcher_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-dispatcher"}
-    stack.add(
-        bench_worker(
-            f"dispatcher-{tag}", DISPATCHER_QUEUES, logs, dispatcher_env, concurrency=1, pool="prefork"
-        ),
-        " ready.",
-    )
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        dispatcher_env[PROFILE_ENV] = str(profile_dir)
+    for i in range(dispatchers):
+        stack.add(
+            bench_worker(
+                f"dispatcher{i or ''}-{tag}",
+                DISPATCHER_QUEUES,
+                logs,
+                dispatcher_env,
+                concurrency=1,
+                pool="prefork",
+            ),
+            " ready.",
+        )
     agent_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-agent", "DATABASE_POOL_MAX_SIZE": "2"}
     stack.add(
         bench_worker(f"control-{tag}", CONTROL_QUEUES, logs, control_env, concurrency=1, pool="prefork"),
@@ -414,7 +436,7 @@ def start_ours(env: dict[str, str], logs: Path, tag: str) -> Stack:
     stack.add(
         bench_worker(f"agent-{tag}", NOOP_QUEUE, logs, agent_env, concurrency=8, pool="threads"), " ready."
     )
-    beat = celery_beat(log_dir=logs, env=env)
+    beat = celery_beat(log_dir=logs, env=process_env(env))
     beat.name, beat.log_path = f"beat-{tag}", logs / f"beat-{tag}.log"
     stack.add(beat, "beat: Starting")
     return stack
@@ -426,7 +448,7 @@ def start_beat_baseline(env: dict[str, str], logs: Path, tag: str) -> Stack:
 
     stack = Stack()
     stack.add(bench_worker(f"probe-{tag}", PROBE_QUEUE, logs, env, concurrency=2, pool="prefork"), " ready.")
-    beat = celery_beat(log_dir=logs, env=env)
+    beat = celery_beat(log_dir=logs, env=process_env(env))
     beat.name, beat.log_path = f"dcb-beat-{tag}", logs / f"dcb-beat-{tag}.log"
     beat.args.insert(beat.args.index("beat") + 1, "-S")
     beat.args.insert(beat.args.index("-S") + 1, "django_celery_beat.schedulers:DatabaseScheduler")
@@ -525,7 +547,15 @@ def wait_settled(count: Any, *, quiet: float, cap: float) -> None:
 
 
 def lag_ours(
-    env: dict[str, str], n: int, minutes: int, lead: float, owner_ids: list[int], logs: Path
+    env: dict[str, str],
+    n: int,
+    minutes: int,
+    lead: float,
+    owner_ids: list[int],
+    logs: Path,
+    *,
+    dispatchers: int = 1,
+    profile: bool = False,
 ) -> dict[str, Any]:
     from scheduler.models import Job, Run
     from scheduler.services.jobs import job_update
@@ -536,7 +566,8 @@ def lag_ours(
     fill_s = fill_jobs(scheds, owner_ids, after=db_now())
     check = check_fill(scheds, owner_ids[0])
     print(f"  ours: {n:,} jobs written in {fill_s:.1f} s; bulk rows {check}", flush=True)
-    stack = start_ours(env, logs, f"ours-{n}")
+    profile_dir = logs / f"profile-ours-{n}" if profile else None
+    stack = start_ours(env, logs, f"ours-{n}", dispatchers=dispatchers, profile_dir=profile_dir)
     try:
         start = next_boundary(10)
         end = start + 60 * minutes
@@ -565,14 +596,38 @@ def lag_ours(
     finally:
         stack.stop()
     result = ours_window(start, end)
+    if profile_dir is not None:
+        result["profile"] = dispatcher_profile(profile_dir)
     result.update(
         jobs=n,
+        dispatchers=dispatchers,
         fill_s=fill_s,
         fill_check=check,
         expected=expected,
         edit={"lead": end - t_edit, "update_s": t_committed - t_edit, **edit_run},
     )
     return result
+
+
+def dispatcher_profile(profile_dir: Path, top: int = 45) -> str:
+    """The dispatchers' cProfile stats (all processes merged), by cumulative time, written to
+    `profile_dir/summary.txt`; returns its path."""
+    import io
+    import pstats
+
+    files = sorted(str(p) for p in profile_dir.glob("dispatcher-*.prof"))
+    out = profile_dir / "summary.txt"
+    if not files:
+        out.write_text("no profile written\n")
+        return str(out)
+    buffer = io.StringIO()
+    stats = pstats.Stats(files[0], stream=buffer)
+    for f in files[1:]:
+        stats.add(f)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(25)
+    out.write_text(buffer.getvalue())
+    return str(out)
 
 
 def _wait_run(job_id: int, at: float, *, cap: float) -> dict[str, float | None]:
@@ -1415,7 +1470,14 @@ def main() -> None:
     parser.add_argument(
         "--drain-cap", type=float, default=900, help="seconds to wait for the burst's runs to complete"
     )
-    parser.add_argument("--profile", action="store_true", help="py-spy the dispatcher during the burst")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the dispatcher during the burst; cProfile the dispatchers' ticks in the lag phase",
+    )
+    parser.add_argument(
+        "--dispatchers", type=int, default=1, help="dispatcher workers (1 process each), lag and side phases"
+    )
     parser.add_argument("--fire-batch", type=int, default=1000, help="rows per transaction in the fire phase")
     parser.add_argument("--quick", action="store_true", help="small sizes: check that the script runs")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -1460,7 +1522,9 @@ def main() -> None:
             for n in args.beat_sizes:
                 print(f"\n== side by side at {n:,}: ours", flush=True)
                 print("  " + load(), flush=True)
-                ours = lag_ours(env, n, args.side_minutes, args.edit_lead, owner_ids, logs)
+                ours = lag_ours(
+                    env, n, args.side_minutes, args.edit_lead, owner_ids, logs, dispatchers=args.dispatchers
+                )
                 report_ours(ours)
                 print(f"\n== side by side at {n:,}: django-celery-beat DatabaseScheduler", flush=True)
                 print("  " + load(), flush=True)
@@ -1560,7 +1624,18 @@ def main() -> None:
         if "lag" in phases:
             print(f"\n== dispatch lag at {args.jobs:,} jobs over {args.minutes} min", flush=True)
             print("  " + load(), flush=True)
-            out["lag"] = lag_ours(env, args.jobs, args.minutes, args.edit_lead, owner_ids, logs)
+            out["lag"] = lag_ours(
+                env,
+                args.jobs,
+                args.minutes,
+                args.edit_lead,
+                owner_ids,
+                logs,
+                dispatchers=args.dispatchers,
+                profile=args.profile,
+            )
+            if out["lag"].get("profile"):
+                print(f"  dispatcher cProfile (all ticks of the window): {out['lag']['profile']}")
             report_ours(out["lag"])
         if "burst" in phases:
             print(f"\n== burst of {args.burst:,} occurrences due in the same second", flush=True)

@@ -210,6 +210,21 @@ def job_runs_settle(*, limit: int) -> list[EndedRun]:
     return [EndedRun(*row) for row in _rows("job_runs_settle", {"limit": limit})]
 
 
+def job_history_open(*, runs: Sequence[tuple[Any, str]], worker: str) -> int:
+    """-> the "started" job history row of each (run id, why it started) a batch has just
+    written, open until the settle closes it (`job_history_close`). One statement."""
+    if not runs:
+        return 0
+    return _bulk_count(
+        "job_history_open",
+        {
+            "run_ids": [run_id for run_id, _ in runs],
+            "reasons": [reason for _, reason in runs],
+            "worker": worker,
+        },
+    )
+
+
 def job_history_close(*, run_ids: Sequence[Any]) -> int:
     if not run_ids:
         return 0
@@ -230,9 +245,10 @@ class HistoryRow:
 
 def job_history_record(*, rows: Sequence[HistoryRow], worker: str, at: datetime) -> int:
     """Not a transition: a batch's skipped, buffered and failed-to-start history rows, written
-    by one statement (bound on the server). With `job_history_close`, the job operator rows of
-    jobs.sql and the "started" rows `runs_insert_many` writes with their runs, the only writers
-    of a job's history."""
+    by one statement (bound on the server). With `job_history_open`, `job_history_close` and the
+    job operator rows of jobs.sql (`job_disable`, `job_enable`, `job_edit_record`), the only
+    writers of a job's history (tests/scheduler/test_transitions_table.py checks that no other
+    statement or model write does)."""
     if not rows:
         return 0
     return _bulk_count(
