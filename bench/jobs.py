@@ -513,7 +513,9 @@ def ours_window(start: float, end: float) -> dict[str, Any]:
     history = dict(
         sql(
             """
-            SELECT status || ':' || coalesce(detail->>'reason', ''), count(*)
+            SELECT status || ':'
+                   || regexp_replace(coalesce(detail->>'reason', ''), 'run [0-9a-f-]{36}', 'run X', 'g'),
+                   count(*)
             FROM scheduler_taskexecutionhistory
             WHERE kind = 'job' AND status NOT IN ('started', 'succeeded', 'failed')
               AND scheduled_for >= to_timestamp(%s) AND scheduled_for < to_timestamp(%s)
@@ -647,6 +649,84 @@ def _wait_run(job_id: int, at: float, *, cap: float) -> dict[str, float | None]:
             return {"written": rows[0][0] - at, "started": rows[0][1] - at}
         time.sleep(0.2)
     return {"written": None, "started": None}
+
+
+def on_time(
+    env: dict[str, str], owner_ids: list[int], logs: Path, *, n: int, spacing: float, beat_every: float
+) -> dict[str, Any]:
+    """The tick at the due time (issue 20): `n` one-off jobs due `spacing` s apart (each at a
+    random fraction of a second), between two beat sends `beat_every` s apart, fired by one
+    dispatcher worker (queue jobs, 1 process; SAS_JOBS_DISPATCH_INTERVAL = `beat_every`, so it
+    wakes itself for a row due before the next send). The bench plays beat: one send before the
+    first occurrence, then every `beat_every` s - as the live test does, so no occurrence is
+    fired by a beat send it happened to follow closely. Lag = the run's created_at (the batch's
+    write; the history row's started_at is the same instant) - its due time, database clock."""
+    import random
+
+    from celery import current_app
+
+    from bench.jobs_tasks import NOOP_WORKFLOW
+    from scheduler.models import Run
+    from scheduler.services.jobs import job_create
+
+    reset(env["SAS_REDIS_PREFIX"])
+    denv = {
+        **env,
+        "DATABASE_APPLICATION_NAME": "jobsbench-ontime",
+        "SAS_JOBS_DISPATCH_INTERVAL": str(beat_every),
+        "SAS_JOBS_DISPATCH_QUEUE": "jobs-ontime",
+    }
+    stack = Stack()
+    stack.add(
+        bench_worker("dispatcher-ontime", "jobs-ontime", logs, denv, concurrency=1, pool="prefork"), " ready."
+    )
+    rng = random.Random(20)
+    try:
+        first = db_now() + timedelta(seconds=4)
+        dues = [first + timedelta(seconds=i * spacing + rng.random()) for i in range(n)]
+        jobs = [
+            job_create(
+                owner_id=owner_ids[i % len(owner_ids)],
+                by_staff=False,
+                name=f"jobsbench ontime {i}",
+                workflow=NOOP_WORKFLOW,
+                input={},
+                run_at=due,
+            ).pk
+            for i, due in enumerate(dues)
+        ]
+        sends = 0
+        deadline = time.monotonic() + n * spacing + 60
+        next_send = 0.0
+        runs = Run.objects.filter(job_id__in=jobs)
+        while runs.count() < n and time.monotonic() < deadline:
+            if time.monotonic() >= next_send:
+                current_app.send_task(
+                    "scheduler.jobs_dispatch", queue="jobs-ontime", expires=beat_every, ignore_result=True
+                )
+                sends += 1
+                next_send = time.monotonic() + beat_every
+            time.sleep(0.2)
+    finally:
+        stack.stop()
+    rows = sql(
+        """
+        SELECT extract(epoch FROM r.created_at - r.scheduled_for)::float8
+        FROM scheduler_run AS r WHERE r.job_id = ANY(%s)
+        """,
+        [jobs],
+    )
+    lags = [lag for (lag,) in rows]
+    return {
+        "occurrences": n,
+        "written": len(lags),
+        "early": sum(1 for lag in lags if lag < 0),
+        "lag": summary([max(lag, 0.0) for lag in lags]),
+        "max": max(lags) if lags else None,
+        "beat_sends": sends,
+        "beat_every": beat_every,
+        "spacing": spacing,
+    }
 
 
 # -- django-celery-beat -------------------------------------------------------------------------
@@ -1464,7 +1544,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor", "firek"],
+        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor", "firek", "ontime"],
         help="beat: the baseline alone",
     )
     parser.add_argument(
@@ -1478,6 +1558,9 @@ def main() -> None:
     parser.add_argument(
         "--dispatchers", type=int, default=1, help="dispatcher workers (1 process each), lag and side phases"
     )
+    parser.add_argument("--ontime", type=int, default=20, help="occurrences in the ontime phase")
+    parser.add_argument("--ontime-spacing", type=float, default=1.5, help="seconds between them")
+    parser.add_argument("--ontime-beat", type=float, default=60.0, help="seconds between beat sends")
     parser.add_argument("--fire-batch", type=int, default=1000, help="rows per transaction in the fire phase")
     parser.add_argument("--quick", action="store_true", help="small sizes: check that the script runs")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -1621,6 +1704,27 @@ def main() -> None:
             if floor_s:
                 best = min(r["s"] for r in out["firek"].values())
                 print(f"  best K : SQL floor (full) = {best:.1f} s : {floor_s:.1f} s = {best / floor_s:.2f}x")
+        if "ontime" in phases:
+            print(
+                f"\n== on time: {args.ontime} occurrences between beat sends {args.ontime_beat:.0f} s apart",
+                flush=True,
+            )
+            print("  " + load(), flush=True)
+            o = on_time(
+                env, owner_ids, logs, n=args.ontime, spacing=args.ontime_spacing, beat_every=args.ontime_beat
+            )
+            out["ontime"] = o
+            print_table(
+                [
+                    ("occurrences / written / early", f"{o['occurrences']} / {o['written']} / {o['early']}"),
+                    (
+                        "lag to run written p50 / p99 / max (target: within 200 ms, quiet machine)",
+                        f"{_lag_cell(o['lag'])} / {_opt(o['max'])}",
+                    ),
+                    ("beat sends in the phase", f"{o['beat_sends']} ({o['beat_every']:.0f} s apart)"),
+                ]
+            )
+            print("  " + load(), flush=True)
         if "lag" in phases:
             print(f"\n== dispatch lag at {args.jobs:,} jobs over {args.minutes} min", flush=True)
             print("  " + load(), flush=True)

@@ -10,8 +10,10 @@
 -- (pause removes or parks them); the enabled test guards a race with a pause. The shard of a
 -- row is a hash of its job (`shard_of` in scheduler/job_transitions.py says the same): every row
 -- of a job is in one shard, so a job's queued rows are started in order by one dispatcher.
+-- The job's columns come with the row (`j.*`): the batch decides with them, and reading the jobs
+-- again by id was a query and a fifth of a batch's time (bench/README.md, "Jobs").
 SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.next_execution_at,
-       statement_timestamp()
+       statement_timestamp(), j.*
 FROM scheduler_scheduledjob AS sj
 JOIN scheduler_job AS j ON j.id = sj.job_id
 WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled

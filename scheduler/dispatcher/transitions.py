@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -62,6 +62,8 @@ class ClaimedRow:
     attempt: int
     due: datetime
     now: datetime
+    # The job's row, locked with it: column -> value.
+    job: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def shard_of(job_id: int, shards: int) -> int:
@@ -76,9 +78,17 @@ def shard_of(job_id: int, shards: int) -> int:
 
 def scheduled_claim_due(*, limit: int, shard: int = 0, shards: int = 1) -> list[ClaimedRow]:
     """Lock up to `limit` due ScheduledJob rows of shard `shard` (of `shards`) and their jobs
-    (SKIP LOCKED), oldest due first."""
+    (SKIP LOCKED), oldest due first; each with its job's columns."""
     params = {"limit": limit, "shard": shard, "shards": shards}
-    return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", params)]
+    with connection.cursor() as cursor:
+        cursor.execute(queries()["scheduled_claim_due"], params)
+        columns = [d[0] for d in cursor.description][8:]
+        return [_claimed(row[:8], dict(zip(columns, row[8:], strict=True))) for row in cursor.fetchall()]
+
+
+def _claimed(head: Sequence[Any], job: dict[str, Any]) -> ClaimedRow:
+    id_, job_id, kind, reason, scheduled_for, attempt, due, now = head
+    return ClaimedRow(id_, job_id, kind, reason, scheduled_for, attempt, due, now, job=job)
 
 
 def shards_ensure(*, shards: int) -> None:
