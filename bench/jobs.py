@@ -387,16 +387,7 @@ def bench_worker(
 ) -> Any:
     from tests.harness import celery_worker
 
-    return celery_worker(
-        name=name, queues=queues, log_dir=logs, env=process_env(env), concurrency=concurrency, pool=pool
-    )
-
-
-def process_env(env: dict[str, str]) -> dict[str, str]:
-    """A worker's or beat's environment: logs at INFO, whatever the bench process's own level.
-    Since the processes' logging is the project's (issue 19, LOG_LEVEL), the bench's WARNING
-    hid the " ready." / "beat: Starting" lines the bench waits for, and no process ever started."""
-    return {**env, "LOG_LEVEL": "INFO"}
+    return celery_worker(name=name, queues=queues, log_dir=logs, env=env, concurrency=concurrency, pool=pool)
 
 
 def start_ours(
@@ -436,7 +427,7 @@ def start_ours(
     stack.add(
         bench_worker(f"agent-{tag}", NOOP_QUEUE, logs, agent_env, concurrency=8, pool="threads"), " ready."
     )
-    beat = celery_beat(log_dir=logs, env=process_env(env))
+    beat = celery_beat(log_dir=logs, env=env)
     beat.name, beat.log_path = f"beat-{tag}", logs / f"beat-{tag}.log"
     stack.add(beat, "beat: Starting")
     return stack
@@ -448,7 +439,7 @@ def start_beat_baseline(env: dict[str, str], logs: Path, tag: str) -> Stack:
 
     stack = Stack()
     stack.add(bench_worker(f"probe-{tag}", PROBE_QUEUE, logs, env, concurrency=2, pool="prefork"), " ready.")
-    beat = celery_beat(log_dir=logs, env=process_env(env))
+    beat = celery_beat(log_dir=logs, env=env)
     beat.name, beat.log_path = f"dcb-beat-{tag}", logs / f"dcb-beat-{tag}.log"
     beat.args.insert(beat.args.index("beat") + 1, "-S")
     beat.args.insert(beat.args.index("-S") + 1, "django_celery_beat.schedulers:DatabaseScheduler")
