@@ -390,22 +390,35 @@ def bench_worker(
     return celery_worker(name=name, queues=queues, log_dir=logs, env=env, concurrency=concurrency, pool=pool)
 
 
-def start_ours(env: dict[str, str], logs: Path, tag: str) -> Stack:
-    """Beat (project scheduler: dispatcher, sweep, tick), the dispatcher's worker (queue jobs,
-    1 process) and the control worker as the Procfile lays them out, the no-op agents. The
-    dispatcher's worker comes first (the one `--profile` samples)."""
-    from bench.jobs_tasks import NOOP_QUEUE
+def start_ours(
+    env: dict[str, str], logs: Path, tag: str, *, dispatchers: int = 1, profile_dir: Path | None = None
+) -> Stack:
+    """Beat (project scheduler: dispatcher, sweep, tick), `dispatchers` dispatcher workers (queue
+    jobs, 1 process each: the Procfile's `dispatcher`, scaled out) and the control worker as the
+    Procfile lays them out, the no-op agents. The dispatchers' workers come first (the one
+    `--profile` samples with py-spy in the burst). `profile_dir`: the dispatchers cProfile their
+    ticks into it (bench/jobs_tasks.py)."""
+    from bench.jobs_tasks import NOOP_QUEUE, PROFILE_ENV
     from tests.harness import celery_beat
 
     stack = Stack()
     control_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-control"}
     dispatcher_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-dispatcher"}
-    stack.add(
-        bench_worker(
-            f"dispatcher-{tag}", DISPATCHER_QUEUES, logs, dispatcher_env, concurrency=1, pool="prefork"
-        ),
-        " ready.",
-    )
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        dispatcher_env[PROFILE_ENV] = str(profile_dir)
+    for i in range(dispatchers):
+        stack.add(
+            bench_worker(
+                f"dispatcher{i or ''}-{tag}",
+                DISPATCHER_QUEUES,
+                logs,
+                dispatcher_env,
+                concurrency=1,
+                pool="prefork",
+            ),
+            " ready.",
+        )
     agent_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-agent", "DATABASE_POOL_MAX_SIZE": "2"}
     stack.add(
         bench_worker(f"control-{tag}", CONTROL_QUEUES, logs, control_env, concurrency=1, pool="prefork"),
@@ -491,7 +504,9 @@ def ours_window(start: float, end: float) -> dict[str, Any]:
     history = dict(
         sql(
             """
-            SELECT status || ':' || coalesce(detail->>'reason', ''), count(*)
+            SELECT status || ':'
+                   || regexp_replace(coalesce(detail->>'reason', ''), 'run [0-9a-f-]{36}', 'run X', 'g'),
+                   count(*)
             FROM scheduler_taskexecutionhistory
             WHERE kind = 'job' AND status NOT IN ('started', 'succeeded', 'failed')
               AND scheduled_for >= to_timestamp(%s) AND scheduled_for < to_timestamp(%s)
@@ -525,7 +540,15 @@ def wait_settled(count: Any, *, quiet: float, cap: float) -> None:
 
 
 def lag_ours(
-    env: dict[str, str], n: int, minutes: int, lead: float, owner_ids: list[int], logs: Path
+    env: dict[str, str],
+    n: int,
+    minutes: int,
+    lead: float,
+    owner_ids: list[int],
+    logs: Path,
+    *,
+    dispatchers: int = 1,
+    profile: bool = False,
 ) -> dict[str, Any]:
     from scheduler.models import Job, Run
     from scheduler.services.jobs import job_update
@@ -536,7 +559,8 @@ def lag_ours(
     fill_s = fill_jobs(scheds, owner_ids, after=db_now())
     check = check_fill(scheds, owner_ids[0])
     print(f"  ours: {n:,} jobs written in {fill_s:.1f} s; bulk rows {check}", flush=True)
-    stack = start_ours(env, logs, f"ours-{n}")
+    profile_dir = logs / f"profile-ours-{n}" if profile else None
+    stack = start_ours(env, logs, f"ours-{n}", dispatchers=dispatchers, profile_dir=profile_dir)
     try:
         start = next_boundary(10)
         end = start + 60 * minutes
@@ -565,14 +589,38 @@ def lag_ours(
     finally:
         stack.stop()
     result = ours_window(start, end)
+    if profile_dir is not None:
+        result["profile"] = dispatcher_profile(profile_dir)
     result.update(
         jobs=n,
+        dispatchers=dispatchers,
         fill_s=fill_s,
         fill_check=check,
         expected=expected,
         edit={"lead": end - t_edit, "update_s": t_committed - t_edit, **edit_run},
     )
     return result
+
+
+def dispatcher_profile(profile_dir: Path, top: int = 45) -> str:
+    """The dispatchers' cProfile stats (all processes merged), by cumulative time, written to
+    `profile_dir/summary.txt`; returns its path."""
+    import io
+    import pstats
+
+    files = sorted(str(p) for p in profile_dir.glob("dispatcher-*.prof"))
+    out = profile_dir / "summary.txt"
+    if not files:
+        out.write_text("no profile written\n")
+        return str(out)
+    buffer = io.StringIO()
+    stats = pstats.Stats(files[0], stream=buffer)
+    for f in files[1:]:
+        stats.add(f)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(25)
+    out.write_text(buffer.getvalue())
+    return str(out)
 
 
 def _wait_run(job_id: int, at: float, *, cap: float) -> dict[str, float | None]:
@@ -592,6 +640,84 @@ def _wait_run(job_id: int, at: float, *, cap: float) -> dict[str, float | None]:
             return {"written": rows[0][0] - at, "started": rows[0][1] - at}
         time.sleep(0.2)
     return {"written": None, "started": None}
+
+
+def on_time(
+    env: dict[str, str], owner_ids: list[int], logs: Path, *, n: int, spacing: float, beat_every: float
+) -> dict[str, Any]:
+    """The tick at the due time (issue 20): `n` one-off jobs due `spacing` s apart (each at a
+    random fraction of a second), between two beat sends `beat_every` s apart, fired by one
+    dispatcher worker (queue jobs, 1 process; SAS_JOBS_DISPATCH_INTERVAL = `beat_every`, so it
+    wakes itself for a row due before the next send). The bench plays beat: one send before the
+    first occurrence, then every `beat_every` s - as the live test does, so no occurrence is
+    fired by a beat send it happened to follow closely. Lag = the run's created_at (the batch's
+    write; the history row's started_at is the same instant) - its due time, database clock."""
+    import random
+
+    from celery import current_app
+
+    from bench.jobs_tasks import NOOP_WORKFLOW
+    from scheduler.models import Run
+    from scheduler.services.jobs import job_create
+
+    reset(env["SAS_REDIS_PREFIX"])
+    denv = {
+        **env,
+        "DATABASE_APPLICATION_NAME": "jobsbench-ontime",
+        "SAS_JOBS_DISPATCH_INTERVAL": str(beat_every),
+        "SAS_JOBS_DISPATCH_QUEUE": "jobs-ontime",
+    }
+    stack = Stack()
+    stack.add(
+        bench_worker("dispatcher-ontime", "jobs-ontime", logs, denv, concurrency=1, pool="prefork"), " ready."
+    )
+    rng = random.Random(20)
+    try:
+        first = db_now() + timedelta(seconds=4)
+        dues = [first + timedelta(seconds=i * spacing + rng.random()) for i in range(n)]
+        jobs = [
+            job_create(
+                owner_id=owner_ids[i % len(owner_ids)],
+                by_staff=False,
+                name=f"jobsbench ontime {i}",
+                workflow=NOOP_WORKFLOW,
+                input={},
+                run_at=due,
+            ).pk
+            for i, due in enumerate(dues)
+        ]
+        sends = 0
+        deadline = time.monotonic() + n * spacing + 60
+        next_send = 0.0
+        runs = Run.objects.filter(job_id__in=jobs)
+        while runs.count() < n and time.monotonic() < deadline:
+            if time.monotonic() >= next_send:
+                current_app.send_task(
+                    "scheduler.jobs_dispatch", queue="jobs-ontime", expires=beat_every, ignore_result=True
+                )
+                sends += 1
+                next_send = time.monotonic() + beat_every
+            time.sleep(0.2)
+    finally:
+        stack.stop()
+    rows = sql(
+        """
+        SELECT extract(epoch FROM r.created_at - r.scheduled_for)::float8
+        FROM scheduler_run AS r WHERE r.job_id = ANY(%s)
+        """,
+        [jobs],
+    )
+    lags = [lag for (lag,) in rows]
+    return {
+        "occurrences": n,
+        "written": len(lags),
+        "early": sum(1 for lag in lags if lag < 0),
+        "lag": summary([max(lag, 0.0) for lag in lags]),
+        "max": max(lags) if lags else None,
+        "beat_sends": sends,
+        "beat_every": beat_every,
+        "spacing": spacing,
+    }
 
 
 # -- django-celery-beat -------------------------------------------------------------------------
@@ -1409,13 +1535,23 @@ def main() -> None:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor", "firek"],
+        choices=["idle", "side", "lag", "burst", "beat", "floor", "fire", "sqlfloor", "firek", "ontime"],
         help="beat: the baseline alone",
     )
     parser.add_argument(
         "--drain-cap", type=float, default=900, help="seconds to wait for the burst's runs to complete"
     )
-    parser.add_argument("--profile", action="store_true", help="py-spy the dispatcher during the burst")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the dispatcher during the burst; cProfile the dispatchers' ticks in the lag phase",
+    )
+    parser.add_argument(
+        "--dispatchers", type=int, default=1, help="dispatcher workers (1 process each), lag and side phases"
+    )
+    parser.add_argument("--ontime", type=int, default=20, help="occurrences in the ontime phase")
+    parser.add_argument("--ontime-spacing", type=float, default=1.5, help="seconds between them")
+    parser.add_argument("--ontime-beat", type=float, default=60.0, help="seconds between beat sends")
     parser.add_argument("--fire-batch", type=int, default=1000, help="rows per transaction in the fire phase")
     parser.add_argument("--quick", action="store_true", help="small sizes: check that the script runs")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -1460,7 +1596,9 @@ def main() -> None:
             for n in args.beat_sizes:
                 print(f"\n== side by side at {n:,}: ours", flush=True)
                 print("  " + load(), flush=True)
-                ours = lag_ours(env, n, args.side_minutes, args.edit_lead, owner_ids, logs)
+                ours = lag_ours(
+                    env, n, args.side_minutes, args.edit_lead, owner_ids, logs, dispatchers=args.dispatchers
+                )
                 report_ours(ours)
                 print(f"\n== side by side at {n:,}: django-celery-beat DatabaseScheduler", flush=True)
                 print("  " + load(), flush=True)
@@ -1557,10 +1695,42 @@ def main() -> None:
             if floor_s:
                 best = min(r["s"] for r in out["firek"].values())
                 print(f"  best K : SQL floor (full) = {best:.1f} s : {floor_s:.1f} s = {best / floor_s:.2f}x")
+        if "ontime" in phases:
+            print(
+                f"\n== on time: {args.ontime} occurrences between beat sends {args.ontime_beat:.0f} s apart",
+                flush=True,
+            )
+            print("  " + load(), flush=True)
+            o = on_time(
+                env, owner_ids, logs, n=args.ontime, spacing=args.ontime_spacing, beat_every=args.ontime_beat
+            )
+            out["ontime"] = o
+            print_table(
+                [
+                    ("occurrences / written / early", f"{o['occurrences']} / {o['written']} / {o['early']}"),
+                    (
+                        "lag to run written p50 / p99 / max (target: within 200 ms, quiet machine)",
+                        f"{_lag_cell(o['lag'])} / {_opt(o['max'])}",
+                    ),
+                    ("beat sends in the phase", f"{o['beat_sends']} ({o['beat_every']:.0f} s apart)"),
+                ]
+            )
+            print("  " + load(), flush=True)
         if "lag" in phases:
             print(f"\n== dispatch lag at {args.jobs:,} jobs over {args.minutes} min", flush=True)
             print("  " + load(), flush=True)
-            out["lag"] = lag_ours(env, args.jobs, args.minutes, args.edit_lead, owner_ids, logs)
+            out["lag"] = lag_ours(
+                env,
+                args.jobs,
+                args.minutes,
+                args.edit_lead,
+                owner_ids,
+                logs,
+                dispatchers=args.dispatchers,
+                profile=args.profile,
+            )
+            if out["lag"].get("profile"):
+                print(f"  dispatcher cProfile (all ticks of the window): {out['lag']['profile']}")
             report_ours(out["lag"])
         if "burst" in phases:
             print(f"\n== burst of {args.burst:,} occurrences due in the same second", flush=True)

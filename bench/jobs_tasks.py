@@ -79,3 +79,40 @@ def register_noop_workflow() -> Workflow:
 
 
 register_noop_workflow()
+
+
+PROFILE_ENV = "SAS_BENCH_PROFILE_DIR"
+
+
+def profile_dispatcher(out_dir: str) -> None:
+    """cProfile every dispatcher tick of this process (bench/jobs.py --profile, when py-spy is not
+    installed): `tick.jobs_dispatch` wrapped, the stats of all ticks so far written to
+    `<out_dir>/dispatcher-<pid>.prof` after each tick that fired something."""
+    import cProfile
+
+    from scheduler.dispatcher import tick
+
+    inner = tick.jobs_dispatch
+    profiler = cProfile.Profile()
+
+    def profiled(**kwargs: Any) -> Any:
+        profiler.enable()
+        try:
+            done = inner(**kwargs)
+        finally:
+            profiler.disable()
+        if done.claimed or done.settled:
+            profiler.dump_stats(f"{out_dir}/dispatcher-{os.getpid()}.prof")
+        return done
+
+    tick.jobs_dispatch = profiled
+
+
+if os.environ.get(PROFILE_ENV):
+    from celery.signals import worker_process_init
+
+    # In the pool's process, once it has started (wrapping the tick at import time, inside the
+    # apps' ready(), kept the worker from ever becoming ready).
+    @worker_process_init.connect(weak=False)
+    def _profile_this_process(**_: Any) -> None:
+        profile_dispatcher(os.environ[PROFILE_ENV])

@@ -648,10 +648,6 @@ class NewRuns:
     step_backoff_max: list[float] = field(default_factory=list)
     step_priorities: list[int] = field(default_factory=list)
     step_payloads: list[Any] = field(default_factory=list)
-    # Per run: why a job's occurrence started it (its "started" history row), or None.
-    job_reasons: list[str | None] = field(default_factory=list)
-    # Who wrote them (the dispatcher's instance), for those history rows.
-    worker: str = ""
 
 
 @dataclass(frozen=True)
@@ -665,10 +661,11 @@ class WrittenRun:
 
 
 def runs_insert_many(*, new: NewRuns) -> dict[uuid.UUID, WrittenRun]:
-    """-> Pending runs, their forward steps (first Pending, the rest Waiting), "received"
-    events and, for runs a job's occurrence started, the job's "started" history rows, in one
-    statement. A run whose job occurrence already has one (the unique (job, scheduled_for,
-    job_attempt)) is not written, nor anything of it. Returns the runs written, by id."""
+    """-> Pending runs, their forward steps (first Pending, the rest Waiting) and "received"
+    events, in one statement. A run whose job occurrence already has one (the unique (job,
+    scheduled_for, job_attempt)) is not written, nor anything of it. Returns the runs written,
+    by id. (A job occurrence's "started" history row is the jobs dispatcher's
+    `job_history_open`.)"""
     rows, _ = bulk_rows(queries()["runs_insert_many"], vars(new))
     return {
         run_id: WrittenRun(

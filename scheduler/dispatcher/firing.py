@@ -460,12 +460,12 @@ class FiringPlan:
                     job_id=job.id,
                     scheduled_for=firing.scheduled_for,
                     job_attempt=firing.attempt,
-                    job_reason=start.reason,
                 )
             )
             started.append(start)
-        # The runs and their "started" history rows, in one statement.
-        written = runs_submit_many(specs, worker=self.instance)
+        # The runs (one statement), then their occurrences' "started" history rows (one).
+        written = runs_submit_many(specs)
+        opened: list[tuple[uuid.UUID, str]] = []
         for start, new_run_id in zip(started, written, strict=True):
             if new_run_id is None:
                 # The occurrence already had a run: cannot happen while its row is locked; the
@@ -479,6 +479,8 @@ class FiringPlan:
                 start.firing.outcome, start.firing.reason = "skipped", "already ran"
                 continue
             start.firing.run_id = new_run_id
+            opened.append((new_run_id, start.reason))
+        transitions.job_history_open(runs=opened, worker=self.instance)
         transitions.job_history_record(rows=self.history, worker=self.instance, at=self.now)
         transitions.scheduled_park(ids=self.park_ids)
         transitions.scheduled_delete(ids=self.delete_ids)

@@ -1,4 +1,4 @@
--- Named statements of the jobs' transitions (scheduler/job_transitions.py), loaded once.
+-- Named statements of the jobs' transitions (scheduler/dispatcher/transitions.py), loaded once.
 -- Each block starts with `-- name: <name>`. Parameters are psycopg's named style, %(name)s.
 -- Time is the database clock: statement_timestamp().
 
@@ -10,8 +10,10 @@
 -- (pause removes or parks them); the enabled test guards a race with a pause. The shard of a
 -- row is a hash of its job (`shard_of` in scheduler/job_transitions.py says the same): every row
 -- of a job is in one shard, so a job's queued rows are started in order by one dispatcher.
+-- The job's columns come with the row (`j.*`): the batch decides with them, and reading the jobs
+-- again by id was a query and a fifth of a batch's time (bench/README.md, "Jobs").
 SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.next_execution_at,
-       statement_timestamp()
+       statement_timestamp(), j.*
 FROM scheduler_scheduledjob AS sj
 JOIN scheduler_job AS j ON j.id = sj.job_id
 WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled
@@ -207,15 +209,38 @@ FROM picked WHERE r.id = picked.id AND NOT r.job_settled
 RETURNING r.id, r.job_id, r.state, r.scheduled_for, r.job_attempt, r.finished_at, r.error,
           statement_timestamp()
 
+-- name: job_history_open
+-- -> a job occurrence's "started" history row, open (ended_at NULL; `job_history_close` closes
+-- it once its run has ended): one per run the batch has just written, in the batch's
+-- transaction, started at the run's created_at. The runs are read by their primary key. Guard:
+-- a job's run (job_id set).
+INSERT INTO scheduler_taskexecutionhistory
+    (kind, status, lease, retry_count, worker, error, detail, started_at, ended_at, run_id, step_id,
+     job_id, scheduled_for)
+SELECT 'job', 'started', NULL, r.job_attempt, %(worker)s, '', jsonb_build_object('reason', t.reason),
+       r.created_at, NULL, r.id, NULL, r.job_id, r.scheduled_for
+FROM unnest(%(run_ids)s::uuid[], %(reasons)s::text[]) AS t(run_id, reason)
+JOIN scheduler_run AS r ON r.id = t.run_id
+WHERE r.job_id IS NOT NULL
+
 -- name: job_history_close
--- The open attempt row of each settled run closes with how its run ended. The history rows are
+-- The open attempt row of each settled run closes with how its run ended. A run the supervisor
+-- skipped because its first step was not started within its schedule-to-start window
+-- (`run_skip_unstarted`: Cancelled, its error "skipped: not started within N s (backlog)")
+-- closes as skipped, its reason that sentence and why it had started beside it, as an overlap
+-- skip's row says why. The history rows are
 -- found by their run ids (index on run_id), not by joining every open job row to the runs: that
 -- join read all open job history rows - one per unfinished job run - for every settle batch, and
 -- after a burst of 100,000 occurrences each batch took tens of seconds (bench/README.md, "Jobs").
 UPDATE scheduler_taskexecutionhistory AS h
-SET status = CASE r.state WHEN 'completed' THEN 'succeeded' ELSE r.state END,
+SET status = CASE WHEN r.state = 'cancelled' AND r.error LIKE 'skipped: %%' THEN 'skipped'
+                  WHEN r.state = 'completed' THEN 'succeeded'
+                  ELSE r.state END,
     ended_at = coalesce(r.finished_at, statement_timestamp()),
-    error = left(r.error, 4000)
+    error = left(r.error, 4000),
+    detail = CASE WHEN r.state = 'cancelled' AND r.error LIKE 'skipped: %%'
+                  THEN h.detail || jsonb_build_object('reason', r.error, 'start_reason', h.detail -> 'reason')
+                  ELSE h.detail END
 FROM scheduler_run AS r
 WHERE h.run_id = ANY(%(run_ids)s::uuid[]) AND r.id = h.run_id AND h.kind = 'job' AND h.ended_at IS NULL
 

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from sasproject.redis_client import get_redis
 from scheduler.models import Job, Run, ScheduledJob
@@ -60,6 +60,29 @@ def _pause_for_tests() -> None:
         time.sleep(pause)
 
 
+def _jobs_of(claimed: list[transitions.ClaimedRow]) -> dict[int, Job]:
+    """The claimed rows' jobs, as model instances, from the columns the claim read with them
+    (each value through its field's database converters, as a queryset's would be: the JSON
+    input arrives as text)."""
+    fields = Job._meta.concrete_fields
+    names = [f.attname for f in fields]
+    converters = []
+    for f in fields:
+        col = f.get_col(Job._meta.db_table)
+        convert = connection.ops.get_db_converters(col) + f.get_db_converters(connection)
+        converters.append((str(f.column), col, convert))
+    jobs = {}
+    for row in claimed:
+        values = []
+        for column, col, convert in converters:
+            value = row.job[column]
+            for c in convert:
+                value = c(value, col, connection)
+            values.append(value)
+        jobs[row.job_id] = Job.from_db(connection.alias, names, values)
+    return jobs
+
+
 def jobs_dispatch_batch(
     *, instance: str, limit: int, shard: int = 0, shards: int = 1, lease: float | None = None
 ) -> DispatchResult:
@@ -76,7 +99,7 @@ def jobs_dispatch_batch(
             return result
         _pause_for_tests()
         result.claimed = len(claimed)
-        jobs = Job.objects.in_bulk({row.job_id for row in claimed})
+        jobs = _jobs_of(claimed)
         plan = FiringPlan.load(jobs=jobs, now=claimed[0].now, instance=instance)
         for row in claimed:
             plan.due(jobs[row.job_id], row)
@@ -103,7 +126,10 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
             return result
         result.settled = len(ended)
         transitions.job_history_close(run_ids=[r.run_id for r in ended])
-        jobs = Job.objects.in_bulk({r.job_id for r in ended})
+        # What a settle decides on: retries, enabled (not the whole row).
+        jobs = Job.objects.only("id", "enabled", "max_retry", "retry_backoff").in_bulk(
+            {r.job_id for r in ended}
+        )
         retries: list[ScheduledJob] = []
         for r in ended:
             job = jobs[r.job_id]
@@ -141,9 +167,10 @@ def jobs_dispatch(
     occurrences in batches until a batch comes back short, and release it. Bounded by
     `max_batches` and by SAS["JOBS_DISPATCH_TICK_SECONDS"] of firing, so a burst is written in
     one tick rather than a batch count per beat interval, and a tick still ends. `relay`: called
-    once, when this tick found work and another free shard has some too - it sends one more
-    tick, which an idle dispatcher takes (so K dispatchers join a burst at once, not one per
-    beat send). Safe to run in any number of processes at once. `instance` names the holder."""
+    once, when this tick has taken a shard with work and another free shard has some too (before
+    the first batch) - it sends one more tick, which an idle dispatcher takes (so K dispatchers
+    join a burst at once, not one per beat send). Safe to run in any number of processes at
+    once. `instance` names the holder."""
     batch = batch or int(settings.SAS.get("JOBS_DISPATCH_BATCH", 1000))
     max_batches = max_batches or int(settings.SAS.get("JOBS_DISPATCH_MAX_BATCHES", 1000))
     budget = float(settings.SAS.get("JOBS_DISPATCH_TICK_SECONDS", 20.0))
@@ -167,6 +194,13 @@ def jobs_dispatch(
         if shard is None:
             break  # every shard drained by this tick or held by another dispatcher
         total.shards.append(shard)
+        if not relayed:
+            # Before this tick's first batch, not after it: an idle dispatcher joins the burst
+            # while this one claims (the shard was taken because a row of it is due).
+            relayed = True
+            if transitions.shards_free_due(shards=shards, skip=total.shards):
+                assert relay is not None
+                relay()
         try:
             while batches < max_batches:
                 done = jobs_dispatch_batch(
@@ -181,11 +215,6 @@ def jobs_dispatch(
                 if done.lost:
                     total.lost = True
                     break
-                if not relayed and done.claimed:
-                    relayed = True
-                    if transitions.shards_free_due(shards=shards, skip=total.shards):
-                        assert relay is not None
-                        relay()
                 # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
                 if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
                     break

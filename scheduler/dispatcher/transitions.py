@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -62,6 +62,8 @@ class ClaimedRow:
     attempt: int
     due: datetime
     now: datetime
+    # The job's row, locked with it: column -> value.
+    job: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def shard_of(job_id: int, shards: int) -> int:
@@ -76,9 +78,17 @@ def shard_of(job_id: int, shards: int) -> int:
 
 def scheduled_claim_due(*, limit: int, shard: int = 0, shards: int = 1) -> list[ClaimedRow]:
     """Lock up to `limit` due ScheduledJob rows of shard `shard` (of `shards`) and their jobs
-    (SKIP LOCKED), oldest due first."""
+    (SKIP LOCKED), oldest due first; each with its job's columns."""
     params = {"limit": limit, "shard": shard, "shards": shards}
-    return [ClaimedRow(*row) for row in _rows("scheduled_claim_due", params)]
+    with connection.cursor() as cursor:
+        cursor.execute(queries()["scheduled_claim_due"], params)
+        columns = [d[0] for d in cursor.description][8:]
+        return [_claimed(row[:8], dict(zip(columns, row[8:], strict=True))) for row in cursor.fetchall()]
+
+
+def _claimed(head: Sequence[Any], job: dict[str, Any]) -> ClaimedRow:
+    id_, job_id, kind, reason, scheduled_for, attempt, due, now = head
+    return ClaimedRow(id_, job_id, kind, reason, scheduled_for, attempt, due, now, job=job)
 
 
 def shards_ensure(*, shards: int) -> None:
@@ -210,6 +220,21 @@ def job_runs_settle(*, limit: int) -> list[EndedRun]:
     return [EndedRun(*row) for row in _rows("job_runs_settle", {"limit": limit})]
 
 
+def job_history_open(*, runs: Sequence[tuple[Any, str]], worker: str) -> int:
+    """-> the "started" job history row of each (run id, why it started) a batch has just
+    written, open until the settle closes it (`job_history_close`). One statement."""
+    if not runs:
+        return 0
+    return _bulk_count(
+        "job_history_open",
+        {
+            "run_ids": [run_id for run_id, _ in runs],
+            "reasons": [reason for _, reason in runs],
+            "worker": worker,
+        },
+    )
+
+
 def job_history_close(*, run_ids: Sequence[Any]) -> int:
     if not run_ids:
         return 0
@@ -230,9 +255,10 @@ class HistoryRow:
 
 def job_history_record(*, rows: Sequence[HistoryRow], worker: str, at: datetime) -> int:
     """Not a transition: a batch's skipped, buffered and failed-to-start history rows, written
-    by one statement (bound on the server). With `job_history_close`, the job operator rows of
-    jobs.sql and the "started" rows `runs_insert_many` writes with their runs, the only writers
-    of a job's history."""
+    by one statement (bound on the server). With `job_history_open`, `job_history_close` and the
+    job operator rows of jobs.sql (`job_disable`, `job_enable`, `job_edit_record`), the only
+    writers of a job's history (tests/scheduler/test_transitions_table.py checks that no other
+    statement or model write does)."""
     if not rows:
         return 0
     return _bulk_count(

@@ -229,40 +229,36 @@ class RunSpec:
     job_id: int | None = None
     scheduled_for: datetime | None = None
     job_attempt: int = 0
-    # Why the job's occurrence started it: given, the job's "started" history row is written
-    # with the run (by `worker`, runs_submit_many's).
-    job_reason: str | None = None
     deadline: datetime | None = None
     observed: bool = False
 
 
-def runs_submit_many(
-    specs: Sequence[RunSpec], *, kick: bool = True, worker: str = ""
-) -> list[uuid.UUID | None]:
-    """Write many runs at once - runs, forward steps, "received" events and the job history
-    rows of `job_reason`s in one statement (`transitions.runs_insert_many`) - with their first
-    steps Pending; the scheduler is kicked after commit (one coalesced kick) and claims them as
-    capacity allows. For the jobs dispatcher, which starts many runs in one transaction.
-    Returns the runs' ids, in the order of `specs` - None for a job occurrence (and attempt)
-    that already had a run, which is left as it was (the unique constraint, ON CONFLICT).
+def runs_submit_many(specs: Sequence[RunSpec], *, kick: bool = True) -> list[uuid.UUID | None]:
+    """Write many runs at once - runs, forward steps and "received" events in one statement
+    (`transitions.runs_insert_many`) - with their first steps Pending; the scheduler is kicked
+    after commit (one coalesced kick) and claims them as capacity allows. For the jobs
+    dispatcher, which starts many runs in one transaction (and writes their occurrences'
+    history rows itself, `job_history_open`). Returns the runs' ids, in the order of `specs` -
+    None for a job occurrence (and attempt) that already had a run, which is left as it was
+    (the unique constraint, ON CONFLICT).
     Invariant: as `run_submit` (inputs are validated by the caller, before anything is
     written); payloads are built here, as for `run_submit`. Transaction: the caller's
     (one statement)."""
     if not specs:
         return []
-    new = _new_runs(specs, worker=worker)
+    new = _new_runs(specs)
     written = _runs_write(new, specs)
     if kick and written:
         transaction.on_commit(scheduler_kick_enqueue)
     return [run_id if run_id in written else None for run_id in new.run_ids]
 
 
-def _new_runs(specs: Sequence[RunSpec], *, worker: str = "") -> transitions.NewRuns:
+def _new_runs(specs: Sequence[RunSpec]) -> transitions.NewRuns:
     """The column arrays of `specs`' runs and forward steps (new ids). Payloads are built now,
     unless a step's definition says its payload needs earlier steps' results (then
     `step_advance` builds it when the step comes due): a success reply can then move the next
     step to Pending inside its one statement."""
-    new = transitions.NewRuns(worker=worker)
+    new = transitions.NewRuns()
     for spec in specs:
         run_id = uuid7()
         new.run_ids.append(run_id)
@@ -274,7 +270,6 @@ def _new_runs(specs: Sequence[RunSpec], *, worker: str = "") -> transitions.NewR
         new.correlation_ids.append(spec.correlation_id)
         new.scheduled_for.append(spec.scheduled_for)
         new.job_attempts.append(spec.job_attempt)
-        new.job_reasons.append(spec.job_reason)
         new.deadlines.append(spec.deadline)
         new.observed.append(spec.observed)
         window = spec.definition.schedule_to_start_window() if spec.job_id is not None else None

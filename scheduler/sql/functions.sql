@@ -20,6 +20,11 @@ DROP FUNCTION IF EXISTS sas_step_fail(bigint[], uuid[], text[], text, double pre
 DROP FUNCTION IF EXISTS sas_runs_insert(uuid[], text[], jsonb[], bigint[], smallint[], bigint[], text[], timestamptz[],
     smallint[], timestamptz[], boolean[], uuid[], text[], integer[], text[], interval[], interval[], interval[],
     integer[], interval[], float8[], float8[], smallint[], jsonb[], text[], text);
+-- Before the job history's "started" rows moved to the jobs dispatcher's room (issue 20): the same
+-- with p_job_reasons and p_worker.
+DROP FUNCTION IF EXISTS sas_runs_insert(uuid[], text[], jsonb[], bigint[], smallint[], bigint[], text[], timestamptz[],
+    smallint[], timestamptz[], boolean[], interval[], uuid[], text[], integer[], text[], interval[], interval[],
+    interval[], integer[], interval[], float8[], float8[], smallint[], jsonb[], text[], text);
 
 -- A version 7 UUID (RFC 9562: 48 bits of Unix time in ms, version, variant, random): ids that
 -- sort by time, so the indexes they key fill at their right-hand edge (scheduler/ids.py says
@@ -298,8 +303,10 @@ $$;
 -- skip_unstarted: schedule-to-start (issue 18). A job occurrence's first step still Pending and
 -- never claimed past its expires_at: its run Pending -> Cancelled with the reason as its error
 -- (nothing ran, nothing to undo; the jobs layer does not retry a cancelled run), its forward
--- steps Pending | Waiting -> Cancelled, a "cancelled" event, and the occurrence's open job
--- history row closed as skipped, saying so: "skipped: not started within N s (backlog)".
+-- steps Pending | Waiting -> Cancelled and a "cancelled" event. The run's error is the sentence
+-- "skipped: not started within N s (backlog)"; the jobs dispatcher's settle closes the
+-- occurrence's job history row as skipped by it (`job_history_close`: the job history is written
+-- by the dispatcher's transitions only).
 -- Guard: step pending, attempts = 0, expires_at < now (partial index step_pending_expiry_idx),
 -- FOR UPDATE SKIP LOCKED (a claim that holds the row wins: the step starts, late); run pending.
 -- Orders and compensations have no expires_at (docs/fairness.md).
@@ -330,14 +337,6 @@ BEGIN
             updated_at = statement_timestamp()
         FROM skipped AS k
         WHERE s.run_id = k.id AND s.kind = 'forward' AND s.process_state IN ('pending', 'waiting')
-    ), history AS (
-        UPDATE scheduler_taskexecutionhistory AS h
-        SET status = 'skipped', ended_at = statement_timestamp(), error = k.error,
-            -- A skipped occurrence's reason is its sentence (as the overlap policy's are); why
-            -- it had started stays beside it.
-            detail = h.detail || jsonb_build_object('reason', k.error, 'start_reason', h.detail -> 'reason')
-        FROM skipped AS k
-        WHERE h.run_id = k.id AND h.kind = 'job' AND h.ended_at IS NULL
     ), events AS (
         INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
         SELECT sas_uuid7(), id, NULL, 'cancelled',
@@ -758,10 +757,10 @@ $$;
 
 
 -- runs_insert: new runs in one statement - the runs Pending, their forward steps (the first
--- Pending, due now; the rest Waiting), a "received" event each and, for a run that a job's
--- occurrence started (a reason in p_job_reasons), the job's "started" history row. A run whose
--- job occurrence already has a run (unique run_job_occurrence_unique) is not written, nor its
--- steps, event or history row. Every step carries its run's owner (0 for none: the fair claim's
+-- Pending, due now; the rest Waiting) and a "received" event each (a job occurrence's "started"
+-- history row is the jobs dispatcher's: `job_history_open`, same transaction). A run whose job
+-- occurrence already has a run (unique run_job_occurrence_unique) is not written, nor its steps
+-- or event. Every step carries its run's owner (0 for none: the fair claim's
 -- key); a run's first step expires at now + its p_schedule_to_start (NULL: never; issue 18). One row per run written: its id, its first step's id and its
 -- "received" event (the event's created_at is the run's: one statement_timestamp()). plpgsql,
 -- so that a session plans the statement once (the jobs dispatcher's batches; run_submit's one
@@ -791,9 +790,7 @@ CREATE OR REPLACE FUNCTION sas_runs_insert(
     p_step_backoff_base float8[],
     p_step_backoff_max float8[],
     p_step_priorities smallint[],
-    p_step_payloads jsonb[],
-    p_job_reasons text[],
-    p_worker text
+    p_step_payloads jsonb[]
 ) RETURNS TABLE (run_id uuid, first_step_id bigint, event_pk bigint, event_id uuid, data jsonb, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -815,15 +812,6 @@ BEGIN
             ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
             RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline,
                       owner_id
-        ), history AS (
-            INSERT INTO scheduler_taskexecutionhistory
-                (kind, status, lease, retry_count, worker, error, detail, started_at, ended_at, run_id, step_id,
-                 job_id, scheduled_for)
-            SELECT 'job', 'started', NULL, runs.job_attempt, p_worker, '', jsonb_build_object('reason', h.reason),
-                   runs.created_at, NULL, runs.id, NULL, runs.job_id, runs.scheduled_for
-            FROM unnest(p_run_ids, p_job_reasons) AS h(run_id, reason)
-            JOIN runs ON runs.id = h.run_id
-            WHERE h.reason IS NOT NULL AND runs.job_id IS NOT NULL
         ), steps AS (
             INSERT INTO scheduler_step
                 (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,

@@ -350,7 +350,5 @@ SELECT * FROM sas_runs_insert(
     %(step_backoff_base)s::float8[],
     %(step_backoff_max)s::float8[],
     %(step_priorities)s::smallint[],
-    %(step_payloads)s::jsonb[],
-    %(job_reasons)s::text[],
-    %(worker)s
+    %(step_payloads)s::jsonb[]
 )

@@ -191,9 +191,11 @@ def test_dispatcher_killed_mid_burst__its_shard_fired_by_another_after_the_lease
 def test_tick_at_the_due_time__an_occurrence_between_two_beat_sends_is_written_at_its_time(
     dispatchers, owner
 ):
-    # Beat sends every 30 s here; the occurrence is due 3 s after a send. Without the wake-up it
-    # would be written at the next send, 27 s late. The tolerance (1 s, against 27 s) is about the
-    # mechanism, not speed; the lag measured is printed (200 ms or less on a quiet machine).
+    # Beat would send every 30 s; the test sends once, and the occurrence is due 3 s later. No
+    # other tick is ever sent, so only the dispatcher's wake-up for the due time can write it (it
+    # is never written without one, whatever the machine's load). No timing is asserted (a
+    # shared, noisy machine): the lag is printed, and measured over 20 occurrences by
+    # `bench/jobs.py --only ontime` (bench/README.md, "On time").
     dispatchers(1, "jobs-ontime", SAS_JOBS_DISPATCH_INTERVAL="30")
     due = job_transitions.db_now() + timedelta(seconds=3)
     job = Job.objects.create(
@@ -204,11 +206,12 @@ def test_tick_at_the_due_time__an_occurrence_between_two_beat_sends_is_written_a
     current_app.send_task("scheduler.jobs_dispatch", queue="jobs-ontime")  # beat's send
     started = wait_for(
         lambda: TaskExecutionHistory.objects.filter(job=job, status="started").first(),
-        timeout=30,
-        what="the occurrence to be written",
+        timeout=60,
+        what="the occurrence to be written (by the wake-up: nothing else sends a tick)",
     )
 
     lag = (started.started_at - due).total_seconds()
     print(f"tick at the due time: run written {lag * 1000:.0f} ms after its due time")
-    assert 0 <= lag < 1.0, lag
-    assert Run.objects.get(job=job).scheduled_for == due
+    assert lag >= 0, f"written {-lag:.3f} s before its due time"
+    run = Run.objects.get(job=job)
+    assert run.scheduled_for == due and run.created_at == started.started_at

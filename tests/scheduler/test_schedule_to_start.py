@@ -64,15 +64,16 @@ def test_skip_unstarted__past_the_window__run_cancelled_and_history_says_skipped
     assert run.state == Run.State.CANCELLED and run.error == reason and run.finished_at is not None
     assert set(run.steps.values_list("process_state", flat=True)) == {Step.State.CANCELLED}
     assert run.job_id is not None
-    (row,) = TaskExecutionHistory.objects.filter(job_id=run.job_id, kind=TaskExecutionHistory.Kind.JOB)
-    assert row.status == TaskExecutionHistory.Status.SKIPPED and row.error == reason
-    assert row.detail["reason"] == reason and row.detail["start_reason"] == "schedule"
-    assert row.ended_at is not None
     assert list(run.events.values_list("type", flat=True)) == ["received", "cancelled"]
-    # Settling it keeps the row as it is and starts no retry: the occurrence is gone, not failed.
+    # The job's history is the dispatcher's to write: its settle closes the occurrence's row as
+    # skipped, with the sentence, and starts no retry (the occurrence is gone, not failed).
+    (row,) = TaskExecutionHistory.objects.filter(job_id=run.job_id, kind=TaskExecutionHistory.Kind.JOB)
+    assert row.status == TaskExecutionHistory.Status.STARTED and row.ended_at is None
     assert job_runs_settle(limit=10).settled == 1
     row.refresh_from_db()
-    assert row.status == TaskExecutionHistory.Status.SKIPPED
+    assert row.status == TaskExecutionHistory.Status.SKIPPED and row.error == reason
+    assert row.detail["reason"] == reason and row.detail["start_reason"] == "schedule"
+    assert row.ended_at == run.finished_at
     assert not ScheduledJob.objects.filter(job_id=run.job_id, kind=ScheduledJob.Kind.RETRY).exists()
     # Once only.
     assert runs_skip_unstarted(batch=10).runs == []
