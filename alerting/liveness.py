@@ -17,7 +17,7 @@ The metrics issue (19) reads the same things for Prometheus in `ops`; this layer
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import redis
 from django.conf import settings
@@ -57,12 +57,20 @@ def consumers_alive(*, queue: str) -> int:
 
 def queue_depth(*, queue: str) -> int:
     """Messages waiting in the broker for `queue` (all priorities; not the unacked ones)."""
+    return queue_depths(queues=[queue])[queue]
+
+
+def queue_depths(*, queues: Sequence[str]) -> dict[str, int]:
+    """`queue_depth` of each of `queues`, in one round trip."""
     prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
     pipe = _broker().pipeline(transaction=False)
-    pipe.llen(f"{prefix}{queue}")
-    for priority in _PRIORITIES:
-        pipe.llen(f"{prefix}{queue}{_PRIORITY_SEP}{priority}")
-    return int(sum(pipe.execute()))
+    for queue in queues:
+        pipe.llen(f"{prefix}{queue}")
+        for priority in _PRIORITIES:
+            pipe.llen(f"{prefix}{queue}{_PRIORITY_SEP}{priority}")
+    lengths = [int(n) for n in pipe.execute()] if queues else []
+    per = 1 + len(_PRIORITIES)
+    return {queue: sum(lengths[i * per : (i + 1) * per]) for i, queue in enumerate(queues)}
 
 
 def last_run_record(*, task: str) -> None:
@@ -77,7 +85,17 @@ def last_run_start_counting(*, task: str) -> None:
 
 def last_run_age(*, task: str) -> float | None:
     """Seconds since `task` last completed, or None if never recorded."""
-    raw = _client().get(f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}")
-    if raw is None:
-        return None
-    return max(0.0, time.time() - float(raw))
+    return last_run_ages(tasks=[task])[task]
+
+
+def last_run_ages(*, tasks: Sequence[str]) -> dict[str, float | None]:
+    """`last_run_age` of each of `tasks`, in one round trip (MGET)."""
+    if not tasks:
+        return {}
+    keys = [f"{settings.REDIS_PREFIX}{LASTRUN_KEY}{task}" for task in tasks]
+    raws: list[bytes | None] = _client().mget(keys)  # type: ignore[assignment]
+    now = time.time()
+    return {
+        task: None if raw is None else max(0.0, now - float(raw))
+        for task, raw in zip(tasks, raws, strict=True)
+    }

@@ -1,11 +1,17 @@
 """Alerting services: one evaluation tick of every enabled rule, and the announcements it
 makes (e-mail and signed webhook), queued - never sent - by the evaluator.
 
-Invariant: a tick is idempotent and bounded (at most SAS_ALERT_MAX_RULES rules, each one
-index-backed statement, alerting/conditions.py); two evaluators (beat's periodic task and the
-control worker's watchdog, docs/decisions.md) never run a tick at once - a PostgreSQL advisory
-lock, tried, not waited for. Each rule's writes are one transaction; a rule whose condition
-fails to read (a Redis or database error) is logged and skipped, the others still run.
+Invariant: a tick is idempotent and bounded (at most SAS_ALERT_MAX_RULES rules; one
+index-backed statement or Redis pipeline per rule *kind*, alerting/conditions.py); two
+evaluators (beat's periodic task and the control worker's watchdog, docs/decisions.md) never run
+a tick at once - a PostgreSQL advisory lock, tried, not waited for. The tick's round trips, so
+that it fits in a few milliseconds (issue 21's benchmark, bench/README.md "Alerting"): the lock,
+one read of the rules with their open alerts and whether an announcement is due, one statement
+per kind, then the writes set-based (supervisor/alerts.py, `alerts_observe`: opens, links and
+resolutions of every rule in one transaction, or the links statement alone in an incident's
+steady state), the announcement claim only when something is due, the unlock. A rule whose
+condition fails to read (a Redis or database error) is logged and skipped - its alerts stay as
+they are - and the others still run (alerting/conditions.py, `conditions_evaluate`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,15 +27,22 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import DatabaseError, connection, transaction
-from django.db.models import F
+from django.db import connection, transaction
+from django.db.models import BooleanField, F, JSONField
+from django.db.models.expressions import RawSQL
 
 from scheduler.services import run_submit
-from supervisor.alerts import alert_announcements_claim, alert_observe
-from supervisor.models import ALERT_OPEN_STATES, Alert, AlertRule, RuleKind
+from supervisor.alerts import (
+    ANNOUNCEMENTS_DUE_SQL,
+    OPEN_ALERTS_OF_RULE_SQL,
+    Observation,
+    alert_announcements_claim,
+    alerts_observe,
+)
+from supervisor.models import Alert, AlertRule, RuleKind
 
 from . import liveness
-from .conditions import CONDITIONS
+from .conditions import conditions_evaluate
 from .webhook import ALERT_WEBHOOK_WORKFLOW
 
 logger = logging.getLogger("sas.alerts")
@@ -59,19 +73,31 @@ def alert_rules_evaluate() -> Tick:
         # Operator rules first: customers' rules can never crowd them out of the cap.
         rules = list(
             AlertRule.objects.filter(enabled=True)
-            .select_related("job")
+            .annotate(
+                # Static statements of supervisor/alerts.py, no parameter: nothing to inject.
+                open_alerts=RawSQL(OPEN_ALERTS_OF_RULE_SQL, (), output_field=JSONField()),  # noqa: S611
+                announcements_due=RawSQL(ANNOUNCEMENTS_DUE_SQL, (), output_field=BooleanField()),  # noqa: S611
+            )
             .order_by(F("owner_id").asc(nulls_first=True), "id")[: settings.SAS_ALERT_MAX_RULES]
         )
-        # Every open alert, in one query (alert_open_rule_idx): what each rule has open now.
-        open_now: dict[int, dict[str, str]] = {}
-        for rule_id, subject, state in Alert.objects.filter(
-            state__in=ALERT_OPEN_STATES, rule__isnull=False
-        ).values_list("rule_id", "subject", "state"):
-            open_now.setdefault(rule_id, {})[subject] = state
-        open_alerts = 0
+        by_kind: dict[str, list[AlertRule]] = defaultdict(list)
         for rule in rules:
-            open_alerts += _rule_evaluate(rule=rule, open_now=open_now.get(rule.pk, {}))
-        announced = alert_announce()
+            by_kind[rule.kind].append(rule)
+        found = conditions_evaluate(by_kind)
+        observations = [
+            Observation(
+                rule=rule,
+                findings=found[rule.pk],
+                open_now=rule.open_alerts,
+                hold=timedelta(seconds=rule.threshold) if rule.kind == RuleKind.CIRCUIT_OPEN else None,
+            )
+            for rule in rules
+            if rule.pk in found  # a rule not evaluated: its alerts stay as they are
+        ]
+        observed = alerts_observe(observations=observations)
+        # No rule: nothing says whether an engine-raised alert waits (rare; claim to be sure).
+        due = not rules or rules[0].announcements_due
+        announced = alert_announce() if observed.changed or due else 0
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [EVALUATOR_LOCK])
@@ -82,23 +108,10 @@ def alert_rules_evaluate() -> Tick:
     return Tick(
         ran=True,
         rules=len(rules),
-        open_alerts=open_alerts,
+        open_alerts=observed.open_alerts,
         announced=announced,
         seconds=time.perf_counter() - started,
     )
-
-
-def _rule_evaluate(*, rule: AlertRule, open_now: dict[str, str]) -> int:
-    try:
-        findings = CONDITIONS[rule.kind](rule)
-        if not findings and not open_now:
-            return 0  # nothing to open, nothing to resolve: no write
-        hold = timedelta(seconds=rule.threshold) if rule.kind == RuleKind.CIRCUIT_OPEN else None
-        with transaction.atomic():
-            return alert_observe(rule=rule, findings=findings, for_duration=hold, open_now=open_now)
-    except (DatabaseError, redis.RedisError, OSError):
-        logger.exception("alert rule %s (%s) could not be evaluated; next tick retries", rule.pk, rule.name)
-        return 0
 
 
 def alert_announce(*, limit: int = 100) -> int:

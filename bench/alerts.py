@@ -1,6 +1,6 @@
 """The alert rules' evaluation tick over a big history (issue 21).
 
-    python bench/alerts.py [--history 1000000] [--rules 50] [--samples 30] [--plans]
+    python bench/alerts.py [--history 1000000] [--rules 50] [--samples 30] [--by-kind] [--plans]
 
 Fills, with generate_series: 200,000 runs over 30 days (10 workflows, 5% compensated, 1%
 failed, a fifth of them runs of 50 jobs), one step per run (2% in Error, half of those with the
@@ -10,9 +10,11 @@ creates --rules enabled rules of every kind (failure rates per workflow, job and
 consecutive failures, Error steps, runs needing an operator, overdue steps, dispatch lag, due
 backlog, missed runs, breakers, queues, the dead man's switch) and times `alert_rules_evaluate`
 - one tick, everything a beat tick does, announcements included - --samples times. Target: at
-most 50 ms a tick. With --plans it prints EXPLAIN (ANALYZE, BUFFERS) of each condition's
-statement, and of the operator's bulk resubmission search over an hour and a week (the plans
-in bench/README.md, "Alerting"). Rows are deleted at the end.
+most 50 ms a tick. It counts a tick's round trips (SQL statements, BEGIN/COMMIT, Redis requests)
+and, beside each tick sample, times the floor: the same number of empty round trips (SELECT 1,
+PING) under the same load. --by-kind times each kind's statement alone; --plans prints EXPLAIN
+(ANALYZE, BUFFERS) of each kind's statement with the bench's rules, and of the operator's bulk
+resubmission search over an hour and a week (the plans in bench/README.md, "Alerting"). Rows are deleted at the end (--keep and --no-fill reuse them).
 """
 
 from __future__ import annotations
@@ -120,43 +122,55 @@ def make_rules(count: int, jobs: list[int]) -> None:
         AlertRule.objects.create(name=f"bench {n}", notify_email=False, cooldown=timedelta(0), **spec)
 
 
-def by_rule() -> None:
-    from alerting.conditions import CONDITIONS
+def _rules_by_kind() -> dict[str, list[Any]]:
     from supervisor.models import AlertRule
 
-    rows = []
+    by_kind: dict[str, list[Any]] = {}
     for rule in AlertRule.objects.filter(enabled=True).order_by("id"):
+        by_kind.setdefault(rule.kind, []).append(rule)
+    return by_kind
+
+
+def profile(tick: Any) -> None:
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(10):
+        tick()
+    profiler.disable()
+    print("\nProfile of 10 ticks (cumulative, top 25):")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+    print("Profile of 10 ticks (own time, top 15):")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
+def by_kind() -> None:
+    """Each kind's condition - every rule of the kind in one statement - timed alone."""
+    from django.db import connection
+
+    from alerting.conditions import CONDITIONS, JIT_OFF_SQL
+
+    with connection.cursor() as cursor:
+        cursor.execute(JIT_OFF_SQL)  # as in the tick's pipeline
+    rows = []
+    for kind, rules in _rules_by_kind().items():
+        CONDITIONS[kind](rules)
         t0 = time.perf_counter()
         for _ in range(10):
-            CONDITIONS[rule.kind](rule)
-        rows.append(
-            (f"{rule.kind} {rule.target or rule.job_id or ''}", fmt_ms((time.perf_counter() - t0) / 10))
-        )
+            CONDITIONS[kind](rules)
+        rows.append((f"{kind} ({len(rules)} rules)", fmt_ms((time.perf_counter() - t0) / 10)))
     print_table(rows)
 
 
 def plans() -> None:
+    """EXPLAIN ANALYZE of each database kind's statement - the one the tick runs, with the bench's
+    rules of that kind as its parameters."""
     from django.db import connection
 
-    from alerting import conditions as c
+    from alerting.conditions import JIT_OFF_SQL, STATEMENTS
 
-    window = timedelta(minutes=15)
-    statements = {
-        "workflow failure rate": (c.WORKFLOW_FAILURE_RATE_SQL, {"target": "w1"}),
-        "job failure rate (every job)": (c.JOB_FAILURE_RATE_SQL, {"job": None}),
-        "job consecutive failures (every job)": (c.JOB_CONSECUTIVE_FAILURES_SQL, {"job": None, "n": 3}),
-        "service failure rate": (c.SERVICE_FAILURE_RATE_SQL, {"target": ""}),
-        "step in Error": (c.STEP_ERROR_SQL, {"target": ""}),
-        "runs needing an operator": (c.RUN_NEEDS_OPERATOR_SQL, {"window": timedelta(days=7)}),
-    }
-    base = {
-        "failed": c.FAILED_STATES,
-        "terminal": c.TERMINAL,
-        "window": window,
-        "min_runs": 5,
-        "threshold": 0.5,
-        "limit": c.RUNS_PER_FINDING,
-    }
     from django.utils import timezone
 
     from supervisor.operator import steps_failed_matching_queryset
@@ -172,13 +186,87 @@ def plans() -> None:
             cursor.execute(explain + sql, bulk_params)
             print(f"\n-- bulk resubmit search: error contains 'service unavailable', {label}")
             print("\n".join(row[0] for row in cursor.fetchall()))
-        for name, (sql, params) in statements.items():
+        cursor.execute(JIT_OFF_SQL)  # as in the tick's pipeline
+        for kind, rules in _rules_by_kind().items():
+            if kind not in STATEMENTS:
+                continue
+            sql, params = STATEMENTS[kind].sql, STATEMENTS[kind].params
             cursor.execute(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY ON) " + sql,
-                {**base, **params},  # type: ignore[dict-item]
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY ON) " + sql, params(rules)
             )
-            print(f"\n-- {name}")
+            print(f"\n-- {kind} ({len(rules)} rules)")
             print("\n".join(row[0] for row in cursor.fetchall()))
+
+
+def floor(*, database: int, redis_trips: int) -> float:
+    """What a tick's round trips cost with nothing in them, here and now: `database` times
+    SELECT 1 and `redis_trips` times PING, one after the other - measured beside each tick
+    sample, so under the same load. No tick can be faster than this."""
+    from django.db import connection
+
+    from sasproject.redis_client import get_redis
+
+    client = get_redis()
+    t0 = time.perf_counter()
+    with connection.cursor() as cursor:
+        for _ in range(database):
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    for _ in range(redis_trips):
+        client.ping()
+    return time.perf_counter() - t0
+
+
+class RoundTrips:
+    """Counts a tick's round trips: SQL statements, the BEGIN and COMMIT of each transaction
+    (psycopg sends each on its own), and Redis requests (a pipeline is one)."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.transactions = 0
+        self.redis = 0
+        self.pipelined = 0
+        self.flushes = 0
+        self._in_atomic = False
+        self._pipelined = False
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        self.statements += 1
+        db = context["connection"]
+        in_atomic = db.in_atomic_block
+        if in_atomic and not self._in_atomic:
+            self.transactions += 1
+        self._in_atomic = in_atomic
+        # In psycopg's pipeline mode a statement is queued, not waited for: the pipeline's
+        # statements are one round trip (its sync), counted on the first.
+        pipelined = db.connection is not None and db.connection._pipeline is not None
+        if pipelined:
+            self.pipelined += 1
+            if not self._pipelined:
+                self.flushes += 1
+        self._pipelined = pipelined
+        return execute(sql, params, many, context)
+
+    def count(self, fn: Any) -> None:
+        import redis.connection
+        from django.db import connection
+
+        send = redis.connection.AbstractConnection.send_packed_command
+
+        def counted(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            self.redis += 1
+            return send(conn, *args, **kwargs)
+
+        redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign,assignment]
+        try:
+            with connection.execute_wrapper(self):
+                fn()
+        finally:
+            redis.connection.AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
+
+    @property
+    def database(self) -> int:
+        return self.statements - self.pipelined + self.flushes + 2 * self.transactions
 
 
 def main() -> None:
@@ -189,7 +277,10 @@ def main() -> None:
     parser.add_argument("--rules", type=int, default=50)
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--plans", action="store_true")
-    parser.add_argument("--by-rule", action="store_true", help="also time each rule's condition")
+    parser.add_argument("--profile", action="store_true", help="cProfile of 10 ticks: where the time goes")
+    parser.add_argument(
+        "--by-kind", action="store_true", help="also time each kind's condition (its rules in one statement)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the rows (a later --no-fill reuses them)")
     parser.add_argument("--no-fill", action="store_true")
     args = parser.parse_args()
@@ -218,26 +309,15 @@ def main() -> None:
     history = TaskExecutionHistory.objects.count()
     try:
         alert_rules_evaluate()  # warm: connections, plans, the first alerts opened
-        times = []
+        trips = RoundTrips()
+        trips.count(alert_rules_evaluate)
+        times, floors = [], []
         for _ in range(args.samples):
             tick = alert_rules_evaluate()
             assert tick.ran
             times.append(tick.seconds)
-        s = summary(times)
-        statements: list[str] = []
-
-        def count(execute: Any, sql: str, *rest: Any) -> Any:
-            statements.append(sql)
-            return execute(sql, *rest)
-
-        with connection.execute_wrapper(count):
-            alert_rules_evaluate()
-        rtt = []
-        with connection.cursor() as cursor:
-            for _ in range(50):
-                t1 = time.perf_counter()
-                cursor.execute("SELECT 1")
-                rtt.append(time.perf_counter() - t1)
+            floors.append(floor(database=trips.database, redis_trips=trips.redis))
+        s, f = summary(times), summary(floors)
         print(
             f"\nAlert rule evaluation: {AlertRule.objects.filter(enabled=True).count()} rules, "
             f"{history:,} history rows (filled in {fill_s:.0f} s)"
@@ -248,13 +328,21 @@ def main() -> None:
                 ("tick p99", fmt_ms(s["p99"])),
                 ("tick mean", fmt_ms(s["mean"])),
                 ("open alerts after", tick.open_alerts),
-                ("statements a tick", len(statements)),
-                ("SELECT 1 round trip p50 (this machine now)", fmt_ms(summary(rtt)["p50"])),
+                ("SQL statements a tick", trips.statements),
+                ("of which in one pipeline flush", trips.pipelined),
+                ("transactions a tick (BEGIN + COMMIT each)", trips.transactions),
+                ("PostgreSQL round trips a tick", trips.database),
+                ("Redis round trips a tick", trips.redis),
+                ("floor: the same round trips, empty (SELECT 1, PING) p50", fmt_ms(f["p50"])),
+                ("floor p99", fmt_ms(f["p99"])),
+                ("tick / floor (p50)", f"{s['p50'] / f['p50']:.1f}x"),
                 ("target", "<= 50 ms a tick " + ("MET" if s["p50"] <= 0.05 else "MISSED")),
             ]
         )
-        if args.by_rule:
-            by_rule()
+        if args.by_kind:
+            by_kind()
+        if args.profile:
+            profile(alert_rules_evaluate)
         if args.plans:
             plans()
     finally:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
-from .models import Alert, AlertRule, AlertSeverity, RuleKind
+from .models import AlertRule, AlertSeverity, RuleKind
 
 logger = logging.getLogger("sas.alerts")
 
@@ -113,35 +113,89 @@ UPDATE supervisor_alert a
  WHERE a.id = g.alert_id
 """
 
-# Open alerts of one rule no longer found: resolved. A pending one was never announced, so it
-# is marked announced as resolved (nobody hears of it).
+# The evaluator's opens, every new or pending finding of a tick in one statement: the set-based
+# form of _OPEN_SQL (reopen within the cooldown, else insert, else - open already - advance
+# pending -> firing after the finding's for-duration). Keys are unique in the batch (ON CONFLICT
+# may not touch a row twice).
+_OPEN_MANY_SQL = """
+WITH f AS (
+    SELECT * FROM unnest(%(keys)s::text[], %(rule_ids)s::bigint[], %(kinds)s::text[], %(severities)s::text[],
+                         %(subjects)s::text[], %(messages)s::text[], %(states)s::text[], %(run_ids)s::uuid[],
+                         %(cooldowns)s::interval[], %(holds)s::interval[])
+           AS f(key, rule_id, kind, severity, subject, message, state, run_id, cooldown, hold)
+), reopened AS (
+    UPDATE supervisor_alert a
+       SET state = 'firing', resolved_at = NULL, last_seen_at = statement_timestamp(), count = a.count + 1,
+           fired_at = COALESCE(a.fired_at, statement_timestamp()), message = f.message
+      FROM f
+     WHERE a.id = (SELECT id FROM supervisor_alert
+                    WHERE key = f.key AND state = 'resolved'
+                      AND resolved_at > statement_timestamp() - f.cooldown
+                    ORDER BY resolved_at DESC LIMIT 1)
+       AND NOT EXISTS (SELECT 1 FROM supervisor_alert o WHERE o.key = f.key AND o.state <> 'resolved')
+    RETURNING a.key
+)
+INSERT INTO supervisor_alert (rule_id, run_id, step_id, kind, severity, subject, message, state, key,
+                              count, created_at, fired_at, last_seen_at, announced_state)
+SELECT f.rule_id, f.run_id, NULL, f.kind, f.severity, f.subject, f.message, f.state, f.key, 1,
+       statement_timestamp(), CASE WHEN f.state = 'firing' THEN statement_timestamp() END,
+       statement_timestamp(), ''
+  FROM f
+ WHERE f.key NOT IN (SELECT key FROM reopened)
+ON CONFLICT (key) WHERE state <> 'resolved'
+DO UPDATE SET last_seen_at = statement_timestamp(), message = EXCLUDED.message,
+              state = CASE WHEN supervisor_alert.state = 'pending' AND supervisor_alert.created_at
+                                <= statement_timestamp() - (SELECT hold FROM f WHERE f.key = EXCLUDED.key)
+                           THEN 'firing' ELSE supervisor_alert.state END,
+              fired_at = CASE WHEN supervisor_alert.state = 'pending' AND supervisor_alert.created_at
+                                   <= statement_timestamp() - (SELECT hold FROM f WHERE f.key = EXCLUDED.key)
+                              THEN statement_timestamp() ELSE supervisor_alert.fired_at END
+"""
+
+# Open alerts of the given rules no longer found: resolved. A pending one was never announced,
+# so it is marked announced as resolved (nobody hears of it).
 _RESOLVE_SQL = """
 UPDATE supervisor_alert
    SET resolved_at = statement_timestamp(),
        announced_state = CASE WHEN state = 'pending' THEN 'resolved' ELSE announced_state END,
        state = 'resolved'
- WHERE rule_id = %(rule_id)s AND state <> 'resolved' AND NOT (key = ANY(%(keys)s))
-RETURNING id
+ WHERE rule_id = ANY(%(rule_ids)s::bigint[]) AND state <> 'resolved' AND NOT (key = ANY(%(keys)s::text[]))
+RETURNING id, rule_id
 """
 
 # The announcement outbox: alerts whose state has not been announced, the first announcement
 # of a key (or a re-announcement of a reopened one) only after the rule's cooldown; resolutions
 # at once. Claimed by the UPDATE itself, so two evaluators never announce one change twice.
-_ANNOUNCE_SQL = """
+_ANNOUNCE_DUE = """
+SELECT u.id FROM supervisor_alert u
+  JOIN supervisor_alertrule ur ON ur.id = u.rule_id
+ WHERE u.state <> u.announced_state AND u.state <> 'pending'
+   AND (u.state = 'resolved' OR u.announced_at IS NULL
+        OR u.announced_at <= statement_timestamp() - ur.cooldown)
+"""
+_ANNOUNCE_SQL = (
+    """
 UPDATE supervisor_alert a
    SET announced_state = a.state, announced_at = statement_timestamp()
   FROM supervisor_alertrule r
- WHERE a.id IN (
-        SELECT u.id FROM supervisor_alert u
-          JOIN supervisor_alertrule ur ON ur.id = u.rule_id
-         WHERE u.state <> u.announced_state AND u.state <> 'pending'
-           AND (u.state = 'resolved' OR u.announced_at IS NULL
-                OR u.announced_at <= statement_timestamp() - ur.cooldown)
+ WHERE a.id IN ("""
+    + _ANNOUNCE_DUE
+    + """
          ORDER BY u.id LIMIT %(limit)s
          FOR UPDATE OF u SKIP LOCKED)
    AND r.id = a.rule_id
 RETURNING a.id, a.state
 """
+)
+
+# The evaluator's read of the alert state, as annotations of its rules query: each rule's open
+# alerts, subject -> state (alert_open_rule_idx), and whether any announcement is due (one probe
+# of alert_unannounced_idx, evaluated once) - so a tick with nothing to announce claims nothing.
+OPEN_ALERTS_OF_RULE_SQL = """
+SELECT COALESCE(jsonb_object_agg(a.subject, a.state), '{}'::jsonb) FROM supervisor_alert a
+ WHERE a.rule_id = supervisor_alertrule.id AND a.state <> 'resolved'
+"""
+ANNOUNCEMENTS_DUE_SQL = "EXISTS (" + _ANNOUNCE_DUE + ")"
 
 
 def alert_key(*, rule_id: int, subject: str) -> str:
@@ -230,55 +284,83 @@ def alert_raise(
     return ids
 
 
-def alert_observe(
-    *,
-    rule: AlertRule,
-    findings: Sequence[Finding],
-    for_duration: timedelta | None = None,
-    open_now: Mapping[str, str] | None = None,
-) -> int:
-    """The evaluator's path, for one rule: open (pending, or firing when the rule has no
-    for-duration), advance pending -> firing after the for-duration, link the affected runs,
-    and resolve the rule's open alerts that are no longer found. Idempotent: evaluating twice
-    gives the same rows. `open_now`: the rule's open alerts, subject -> state, as the caller
-    read them (one query for every rule); an alert already firing for a finding is left as is
-    (no write: the steady state of an incident costs one statement, the links). `for_duration`:
-    instead of the rule's (a circuit "open longer than N"). Call inside one transaction per
-    rule. Returns how many of its alerts are open."""
-    hold = rule.for_duration if for_duration is None else for_duration
-    state = "firing" if hold <= timedelta(0) else "pending"
-    if open_now is None:
-        open_now = dict(
-            Alert.objects.filter(rule=rule).exclude(state="resolved").values_list("subject", "state")
-        )
-    for finding in findings:
-        if open_now.get(finding.subject) == "firing":
-            continue
-        _open(
-            rule=rule,
-            subject=finding.subject,
-            message=finding.message,
-            run_id=finding.run_ids[0] if finding.run_ids else None,
-            step_id=None,
-            state=state,
-            hold=hold,
-            increment=0,
-        )
-    keys = [alert_key(rule_id=rule.pk, subject=f.subject) for f in findings for _ in f.run_ids]
-    runs = [str(run_id) for f in findings for run_id in f.run_ids]
-    if runs:
-        with connection.cursor() as cursor:
-            cursor.execute(_LINK_MANY_SQL, {"keys": keys, "runs": runs})
-    found = {f.subject for f in findings}
-    if set(open_now) - found:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _RESOLVE_SQL,
-                {"rule_id": rule.pk, "keys": [alert_key(rule_id=rule.pk, subject=s) for s in found]},
-            )
-            for (resolved_id,) in cursor.fetchall():
-                logger.warning("ALERT resolved: rule %s alert %s", rule.name, resolved_id)
-    return len(found)
+@dataclass(frozen=True)
+class Observation:
+    """One rule's evaluation in a tick: what its condition found now, and its open alerts
+    (subject -> state) as the caller read them before. `hold`: the for-duration in force, if
+    not the rule's (a circuit "open longer than N")."""
+
+    rule: AlertRule
+    findings: Sequence[Finding]
+    open_now: Mapping[str, str]
+    hold: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    open_alerts: int  # subjects found, over every rule
+    changed: bool  # an alert was opened, advanced, reopened or resolved: announcements may be due
+
+
+def alerts_observe(*, observations: Sequence[Observation]) -> Observed:
+    """The evaluator's path, for every rule evaluated in a tick, set-based: open (pending, or
+    firing when the rule has no for-duration), advance pending -> firing after the for-duration,
+    reopen within the cooldown, link the affected runs, and resolve each rule's open alerts that
+    are no longer found. At most three statements - opens, links, resolutions - each run only
+    when needed: an alert already firing for a finding is left as is, so the steady state of an
+    incident costs the links statement alone (it links only runs not yet linked, and counts only
+    alerts that gained runs). Idempotent: evaluating twice gives the same rows. More than one
+    statement runs in one transaction (the caller's, if it has one); a rule that could not be
+    evaluated must not be passed (its alerts stay as they are)."""
+    opens: list[tuple[AlertRule, Finding, timedelta]] = []
+    link_keys: list[str] = []
+    link_runs: list[str] = []
+    resolve_rules: dict[int, str] = {}
+    found_keys: list[str] = []
+    open_alerts = 0
+    for o in observations:
+        hold = o.rule.for_duration if o.hold is None else o.hold
+        by_subject = {f.subject: f for f in o.findings}  # one incident per subject
+        for finding in by_subject.values():
+            key = alert_key(rule_id=o.rule.pk, subject=finding.subject)
+            if o.open_now.get(finding.subject) != "firing":
+                opens.append((o.rule, finding, hold))
+            link_keys += [key] * len(finding.run_ids)
+            link_runs += [str(run_id) for run_id in finding.run_ids]
+        if set(o.open_now) - set(by_subject):
+            resolve_rules[o.rule.pk] = o.rule.name
+            found_keys += [alert_key(rule_id=o.rule.pk, subject=s) for s in by_subject]
+        open_alerts += len(by_subject)
+    statements = bool(opens) + bool(link_runs) + bool(resolve_rules)
+    if not statements:
+        return Observed(open_alerts=open_alerts, changed=False)
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        if opens:
+            cursor.execute(_OPEN_MANY_SQL, _open_many_params(opens))
+        if link_runs:
+            cursor.execute(_LINK_MANY_SQL, {"keys": link_keys, "runs": link_runs})
+        resolved: list[tuple[int, int]] = []
+        if resolve_rules:
+            cursor.execute(_RESOLVE_SQL, {"rule_ids": list(resolve_rules), "keys": found_keys})
+            resolved = cursor.fetchall()
+    for alert_id, rule_id in resolved:
+        logger.warning("ALERT resolved: rule %s alert %s", resolve_rules[rule_id], alert_id)
+    return Observed(open_alerts=open_alerts, changed=bool(opens or resolved))
+
+
+def _open_many_params(opens: Sequence[tuple[AlertRule, Finding, timedelta]]) -> dict[str, Any]:
+    return {
+        "keys": [alert_key(rule_id=r.pk, subject=f.subject) for r, f, _ in opens],
+        "rule_ids": [r.pk for r, _, _ in opens],
+        "kinds": [r.kind for r, _, _ in opens],
+        "severities": [r.severity for r, _, _ in opens],
+        "subjects": [f.subject for _, f, _ in opens],
+        "messages": [f.message for _, f, _ in opens],
+        "states": ["firing" if hold <= timedelta(0) else "pending" for _, _, hold in opens],
+        "run_ids": [str(f.run_ids[0]) if f.run_ids else None for _, f, _ in opens],
+        "cooldowns": [r.cooldown for r, _, _ in opens],
+        "holds": [hold for _, _, hold in opens],
+    }
 
 
 def alert_announcements_claim(*, limit: int) -> list[tuple[int, str]]:
@@ -293,8 +375,10 @@ def alert_announcements_claim(*, limit: int) -> list[tuple[int, str]]:
 __all__ = [
     "AlertSeverity",
     "Finding",
+    "Observation",
+    "Observed",
     "RuleKind",
     "alert_announcements_claim",
-    "alert_observe",
     "alert_raise",
+    "alerts_observe",
 ]

@@ -273,3 +273,20 @@ def test_announcement__email__names_rule_and_runs__resolution_mailed_too(
     assert len(callbacks) == 1
     assert alert_email_send(alert_id=alert.pk, state="resolved")
     assert "RESOLVED" in mail.outbox[1].subject
+
+
+def test_one_rule_failing_to_read__skipped_alone__its_kind_and_the_others_still_evaluated(
+    caplog: Any,
+) -> None:
+    # A window no timestamp can go back to: its statement fails ("timestamp out of range") and
+    # with it the pipeline of every kind; the other rules, of its kind and of others, still fire.
+    broken = rule("step_error", window=timedelta(days=999_999_999))
+    sibling = rule("step_error", window=timedelta(hours=1))
+    other = rule("run_needs_operator", window=timedelta(days=7))
+    failed = run(state="failed")
+    error_step(failed)
+    with caplog.at_level("WARNING", logger="sas.alerts"):
+        tick()
+    assert not Alert.objects.filter(rule=broken).exists()
+    assert only_alert(sibling).state == "firing" and only_alert(other).state == "firing"
+    assert f"alert rule {broken.pk} (step_error) could not be evaluated" in caplog.text
