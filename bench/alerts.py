@@ -14,7 +14,8 @@ most 50 ms a tick. It counts a tick's round trips (SQL statements, BEGIN/COMMIT,
 and, beside each tick sample, times the floor: the same number of empty round trips (SELECT 1,
 PING) under the same load. --by-kind times each kind's statement alone; --plans prints EXPLAIN
 (ANALYZE, BUFFERS) of each kind's statement with the bench's rules, and of the operator's bulk
-resubmission search over an hour and a week (the plans in bench/README.md, "Alerting"). Rows are deleted at the end (--keep and --no-fill reuse them).
+resubmission search over an hour and a week (the plans in bench/README.md, "Alerting"). Rows
+are deleted at the end (--keep and --no-fill reuse them).
 """
 
 from __future__ import annotations
@@ -168,11 +169,9 @@ def plans() -> None:
     """EXPLAIN ANALYZE of each database kind's statement - the one the tick runs, with the bench's
     rules of that kind as its parameters."""
     from django.db import connection
-
-    from alerting.conditions import JIT_OFF_SQL, STATEMENTS
-
     from django.utils import timezone
 
+    from alerting.conditions import JIT_OFF_SQL, STATEMENTS
     from supervisor.operator import steps_failed_matching_queryset
 
     now = timezone.now()
