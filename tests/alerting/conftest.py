@@ -38,7 +38,9 @@ def rule(kind: str, **fields: Any) -> AlertRule:
 
 
 def user(name: str) -> Any:
-    return get_user_model().objects.create_user(name, f"{name}@example.com", "x")
+    """A new user named after `name` (suffixed: live tests elsewhere commit an "alice" that a
+    later test in the same database would collide with)."""
+    return get_user_model().objects.create_user(f"{name}-{next(_n)}", f"{name}@example.com", "x")
 
 
 def job(owner: Any, **fields: Any) -> Job:

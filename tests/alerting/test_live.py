@@ -161,7 +161,9 @@ def test_beat_and_a_worker_stopped__dead_mans_switch_and_no_consumer_fire_then_r
         name="Supervisor not running",
         kind="periodic_not_run",
         target="sas: supervisor sweep",
-        threshold=3,
+        # 10 sweep intervals (10 s): at 3, a loaded machine's late sweep after beat came back
+        # was a second incident, correctly - but not the one this test is about.
+        threshold=10,
         **common,
     )
     no_consumer = AlertRule.objects.create(

@@ -117,6 +117,13 @@ def test_job_occurrence_not_started_in_time__supervisor_skips_it_with_a_history_
     run = wait_run(firing.run_id, (Run.State.CANCELLED,), timeout=30)
 
     assert run.error.startswith("skipped: not started within ") and run.error.endswith(" s (backlog)")
-    row = TaskExecutionHistory.objects.get(job_id=job.id, kind="job", run_id=run.id)
+    # The occurrence's history row is the dispatcher room's: its next settle closes it as skipped.
+    row = wait_for(
+        lambda: TaskExecutionHistory.objects.filter(
+            job_id=job.id, kind="job", run_id=run.id, status="skipped"
+        ).first(),
+        timeout=30,
+        what="the dispatcher's settle to close the occurrence's history row as skipped",
+    )
     assert row.status == "skipped" and row.error == run.error and row.ended_at is not None
     assert set(run.steps.values_list("process_state", flat=True)) == {"cancelled"}

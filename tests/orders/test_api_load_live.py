@@ -133,12 +133,15 @@ def test_api__200_orders_from_32_clients__no_5xx_connections_bounded_each_order_
     samples: list[dict[str, int]] = []
 
     def sample() -> None:
-        # Its own connection (the test's is not thread-safe), on the test database.
+        # Its own connection (the test's is not thread-safe), on the test database. Client
+        # backends only: an autovacuum worker on the database (no application name) is the
+        # server's, not a connection of ours.
         name = settings.DATABASES["default"]["NAME"]
         with _connect(name) as conn:
             while not stop.is_set():
                 rows = conn.execute(
-                    "SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = %s GROUP BY 1",
+                    "SELECT application_name, count(*) FROM pg_stat_activity"
+                    " WHERE datname = %s AND backend_type = 'client backend' GROUP BY 1",
                     (name,),
                 ).fetchall()
                 samples.append({name: int(n) for name, n in rows})

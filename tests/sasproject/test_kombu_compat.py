@@ -10,8 +10,9 @@ from typing import Any, cast
 import pytest
 from django.conf import settings
 from kombu import Connection, Exchange, Queue
+from kombu.transport import redis as kombu_redis
 
-from sasproject import kombu_compat
+from sasproject import kombu_client_reuse, kombu_compat
 
 
 @pytest.fixture
@@ -32,7 +33,13 @@ def channel_with_unacked_message():
     conn.release()
 
 
-def test_channel_close__transport_detached__kombu_raises_attribute_error(channel_with_unacked_message):
+def test_channel_close__transport_detached__kombu_raises_attribute_error(
+    channel_with_unacked_message, monkeypatch
+):
+    # kombu's own client factory: sasproject.kombu_client_reuse (installed by the Celery app
+    # once any test has loaded it) turns this case into a ConnectionError that the close path
+    # swallows, which is the point of that patch but not what this test documents.
+    monkeypatch.setattr(kombu_redis.Channel, "_create_client", kombu_client_reuse._original)
     conn, channel, _ = channel_with_unacked_message
     conn.transport.client = None  # what Connection._do_close_transport leaves behind
     with pytest.raises(AttributeError, match="hostname"):
