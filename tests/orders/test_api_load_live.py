@@ -178,7 +178,9 @@ def test_api__200_orders_from_32_clients__no_5xx_connections_bounded_each_order_
     # Everything on the test database: the web, the harness's workers (a persistent connection
     # per prefork process: control 2, agents 4; their parents hold none), beat (1), this test
     # process and its sampler (2).
-    total_bound = bound + 2 + 4 + 1 + 2
+    # The control worker's watchdog thread (alerting/watchdog.py) evaluates the alert rules on
+    # a connection of its own when beat's tick is late - as it is on a loaded machine: 1 more.
+    total_bound = bound + 2 + 4 + 1 + 2 + 1
     total_peak = max(sum(n for name, n in s.items() if name != "sas-web") for s in samples)
     assert total_peak <= total_bound, (total_peak, total_bound, max(samples, key=lambda s: sum(s.values())))
 
