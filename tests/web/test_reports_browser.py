@@ -121,13 +121,17 @@ def test_browser__report_page_and_order_timeline__from_a_real_run(
         page.screenshot(path=str(artifacts_dir / "reports-05-declined-timeline.png"), full_page=True)
         declined_bars = page.evaluate(_TIMELINE_JS)
 
-        # A new order, watched: its timeline is redrawn as the run moves, without a reload.
+        # A new order, watched: its timeline is redrawn as the run moves, without a reload. The
+        # shipment is slowed, so the run is still going when the page is marked (on a quiet
+        # machine an order completes before the mark otherwise, and nothing is left to redraw).
+        engine.sim.set_faults("shipping", latency_ms=1500)
         live_id = _place_order(page, sku="SKU-L", quantity=1, amount="7.00")
         page.evaluate("document.querySelector('#timeline .timeline-body').dataset.first = 'yes'")
         page.wait_for_selector(
             "#timeline g.span[data-lane=create_shipment][data-kind=attempt][data-status=succeeded]",
             timeout=30_000,
         )
+        engine.sim.clear_faults()
         live_not_reloaded = page.evaluate("window.__notReloaded")
         live_redrawn = page.evaluate("!document.querySelector('#timeline .timeline-body').dataset.first")
 
