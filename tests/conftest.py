@@ -220,6 +220,33 @@ _ENGINES: dict[str, Engine] = {}
 BROKERS = ("redis", "rabbitmq")
 
 
+# The longest test files (mostly waiting out outages: a service down, a worker stopped), handed
+# to the xdist processes first (`--dist loadfile` deals files in collection order): started last,
+# one of them was the suite's tail while the other process sat idle.
+LONGEST_FILES = (
+    "e2e/test_outages_live.py",
+    "e2e/test_outage_live.py",
+    "e2e/test_rabbitmq_live.py",
+    "e2e/test_consumer_timeout_live.py",
+    "e2e/test_bulkhead_live.py",
+    "e2e/test_late_reply_live.py",
+    "devservices/test_make_run.py",
+    "scheduler/test_jobs_live.py",
+    "alerting/test_live.py",
+    "scheduler/test_dispatcher_scaleout_live.py",
+    "chaos/test_netns_live.py",
+    "sasproject/test_logs_live.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(LONGEST_FILES) if path.endswith(name)), len(LONGEST_FILES))
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.definition.get_closest_marker("both_brokers") and "broker" in metafunc.fixturenames:
         metafunc.parametrize("broker", BROKERS, indirect=True)
