@@ -3,7 +3,7 @@
 -- Time is the database clock: statement_timestamp().
 
 -- name: scheduled_claim_due
--- The dispatcher's claim: due ScheduledJob rows of one shard in time order (partial index
+-- The dispatcher's claim: due ScheduledJob rows of the shards this tick holds, in time order (partial index
 -- scheduledjob_due_idx), with their jobs locked too, skipping any row or job another dispatcher,
 -- a "run now", an edit or a settle holds. Locked until the batch commits: a crash before
 -- commit leaves them due; two dispatchers never hold the same row. Paused jobs have no due rows
@@ -17,7 +17,7 @@ SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.ne
 FROM scheduler_scheduledjob AS sj
 JOIN scheduler_job AS j ON j.id = sj.job_id
 WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled
-  AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = %(shard)s
+  AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = ANY(%(held)s::int[])
 ORDER BY sj.next_execution_at, sj.id
 LIMIT %(limit)s
 FOR UPDATE OF sj, j SKIP LOCKED
@@ -32,14 +32,14 @@ WHERE NOT EXISTS (SELECT 1 FROM scheduler_dispatchershard AS d WHERE d.shard = s
 ON CONFLICT (shard) DO NOTHING
 
 -- name: shard_lease_take
--- Free -> held: of the shards with a row due now, the least recently ticked whose lease has
--- ended (or that this holder already holds), not one of `skip` (drained in this tick), skipping
--- any another dispatcher is taking at this instant. A shard with nothing due is not taken: an
--- idle tick costs this one statement, and a tick woken for an occurrence goes to its shard
--- first. Guard: still free (or ours) when updated.
+-- Free -> held: of the shards with a row due now, the `take` least recently ticked whose lease
+-- has ended (or that this holder already holds), not one of `skip` (drained in this tick),
+-- skipping any another dispatcher is taking at this instant. A shard with nothing due is not
+-- taken: an idle tick costs this one statement, and a tick woken for an occurrence goes to its
+-- shard first. Guard: still free (or ours) when updated.
 UPDATE scheduler_dispatchershard AS d
 SET holder = %(holder)s, leased_until = statement_timestamp() + make_interval(secs => %(lease)s)
-WHERE d.shard = (
+WHERE d.shard IN (
     SELECT f.shard FROM scheduler_dispatchershard AS f
     WHERE f.shard < %(shards)s AND NOT (f.shard = ANY(%(skip)s::smallint[]))
       AND (f.leased_until IS NULL OR f.leased_until <= statement_timestamp() OR f.holder = %(holder)s)
@@ -49,23 +49,23 @@ WHERE d.shard = (
             AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = f.shard
       )
     ORDER BY f.ticked_at NULLS FIRST, f.shard
-    LIMIT 1
+    LIMIT %(take)s
     FOR UPDATE SKIP LOCKED
 ) AND (d.leased_until IS NULL OR d.leased_until <= statement_timestamp() OR d.holder = %(holder)s)
 RETURNING d.shard
 
 -- name: shard_lease_renew
 -- Held -> held longer, by its holder only (a lease that ended and was taken is not renewed:
--- the holder then stops firing that shard).
+-- the holder then stops firing those shards).
 UPDATE scheduler_dispatchershard
 SET leased_until = statement_timestamp() + make_interval(secs => %(lease)s)
-WHERE shard = %(shard)s AND holder = %(holder)s AND leased_until > statement_timestamp()
+WHERE shard = ANY(%(held)s::int[]) AND holder = %(holder)s AND leased_until > statement_timestamp()
 
 -- name: shard_lease_release
 -- Held -> free, ticked now; by its holder only.
 UPDATE scheduler_dispatchershard
 SET leased_until = NULL, ticked_at = statement_timestamp()
-WHERE shard = %(shard)s AND holder = %(holder)s AND leased_until IS NOT NULL
+WHERE shard = ANY(%(held)s::int[]) AND holder = %(holder)s AND leased_until IS NOT NULL
 
 -- name: shards_free_due
 -- Not a transition: how many shards are free and have a row due now - more work than this

@@ -76,10 +76,10 @@ def shard_of(job_id: int, shards: int) -> int:
     return int(shard)
 
 
-def scheduled_claim_due(*, limit: int, shard: int = 0, shards: int = 1) -> list[ClaimedRow]:
-    """Lock up to `limit` due ScheduledJob rows of shard `shard` (of `shards`) and their jobs
+def scheduled_claim_due(*, limit: int, held: Sequence[int] = (0,), shards: int = 1) -> list[ClaimedRow]:
+    """Lock up to `limit` due ScheduledJob rows of the shards `held` (of `shards`) and their jobs
     (SKIP LOCKED), oldest due first; each with its job's columns."""
-    params = {"limit": limit, "shard": shard, "shards": shards}
+    params: dict[str, Any] = {"limit": limit, "held": list(held), "shards": shards}
     with connection.cursor() as cursor:
         cursor.execute(queries()["scheduled_claim_due"], params)
         columns = [d[0] for d in cursor.description][8:]
@@ -97,21 +97,23 @@ def shards_ensure(*, shards: int) -> None:
     _count("shards_ensure", {"shards": shards})
 
 
-def shard_lease_take(*, holder: str, shards: int, lease: float, skip: Sequence[int] = ()) -> int | None:
+def shard_lease_take(
+    *, holder: str, shards: int, lease: float, skip: Sequence[int] = (), take: int = 1
+) -> list[int]:
     """Free -> held by `holder` for `lease` seconds: of the free shards not in `skip` with a row
-    due now, the least recently ticked; None when there is none."""
-    rows = _rows("shard_lease_take", {"holder": holder, "shards": shards, "lease": lease, "skip": list(skip)})
-    return int(rows[0][0]) if rows else None
+    due now, the `take` least recently ticked (fewer, or none, when fewer are free)."""
+    params = {"holder": holder, "shards": shards, "lease": lease, "skip": list(skip), "take": take}
+    return sorted(int(shard) for (shard,) in _rows("shard_lease_take", params))
 
 
-def shard_lease_renew(*, shard: int, holder: str, lease: float) -> bool:
-    """Held -> held `lease` seconds from now; False when the lease had ended (maybe taken)."""
-    return _count("shard_lease_renew", {"shard": shard, "holder": holder, "lease": lease}) == 1
+def shard_lease_renew(*, held: Sequence[int], holder: str, lease: float) -> bool:
+    """Held -> held `lease` seconds from now; False when a lease of `held` had ended (maybe taken)."""
+    return _count("shard_lease_renew", {"held": list(held), "holder": holder, "lease": lease}) == len(held)
 
 
-def shard_lease_release(*, shard: int, holder: str) -> bool:
-    """Held -> free, ticked now."""
-    return _count("shard_lease_release", {"shard": shard, "holder": holder}) == 1
+def shard_lease_release(*, held: Sequence[int], holder: str) -> int:
+    """Held -> free, ticked now. Returns how many were still this holder's."""
+    return _count("shard_lease_release", {"held": list(held), "holder": holder})
 
 
 def shards_free_due(*, shards: int, skip: Sequence[int] = ()) -> int:
