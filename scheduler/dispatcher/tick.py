@@ -64,22 +64,24 @@ def _pause_for_tests() -> None:
 def _jobs_of(claimed: list[transitions.ClaimedRow]) -> dict[int, Job]:
     """The claimed rows' jobs, as model instances, from the columns the claim read with them
     (each value through its field's database converters, as a queryset's would be: the JSON
-    input arrives as text)."""
+    input arrives as text). Only the fields that have converters pay for them."""
     fields = Job._meta.concrete_fields
     names = [f.attname for f in fields]
-    converters = []
-    for f in fields:
+    columns = [str(f.column) for f in fields]
+    converting = []
+    for index, f in enumerate(fields):
         col = f.get_col(Job._meta.db_table)
         convert = connection.ops.get_db_converters(col) + f.get_db_converters(connection)
-        converters.append((str(f.column), col, convert))
+        if convert:
+            converting.append((index, col, convert))
     jobs = {}
     for row in claimed:
-        values = []
-        for column, col, convert in converters:
-            value = row.job[column]
+        values = [row.job[column] for column in columns]
+        for index, col, convert in converting:
+            value = values[index]
             for c in convert:
                 value = c(value, col, connection)
-            values.append(value)
+            values[index] = value
         jobs[row.job_id] = Job.from_db(connection.alias, names, values)
     return jobs
 

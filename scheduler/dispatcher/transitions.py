@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import connection
 
-from scheduler.sqlfiles import bulk_rows, named_statements, sql_count, sql_rows
+from scheduler.sqlfiles import bulk_rows, c_timestamptz, named_statements, sql_count, sql_rows
 
 JOBS_SQL = Path(__file__).resolve().parent / "jobs.sql"
 
@@ -81,6 +81,7 @@ def scheduled_claim_due(*, limit: int, held: Sequence[int] = (0,), shards: int =
     (SKIP LOCKED), oldest due first; each with its job's columns."""
     params: dict[str, Any] = {"limit": limit, "held": list(held), "shards": shards}
     with connection.cursor() as cursor:
+        c_timestamptz(cursor.cursor)  # nine timestamps a row: psycopg's C loader, not Django's
         cursor.execute(queries()["scheduled_claim_due"], params)
         columns = [d[0] for d in cursor.description][8:]
         return [_claimed(row[:8], dict(zip(columns, row[8:], strict=True))) for row in cursor.fetchall()]
