@@ -455,8 +455,10 @@ SAS: dict[str, Any] = {
     "JOBS_DISPATCH_SHARDS": int(os.environ.get("SAS_JOBS_DISPATCH_SHARDS", "12")),
     # Shards one claim covers (leased together): a minute's rows in fewer, fuller batches (each
     # pays a claim's scan of the due index, a lease renewal and a commit), while K dispatchers up
-    # to SHARDS / SHARDS_PER_CLAIM still each get a group of their own.
-    "JOBS_DISPATCH_SHARDS_PER_CLAIM": int(os.environ.get("SAS_JOBS_DISPATCH_SHARDS_PER_CLAIM", "4")),
+    # to SHARDS / SHARDS_PER_CLAIM still each get groups of their own. 2 of 12 make 6 groups,
+    # shared evenly by 1, 2, 3 or 6 dispatchers (groups of 4 split 2 dispatchers 2:1 - measured,
+    # bench/README.md "Jobs").
+    "JOBS_DISPATCH_SHARDS_PER_CLAIM": int(os.environ.get("SAS_JOBS_DISPATCH_SHARDS_PER_CLAIM", "2")),
     "JOBS_DISPATCH_LEASE_SECONDS": env_float("SAS_JOBS_DISPATCH_LEASE_SECONDS", 10.0),
     # The queue of the dispatcher's ticks (beat's row, the wake-ups and relays a tick sends).
     "JOBS_DISPATCH_QUEUE": os.environ.get("SAS_JOBS_DISPATCH_QUEUE", "jobs"),
