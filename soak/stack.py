@@ -217,9 +217,8 @@ class Stack:
         return result
 
     def stop(self) -> None:
-        for proc in [*self.extra.values(), *self.procs.values()]:
-            with contextlib.suppress(Exception):
-                stop_group(proc)
+        with contextlib.suppress(Exception):
+            stop_groups([*self.extra.values(), *self.procs.values()])
         for proxy in self.proxies.values():
             with contextlib.suppress(Exception):
                 proxy.stop()
@@ -258,6 +257,33 @@ def stop_group(proc: Proc, timeout: float = 15.0) -> bool:
     with contextlib.suppress(Exception):
         proc.popen.wait(timeout=5)
     return killed
+
+
+def stop_groups(procs: list[Proc], timeout: float = 15.0) -> None:
+    """`stop_group` for many processes at once: every group gets its SIGTERM together and they
+    share one `timeout`, then SIGKILL for what is left (one after another, a warm shutdown of a
+    dozen workers and beats took up to 15 s each: minutes at the end of every soak)."""
+    groups = [proc.popen.pid for proc in procs if proc.popen is not None]
+    for sig, wait in ((signal.SIGCONT, 0.0), (signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        for group in list(groups):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                groups.remove(group)
+        deadline = time.monotonic() + wait
+        while groups and time.monotonic() < deadline:
+            for group in list(groups):
+                try:
+                    os.killpg(group, 0)
+                except ProcessLookupError:
+                    groups.remove(group)
+            time.sleep(0.2)
+        if not groups:
+            break
+    for proc in procs:
+        if proc.popen is not None:
+            with contextlib.suppress(Exception):
+                proc.popen.wait(timeout=5)
 
 
 def wait_ready(proc: Proc, marker: str, *, timeout: float, offset: int = 0) -> bool:
