@@ -102,15 +102,31 @@ def test_agent_cut_from_database_and_broker_inside_a_call__rerun_elsewhere_late_
     assert cut_off.alive()
 
     host.heal()
-    late = wait_for(
-        lambda: TaskExecutionHistory.objects.filter(
-            step=first.pk, kind=TaskExecutionHistory.Kind.LATE_REPLY
-        ).first(),
-        timeout=30,
-        what="the cut-off agent's reply to arrive, late",
+    # Where the cut caught the agent decides what it sends: its reply's LPUSH written into the
+    # cut's buffers reaches the broker after the heal and is fenced as a late reply; caught before
+    # writing it (blocked on an earlier round trip to Redis or PostgreSQL), the agent's soft time
+    # limit at the deadline ends the task with no reply at all (seen once in a full run under
+    # load). Either way nothing it does counts; a reply that does arrive must be ignored.
+    gave_up = f"step {first.pk}: soft time limit hit at the deadline; no reply"
+    wait_for(
+        lambda: (
+            gave_up in cut_off.log()
+            or TaskExecutionHistory.objects.filter(
+                step=first.pk, kind=TaskExecutionHistory.Kind.LATE_REPLY
+            ).exists()
+        ),
+        timeout=60,
+        what="the cut-off agent's reply to arrive late, or its task to end at the deadline without one",
     )
-    assert late.status == TaskExecutionHistory.Status.IGNORED
-    assert late.detail["reply_lease"] == str(first.lease) and late.detail["outcome"] == "success"
+    time.sleep(2.0)  # a reply written just before the soft limit is still on its way
+    late = TaskExecutionHistory.objects.filter(
+        step=first.pk, kind=TaskExecutionHistory.Kind.LATE_REPLY
+    ).first()
+    if late is not None:
+        assert late.status == TaskExecutionHistory.Status.IGNORED
+        assert late.detail["reply_lease"] == str(first.lease) and late.detail["outcome"] == "success"
+    else:
+        assert gave_up in cut_off.log()
     reserve = step(run.id, "reserve_inventory")
     assert reserve.attempts >= 2 and str(reserve.lease) != str(first.lease)
     # Two agents called with the same key, on two hosts: one effect.
