@@ -178,7 +178,11 @@ def jobs_dispatch(
     batch = batch or int(settings.SAS.get("JOBS_DISPATCH_BATCH", 1000))
     max_batches = max_batches or int(settings.SAS.get("JOBS_DISPATCH_MAX_BATCHES", 1000))
     total = DispatchResult()
-    _fire(total, instance=instance, batch=batch, max_batches=max_batches, relay=relay)
+    # One firing budget for the whole tick, both passes: a tick still ends.
+    firing_ends = time.monotonic() + float(settings.SAS.get("JOBS_DISPATCH_TICK_SECONDS", 20.0))
+    batches = _fire(
+        total, instance=instance, batch=batch, max_batches=max_batches, ends=firing_ends, relay=relay
+    )
     # Settling is not time-critical: at most SETTLE_BATCHES a tick (after a burst's runs end,
     # the rest waits for the next ticks).
     settled_before = total.settled
@@ -191,7 +195,15 @@ def jobs_dispatch(
     if total.settled > settled_before:
         # The settle may have made rows due now (a parked occurrence's turn): fired in this tick.
         # Nothing due costs one statement (`shard_lease_take` finds no shard).
-        _fire(total, instance=instance, batch=batch, max_batches=max_batches, relay=None, again=True)
+        _fire(
+            total,
+            instance=instance,
+            batch=batch,
+            max_batches=max_batches - batches,
+            ends=firing_ends,
+            relay=None,
+            again=True,
+        )
     return total
 
 
@@ -201,29 +213,29 @@ def _fire(
     instance: str,
     batch: int,
     max_batches: int,
+    ends: float,
     relay: Callable[[], object] | None,
     again: bool = False,
-) -> None:
+) -> int:
     """Shards in groups - each group leased by this tick (no other dispatcher holds them), the
     least recently ticked first, SAS["JOBS_DISPATCH_SHARDS_PER_CLAIM"] at a time - fire their
     due occurrences in batches until a batch comes back short, and release them. Bounded by
-    `max_batches` and by SAS["JOBS_DISPATCH_TICK_SECONDS"] of firing, so a burst is written in
-    one tick rather than a batch count per beat interval, and a tick still ends. `relay`: called
+    `max_batches` and by the tick's firing deadline `ends` (SAS["JOBS_DISPATCH_TICK_SECONDS"]), so
+    a burst is written in one tick rather than a batch count per beat interval, and a tick still
+    ends. `relay`: called
     once, when this tick has taken shards with work and another free shard has some too (before
     the first batch) - it sends one more tick, which an idle dispatcher takes (so K dispatchers
     join a burst at once, not one per beat send). `again`: a second pass in the same tick (shards
-    drained by the first may be taken again). Adds to `total`."""
-    budget = float(settings.SAS.get("JOBS_DISPATCH_TICK_SECONDS", 20.0))
+    drained by the first may be taken again). Adds to `total`; returns the batches it ran."""
     shards = max(1, int(settings.SAS.get("JOBS_DISPATCH_SHARDS", 1)))
     per_claim = max(1, int(settings.SAS.get("JOBS_DISPATCH_SHARDS_PER_CLAIM", 1)))
     lease = float(settings.SAS.get("JOBS_DISPATCH_LEASE_SECONDS", 10.0))
-    firing_ends = time.monotonic() + budget
     if not again:
         transitions.shards_ensure(shards=shards)
     drained: list[int] = []
     batches = 0
     relayed = relay is None
-    while batches < max_batches and time.monotonic() <= firing_ends:
+    while batches < max_batches and time.monotonic() <= ends:
         held = transitions.shard_lease_take(
             holder=instance, shards=shards, lease=lease, skip=drained, take=per_claim
         )
@@ -253,10 +265,11 @@ def _fire(
                     total.lost = True
                     break
                 # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
-                if (done.claimed < batch and not done.queued) or time.monotonic() > firing_ends:
+                if (done.claimed < batch and not done.queued) or time.monotonic() > ends:
                     break
         finally:
             transitions.shard_lease_release(held=held, holder=instance)
+    return batches
 
 
 WAKE_KEY = "sas:jobs:wake:"
