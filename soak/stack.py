@@ -238,38 +238,24 @@ def stop_group(proc: Proc, timeout: float = 15.0) -> bool:
     (Proc.stop waits for the shell the Procfile command runs in, not for the process it started:
     a beat hung inside its tick outlived its shell's SIGTERM and was left behind once.) True if
     it took a SIGKILL."""
-    if proc.popen is None:
-        return False
-    group, killed = proc.popen.pid, False
-    for sig, wait in ((signal.SIGCONT, 0.0), (signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(group, sig)
-        except ProcessLookupError:
-            break
-        killed = sig == signal.SIGKILL
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(group, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.2)
-    with contextlib.suppress(Exception):
-        proc.popen.wait(timeout=5)
-    return killed
+    return bool(stop_groups([proc], timeout))
 
 
-def stop_groups(procs: list[Proc], timeout: float = 15.0) -> None:
+def stop_groups(procs: list[Proc], timeout: float = 15.0) -> list[int]:
     """`stop_group` for many processes at once: every group gets its SIGTERM together and they
     share one `timeout`, then SIGKILL for what is left (one after another, a warm shutdown of a
-    dozen workers and beats took up to 15 s each: minutes at the end of every soak)."""
+    dozen workers and beats took up to 15 s each: minutes at the end of every soak). Returns
+    the groups that took a SIGKILL."""
     groups = [proc.popen.pid for proc in procs if proc.popen is not None]
+    killed: list[int] = []
     for sig, wait in ((signal.SIGCONT, 0.0), (signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         for group in list(groups):
             try:
                 os.killpg(group, sig)
             except ProcessLookupError:
                 groups.remove(group)
+        if sig == signal.SIGKILL:
+            killed = list(groups)
         deadline = time.monotonic() + wait
         while groups and time.monotonic() < deadline:
             for group in list(groups):
@@ -284,6 +270,7 @@ def stop_groups(procs: list[Proc], timeout: float = 15.0) -> None:
         if proc.popen is not None:
             with contextlib.suppress(Exception):
                 proc.popen.wait(timeout=5)
+    return killed
 
 
 def wait_ready(proc: Proc, marker: str, *, timeout: float, offset: int = 0) -> bool:
