@@ -246,7 +246,8 @@ def stop_groups(procs: list[Proc], timeout: float = 15.0) -> list[int]:
     share one `timeout`, then SIGKILL for what is left (one after another, a warm shutdown of a
     dozen workers and beats took up to 15 s each: minutes at the end of every soak). Returns
     the groups that took a SIGKILL."""
-    groups = [proc.popen.pid for proc in procs if proc.popen is not None]
+    popens = {proc.popen.pid: proc.popen for proc in procs if proc.popen is not None}
+    groups = list(popens)
     killed: list[int] = []
     for sig, wait in ((signal.SIGCONT, 0.0), (signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         for group in list(groups):
@@ -259,6 +260,9 @@ def stop_groups(procs: list[Proc], timeout: float = 15.0) -> list[int]:
         deadline = time.monotonic() + wait
         while groups and time.monotonic() < deadline:
             for group in list(groups):
+                # Reap the group's leader (our child) once it exits: an unreaped zombie still
+                # counts as a member, and the group would look alive for the whole timeout.
+                popens[group].poll()
                 try:
                     os.killpg(group, 0)
                 except ProcessLookupError:
@@ -266,10 +270,9 @@ def stop_groups(procs: list[Proc], timeout: float = 15.0) -> list[int]:
             time.sleep(0.2)
         if not groups:
             break
-    for proc in procs:
-        if proc.popen is not None:
-            with contextlib.suppress(Exception):
-                proc.popen.wait(timeout=5)
+    for popen in popens.values():
+        with contextlib.suppress(Exception):
+            popen.wait(timeout=5)
     return killed
 
 
