@@ -1478,11 +1478,11 @@ def report_ours(r: dict[str, Any]) -> None:
             ("occurrences in the window / runs", f"{r['expected']:,} / {r['runs']:,}"),
             ("not started by the end", f"{r['not_started']:,}"),
             ("other history rows in the window", str(r["other_history"] or "none")),
-            ("lag to run written p50 / p99", _lag_cell(r["written"])),
             (
-                f"lag to run started p50 / p99 (target p99 <= {TARGET_LAG_P99:.0f} s)",
-                f"{_lag_cell(r['started'])} {_verdict(r['started']['p99'], TARGET_LAG_P99)}",
+                f"lag to run written p50 / p99 (target p99 <= {TARGET_LAG_P99:.0f} s)",
+                f"{_lag_cell(r['written'])} {_verdict(r['written']['p99'], TARGET_LAG_P99)}",
             ),
+            ("lag to run started p50 / p99 (reported)", _lag_cell(r["started"])),
             (
                 "edit -> first new occurrence: written / started late by",
                 f"{_opt(r['edit']['written'])} / {_opt(r['edit']['started'])} "

@@ -10,6 +10,7 @@ Prints one JSON line: {"name", "started", "ticks", "s"}.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -27,6 +28,9 @@ def main() -> None:
     django.setup()
     from scheduler.dispatcher.tick import jobs_dispatch
 
+    # As a worker's pool process does once it has started (sasproject/celery.py).
+    gc.collect()
+    gc.freeze()
     time.sleep(max(0.0, args.start - time.time()))
     began = time.perf_counter()
     started = ticks = idle = 0

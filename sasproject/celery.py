@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
@@ -15,6 +16,8 @@ from celery.signals import (
     setup_logging,
     task_postrun,
     task_prerun,
+    worker_process_init,
+    worker_ready,
 )
 
 from sasproject import kombu_client_reuse, kombu_compat, logs
@@ -42,6 +45,18 @@ def _name_worker_in_logs(sender: str, instance: Any = None, **kwargs: Any) -> No
     logs.set_worker_name(str(sender))
     if instance is not None and logs.json_enabled():
         instance.quiet = True
+
+
+@worker_process_init.connect
+@worker_ready.connect
+def _freeze_startup_heap(**kwargs: Any) -> None:
+    """Once a process that runs tasks has started (a prefork pool process; a threads or solo
+    worker's own process), move every object it holds then - Django, the project, Celery, some
+    hundreds of thousands - to the collector's permanent generation: a full collection no longer
+    walks them. A jobs dispatcher's batch allocates thousands of objects and so runs full
+    collections; this took 5% off its time (bench/README.md, "Issue 20, fourth session")."""
+    gc.collect()
+    gc.freeze()
 
 
 @beat_init.connect

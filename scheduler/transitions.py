@@ -619,8 +619,11 @@ def checkpoint_advance(
 
 @dataclass
 class NewRuns:
-    """Column arrays of new runs and of their forward steps (one element per row), for
-    `runs_insert_many`. JSON values as `Jsonb` (or None)."""
+    """Column arrays of new runs and of their forward steps, for `runs_insert_many`. Per run (one
+    element each): the run's columns, its shape and its first step's payload. Per step of each
+    shape (a workflow's forward steps and their policies, once per batch however many runs
+    have it): `shape_*`. Per later step whose payload is built at submit: `later_*`. JSON
+    values as `Jsonb` (or None)."""
 
     run_ids: list[uuid.UUID] = field(default_factory=list)
     workflows: list[str] = field(default_factory=list)
@@ -635,29 +638,49 @@ class NewRuns:
     observed: list[bool] = field(default_factory=list)
     # Per run: its first step's schedule-to-start (None: it never expires).
     schedule_to_start: list[timedelta | None] = field(default_factory=list)
-    step_run_ids: list[uuid.UUID] = field(default_factory=list)
-    step_names: list[str] = field(default_factory=list)
-    step_seqs: list[int] = field(default_factory=list)
-    step_operations: list[str] = field(default_factory=list)
-    step_timeouts: list[timedelta] = field(default_factory=list)
-    step_queue_timeouts: list[timedelta] = field(default_factory=list)
-    step_schedule_to_close: list[timedelta | None] = field(default_factory=list)
-    step_max_failures: list[int] = field(default_factory=list)
-    step_heartbeat_windows: list[timedelta | None] = field(default_factory=list)
-    step_backoff_base: list[float] = field(default_factory=list)
-    step_backoff_max: list[float] = field(default_factory=list)
-    step_priorities: list[int] = field(default_factory=list)
-    step_payloads: list[Any] = field(default_factory=list)
+    shapes: list[int] = field(default_factory=list)
+    first_payloads: list[Any] = field(default_factory=list)
+    shape_ids: list[int] = field(default_factory=list)
+    shape_seqs: list[int] = field(default_factory=list)
+    shape_names: list[str] = field(default_factory=list)
+    shape_operations: list[str] = field(default_factory=list)
+    shape_timeouts: list[timedelta] = field(default_factory=list)
+    shape_queue_timeouts: list[timedelta] = field(default_factory=list)
+    shape_schedule_to_close: list[timedelta | None] = field(default_factory=list)
+    shape_max_failures: list[int] = field(default_factory=list)
+    shape_heartbeat_windows: list[timedelta | None] = field(default_factory=list)
+    shape_backoff_base: list[float] = field(default_factory=list)
+    shape_backoff_max: list[float] = field(default_factory=list)
+    later_run_ids: list[uuid.UUID] = field(default_factory=list)
+    later_seqs: list[int] = field(default_factory=list)
+    later_payloads: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class WrittenRun:
     """A run `runs_insert_many` wrote: its first step's id and its "received" event (as the
-    rows `events_announce` takes); `created_at` is the run's too."""
+    rows `events_announce` takes; built when asked for - only observed runs' events are
+    announced, and parsing every run's event data was a twentieth of a jobs batch);
+    `created_at` is the run's too."""
 
+    run_id: uuid.UUID
     first_step_id: int
     created_at: datetime
-    event: dict[str, Any]
+    event_pk: int
+    event_id: uuid.UUID
+    data: Any
+
+    @property
+    def event(self) -> dict[str, Any]:
+        return {
+            "id": self.event_pk,
+            "event_id": self.event_id,
+            "run_id": self.run_id,
+            "step_id": None,
+            "type": "received",
+            "data": _json(self.data),
+            "created_at": self.created_at,
+        }
 
 
 def runs_insert_many(*, new: NewRuns) -> dict[uuid.UUID, WrittenRun]:
@@ -668,19 +691,7 @@ def runs_insert_many(*, new: NewRuns) -> dict[uuid.UUID, WrittenRun]:
     `job_history_open`.)"""
     rows, _ = bulk_rows(queries()["runs_insert_many"], vars(new))
     return {
-        run_id: WrittenRun(
-            first_step_id=int(step_id),
-            created_at=created_at,
-            event={
-                "id": event_pk,
-                "event_id": event_id,
-                "run_id": run_id,
-                "step_id": None,
-                "type": "received",
-                "data": _json(data),
-                "created_at": created_at,
-            },
-        )
+        run_id: WrittenRun(run_id, int(step_id), created_at, event_pk, event_id, data)
         for run_id, step_id, event_pk, event_id, data, created_at in rows
     }
 

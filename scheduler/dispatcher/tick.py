@@ -21,7 +21,7 @@ from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from sasproject.redis_client import get_redis
 from scheduler.models import Job, Run, ScheduledJob
@@ -61,31 +61,6 @@ def _pause_for_tests() -> None:
         time.sleep(pause)
 
 
-def _jobs_of(claimed: list[transitions.ClaimedRow]) -> dict[int, Job]:
-    """The claimed rows' jobs, as model instances, from the columns the claim read with them
-    (each value through its field's database converters, as a queryset's would be: the JSON
-    input arrives as text). Only the fields that have converters pay for them."""
-    fields = Job._meta.concrete_fields
-    names = [f.attname for f in fields]
-    columns = [str(f.column) for f in fields]
-    converting = []
-    for index, f in enumerate(fields):
-        col = f.get_col(Job._meta.db_table)
-        convert = connection.ops.get_db_converters(col) + f.get_db_converters(connection)
-        if convert:
-            converting.append((index, col, convert))
-    jobs = {}
-    for row in claimed:
-        values = [row.job[column] for column in columns]
-        for index, col, convert in converting:
-            value = values[index]
-            for c in convert:
-                value = c(value, col, connection)
-            values[index] = value
-        jobs[row.job_id] = Job.from_db(connection.alias, names, values)
-    return jobs
-
-
 def jobs_dispatch_batch(
     *,
     instance: str,
@@ -107,10 +82,10 @@ def jobs_dispatch_batch(
             return result
         _pause_for_tests()
         result.claimed = len(claimed)
-        jobs = _jobs_of(claimed)
+        jobs = {row.job_id: row.job for row in claimed}
         plan = FiringPlan.load(jobs=jobs, now=claimed[0].now, instance=instance)
         for row in claimed:
-            plan.due(jobs[row.job_id], row)
+            plan.due(row.job, row)
         result.queued = len(plan.queued)
         for firing in plan.apply():
             if firing.outcome == "started":

@@ -11,7 +11,7 @@ The table of these transitions (from, to, trigger) is in `scheduler/jobs.md`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
+from scheduler.models import Job
 from scheduler.sqlfiles import bulk_rows, c_timestamptz, named_statements, sql_count, sql_rows
 
 JOBS_SQL = Path(__file__).resolve().parent / "jobs.sql"
@@ -62,8 +65,8 @@ class ClaimedRow:
     attempt: int
     due: datetime
     now: datetime
-    # The job's row, locked with it: column -> value.
-    job: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The job, locked with it (its columns came with the claim).
+    job: Job = field(compare=False, repr=False)
 
 
 def shard_of(job_id: int, shards: int) -> int:
@@ -78,18 +81,58 @@ def shard_of(job_id: int, shards: int) -> int:
 
 def scheduled_claim_due(*, limit: int, held: Sequence[int] = (0,), shards: int = 1) -> list[ClaimedRow]:
     """Lock up to `limit` due ScheduledJob rows of the shards `held` (of `shards`) and their jobs
-    (SKIP LOCKED), oldest due first; each with its job's columns."""
+    (SKIP LOCKED), oldest due first; each with its job (built from the columns the claim read)."""
     params: dict[str, Any] = {"limit": limit, "held": list(held), "shards": shards}
     with connection.cursor() as cursor:
         c_timestamptz(cursor.cursor)  # nine timestamps a row: psycopg's C loader, not Django's
         cursor.execute(queries()["scheduled_claim_due"], params)
-        columns = [d[0] for d in cursor.description][8:]
-        return [_claimed(row[:8], dict(zip(columns, row[8:], strict=True))) for row in cursor.fetchall()]
+        job_of = _job_loader(tuple(d[0] for d in cursor.description[8:]))
+        return [_claimed(row, job_of(row)) for row in cursor.fetchall()]
 
 
-def _claimed(head: Sequence[Any], job: dict[str, Any]) -> ClaimedRow:
-    id_, job_id, kind, reason, scheduled_for, attempt, due, now = head
+def _claimed(row: Sequence[Any], job: Job) -> ClaimedRow:
+    id_, job_id, kind, reason, scheduled_for, attempt, due, now = row[:8]
     return ClaimedRow(id_, job_id, kind, reason, scheduled_for, attempt, due, now, job=job)
+
+
+@cache
+def _job_loader(columns: tuple[str, ...]) -> Callable[[Sequence[Any]], Job]:
+    """A claimed row (8 columns of the row, then `j.*` as `columns`) -> its Job, each value
+    through its field's database converters as a queryset's would be (the JSON input arrives as
+    text); only the fields that have converters pay for them. Once per process and column list."""
+    fields = Job._meta.concrete_fields
+    where = {column: 8 + index for index, column in enumerate(columns)}
+    take = [where[str(f.column)] for f in fields]
+    names = [f.attname for f in fields]
+    converting = []
+    for index, f in enumerate(fields):
+        col = f.get_col(Job._meta.db_table)
+        convert = connection.ops.get_db_converters(col) + f.get_db_converters(connection)
+        if convert:
+            converting.append((index, col, convert))
+    alias = connection.alias
+    # Model.__init__ sets each field by setattr and sends pre_init / post_init: a fifth of the
+    # claim's Python at 10 us a job (bench/README.md, "Issue 20, fourth session"). With no
+    # receiver of those signals for Job, the instance is what from_db would build - its fields
+    # in __dict__, a ModelState not adding, of this database - set up directly.
+    direct = not (pre_init.has_listeners(Job) or post_init.has_listeners(Job))
+
+    def job_of(row: Sequence[Any]) -> Job:
+        values = [row[i] for i in take]
+        for index, col, convert in converting:
+            value = values[index]
+            for c in convert:
+                value = c(value, col, connection)
+            values[index] = value
+        if not direct:
+            return Job.from_db(alias, names, values)
+        job = Job.__new__(Job)
+        job.__dict__.update(zip(names, values, strict=True))
+        state = job._state = ModelState()
+        state.adding, state.db = False, alias
+        return job
+
+    return job_of
 
 
 def shards_ensure(*, shards: int) -> None:

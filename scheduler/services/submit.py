@@ -259,10 +259,19 @@ def _new_runs(specs: Sequence[RunSpec]) -> transitions.NewRuns:
     `step_advance` builds it when the step comes due): a success reply can then move the next
     step to Pending inside its one statement."""
     new = transitions.NewRuns()
+    # What depends on the definition only - the window, the steps and their policies (the
+    # run's shape) - once per definition in the batch, not once per run: a jobs batch is
+    # hundreds of runs of a few workflows (bench/README.md, "Issue 20, fourth session").
+    shapes: dict[int, tuple[int, timedelta | None, list[tuple[int, StepDef, bool]]]] = {}
     for spec in specs:
+        definition = spec.definition
+        shape = shapes.get(id(definition))
+        if shape is None:
+            shape = shapes[id(definition)] = _shape_add(new, definition, shape_id=len(shapes))
+        shape_id, window, steps = shape
         run_id = uuid7()
         new.run_ids.append(run_id)
-        new.workflows.append(spec.definition.name)
+        new.workflows.append(definition.name)
         new.inputs.append(Jsonb(spec.input))
         new.owner_ids.append(spec.owner_id)
         new.priorities.append(spec.priority)
@@ -272,32 +281,47 @@ def _new_runs(specs: Sequence[RunSpec]) -> transitions.NewRuns:
         new.job_attempts.append(spec.job_attempt)
         new.deadlines.append(spec.deadline)
         new.observed.append(spec.observed)
-        window = spec.definition.schedule_to_start_window() if spec.job_id is not None else None
-        new.schedule_to_start.append(timedelta(seconds=window) if window else None)
-        steps = spec.definition.steps
+        new.schedule_to_start.append(window if spec.job_id is not None else None)
+        new.shapes.append(shape_id)
         ctx = StepContext(
             run_id=str(run_id),
             input=spec.input,
             results={},
-            keys={d.name: f"{run_id}:{d.name}" for d in steps},
+            keys={d.name: f"{run_id}:{d.name}" for _, d, _ in steps},
         )
-        for index, step_def in enumerate(steps):
-            policy = step_policy(step_def, kind=Step.Kind.FORWARD)
-            new.step_run_ids.append(run_id)
-            new.step_names.append(step_def.name)
-            new.step_seqs.append(index)
-            new.step_operations.append(step_def.operation)
-            new.step_timeouts.append(policy["timeout"])
-            new.step_queue_timeouts.append(policy["queue_timeout"])
-            new.step_schedule_to_close.append(policy["schedule_to_close"])
-            new.step_max_failures.append(policy["max_failures"])
-            new.step_heartbeat_windows.append(policy["heartbeat_window"])
-            new.step_backoff_base.append(policy["backoff_base"])
-            new.step_backoff_max.append(policy["backoff_max"])
-            new.step_priorities.append(spec.priority)
-            built = index == 0 or not step_def.payload_needs_results
-            new.step_payloads.append(Jsonb(step_def.payload(ctx)) if built else None)
+        for index, step_def, built in steps:
+            if index == 0:
+                new.first_payloads.append(Jsonb(step_def.payload(ctx)))
+            elif built:
+                new.later_run_ids.append(run_id)
+                new.later_seqs.append(index)
+                new.later_payloads.append(Jsonb(step_def.payload(ctx)))
     return new
+
+
+def _shape_add(
+    new: transitions.NewRuns, definition: Workflow, *, shape_id: int
+) -> tuple[int, timedelta | None, list[tuple[int, StepDef, bool]]]:
+    """Add `definition`'s forward steps and their policies to `new` as shape `shape_id`. Returns
+    (the shape's id, its schedule-to-start window for job runs, (seq, step, payload built at
+    submit) per step)."""
+    steps = []
+    for index, step_def in enumerate(definition.steps):
+        policy = step_policy(step_def, kind=Step.Kind.FORWARD)
+        new.shape_ids.append(shape_id)
+        new.shape_seqs.append(index)
+        new.shape_names.append(step_def.name)
+        new.shape_operations.append(step_def.operation)
+        new.shape_timeouts.append(policy["timeout"])
+        new.shape_queue_timeouts.append(policy["queue_timeout"])
+        new.shape_schedule_to_close.append(policy["schedule_to_close"])
+        new.shape_max_failures.append(policy["max_failures"])
+        new.shape_heartbeat_windows.append(policy["heartbeat_window"])
+        new.shape_backoff_base.append(policy["backoff_base"])
+        new.shape_backoff_max.append(policy["backoff_max"])
+        steps.append((index, step_def, index == 0 or not step_def.payload_needs_results))
+    window = definition.schedule_to_start_window()
+    return shape_id, timedelta(seconds=window) if window else None, steps
 
 
 def _runs_write(

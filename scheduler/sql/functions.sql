@@ -25,6 +25,11 @@ DROP FUNCTION IF EXISTS sas_runs_insert(uuid[], text[], jsonb[], bigint[], small
 DROP FUNCTION IF EXISTS sas_runs_insert(uuid[], text[], jsonb[], bigint[], smallint[], bigint[], text[], timestamptz[],
     smallint[], timestamptz[], boolean[], interval[], uuid[], text[], integer[], text[], interval[], interval[],
     interval[], integer[], interval[], float8[], float8[], smallint[], jsonb[], text[], text);
+-- Before each step's policy came once per workflow step of the batch (its shape), not once per
+-- step of every run (issue 20: the arrays' dumping was a sixth of a jobs batch's Python).
+DROP FUNCTION IF EXISTS sas_runs_insert(uuid[], text[], jsonb[], bigint[], smallint[], bigint[], text[], timestamptz[],
+    smallint[], timestamptz[], boolean[], interval[], uuid[], text[], integer[], text[], interval[], interval[],
+    interval[], integer[], interval[], float8[], float8[], smallint[], jsonb[]);
 
 -- A version 7 UUID (RFC 9562: 48 bits of Unix time in ms, version, variant, random): ids that
 -- sort by time, so the indexes they key fill at their right-hand edge (scheduler/ids.py says
@@ -760,11 +765,16 @@ $$;
 -- Pending, due now; the rest Waiting) and a "received" event each (a job occurrence's "started"
 -- history row is the jobs dispatcher's: `job_history_open`, same transaction). A run whose job
 -- occurrence already has a run (unique run_job_occurrence_unique) is not written, nor its steps
--- or event. Every step carries its run's owner (0 for none: the fair claim's
--- key); a run's first step expires at now + its p_schedule_to_start (NULL: never; issue 18). One row per run written: its id, its first step's id and its
--- "received" event (the event's created_at is the run's: one statement_timestamp()). plpgsql,
--- so that a session plans the statement once (the jobs dispatcher's batches; run_submit's one
--- run); arrays in, one element per row (unnest).
+-- or event. Every step carries its run's owner (0 for none: the fair claim's key) and priority;
+-- a run's first step expires at now + its p_schedule_to_start (NULL: never; issue 18). One row
+-- per run written: its id, its first step's id and its "received" event (the event's
+-- created_at is the run's: one statement_timestamp()). plpgsql, so that a session plans the
+-- statement once (the jobs dispatcher's batches; run_submit's one run). Arrays in: the p_
+-- arrays up to p_first_payloads have one element per run; a run's steps are those of its
+-- shape (p_shapes: a workflow's steps and their policies, p_shape_* one element per step of
+-- each shape in the batch - a jobs batch is hundreds of runs of a few workflows); the first
+-- step's payload is the run's p_first_payloads, a later step's built at submit is in p_later_*
+-- (none: NULL, built when the step comes due).
 CREATE OR REPLACE FUNCTION sas_runs_insert(
     p_run_ids uuid[],
     p_workflows text[],
@@ -778,19 +788,22 @@ CREATE OR REPLACE FUNCTION sas_runs_insert(
     p_deadlines timestamptz[],
     p_observed boolean[],
     p_schedule_to_start interval[],
-    p_step_run_ids uuid[],
-    p_step_names text[],
-    p_step_seqs integer[],
-    p_step_operations text[],
-    p_step_timeouts interval[],
-    p_step_queue_timeouts interval[],
-    p_step_schedule_to_close interval[],
-    p_step_max_failures integer[],
-    p_step_heartbeat_windows interval[],
-    p_step_backoff_base float8[],
-    p_step_backoff_max float8[],
-    p_step_priorities smallint[],
-    p_step_payloads jsonb[]
+    p_shapes integer[],
+    p_first_payloads jsonb[],
+    p_shape_ids integer[],
+    p_shape_seqs integer[],
+    p_shape_names text[],
+    p_shape_operations text[],
+    p_shape_timeouts interval[],
+    p_shape_queue_timeouts interval[],
+    p_shape_schedule_to_close interval[],
+    p_shape_max_failures integer[],
+    p_shape_heartbeat_windows interval[],
+    p_shape_backoff_base float8[],
+    p_shape_backoff_max float8[],
+    p_later_run_ids uuid[],
+    p_later_seqs integer[],
+    p_later_payloads jsonb[]
 ) RETURNS TABLE (run_id uuid, first_step_id bigint, event_pk bigint, event_id uuid, data jsonb, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -811,7 +824,7 @@ BEGIN
                       deadline, observed)
             ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
             RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline,
-                      owner_id
+                      owner_id, priority
         ), steps AS (
             INSERT INTO scheduler_step
                 (run_id, name, kind, seq, operation, compensates_id, process_state, locked_by, complete_by,
@@ -819,22 +832,24 @@ BEGIN
                  queue_timeout, schedule_to_close, max_failures, heartbeat_window, backoff_base, backoff_max, priority,
                  deadline, attempts, payload, result, last_error, error_permanent, created_at, updated_at, finished_at,
                  owner_id, expires_at)
-            SELECT s.run_id, s.name, 'forward', s.seq, s.operation, NULL,
+            SELECT runs.id, s.name, 'forward', s.seq, s.operation, NULL,
                    CASE WHEN s.seq = 0 THEN 'pending' ELSE 'waiting' END, NULL, NULL,
-                   0, statement_timestamp(), NULL, s.run_id::text || ':' || s.name, NULL, NULL, false, s.timeout,
+                   0, statement_timestamp(), NULL, runs.id::text || ':' || s.name, NULL, NULL, false, s.timeout,
                    s.queue_timeout, s.schedule_to_close, s.max_failures, s.heartbeat_window, s.backoff_base,
-                   s.backoff_max, s.priority, runs.deadline, 0, s.payload, NULL, '', false, statement_timestamp(),
-                   statement_timestamp(), NULL, coalesce(runs.owner_id, 0),
+                   s.backoff_max, runs.priority, runs.deadline, 0,
+                   CASE WHEN s.seq = 0 THEN w.first_payload ELSE l.payload END,
+                   NULL, '', false, statement_timestamp(), statement_timestamp(), NULL, coalesce(runs.owner_id, 0),
                    CASE WHEN s.seq = 0 THEN statement_timestamp() + w.schedule_to_start END
-            FROM unnest(p_step_run_ids, p_step_names, p_step_seqs,
-                        p_step_operations, p_step_timeouts, p_step_queue_timeouts,
-                        p_step_schedule_to_close, p_step_max_failures,
-                        p_step_heartbeat_windows, p_step_backoff_base, p_step_backoff_max, p_step_priorities,
-                        p_step_payloads)
-                 AS s(run_id, name, seq, operation, timeout, queue_timeout, schedule_to_close, max_failures,
-                      heartbeat_window, backoff_base, backoff_max, priority, payload)
-            JOIN runs ON runs.id = s.run_id
-            JOIN unnest(p_run_ids, p_schedule_to_start) AS w(run_id, schedule_to_start) ON w.run_id = s.run_id
+            FROM unnest(p_run_ids, p_shapes, p_schedule_to_start, p_first_payloads)
+                 AS w(run_id, shape, schedule_to_start, first_payload)
+            JOIN runs ON runs.id = w.run_id
+            JOIN unnest(p_shape_ids, p_shape_seqs, p_shape_names, p_shape_operations, p_shape_timeouts,
+                        p_shape_queue_timeouts, p_shape_schedule_to_close, p_shape_max_failures,
+                        p_shape_heartbeat_windows, p_shape_backoff_base, p_shape_backoff_max)
+                 AS s(shape, seq, name, operation, timeout, queue_timeout, schedule_to_close, max_failures,
+                      heartbeat_window, backoff_base, backoff_max) ON s.shape = w.shape
+            LEFT JOIN unnest(p_later_run_ids, p_later_seqs, p_later_payloads) AS l(run_id, seq, payload)
+                 ON l.run_id = w.run_id AND l.seq = s.seq
             RETURNING id, run_id, seq
         ), events AS (
             INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)

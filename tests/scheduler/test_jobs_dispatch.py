@@ -397,6 +397,32 @@ def test_claim_due__served_by_the_due_index(user):
     assert "scheduledjob_due_idx" in plan, plan
 
 
+def test_claim_due__each_row_brings_its_job_as_a_queryset_reads_it(user):
+    """The claim builds the jobs from its own columns (no second query): every field - the JSON
+    input, the durations, the times - equal to what the ORM reads for the same row."""
+    from django.db import transaction
+
+    job = new_job(
+        user,
+        max_retry=2,
+        retry_backoff=timedelta(seconds=7),
+        catchup_window=timedelta(minutes=5),
+        jitter=3,
+        max_firings=9,
+        overlap_policy=Job.Overlap.BUFFER_ONE,
+        end_at=job_transitions.db_now() + timedelta(days=3),
+    )
+    make_due(job)
+    with transaction.atomic():
+        (row,) = job_transitions.scheduled_claim_due(limit=10)
+    stored = Job.objects.get(pk=job.pk)
+
+    assert row.job_id == job.pk and isinstance(row.job, Job) and not row.job._state.adding
+    fields = [f.attname for f in Job._meta.concrete_fields]
+    assert {f: getattr(row.job, f) for f in fields} == {f: getattr(stored, f) for f in fields}
+    assert isinstance(row.job.input, dict) and row.job.input == stored.input != {}
+
+
 def test_wake__next_row_due_before_beats_next_tick__one_wake_up_for_that_instant(user, settings):
     settings.SAS = {**settings.SAS, "JOBS_DISPATCH_INTERVAL": 1.0}
     now = job_transitions.db_now()
