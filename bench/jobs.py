@@ -1267,7 +1267,7 @@ def floor(owner_ids: list[int], n: int, batch: int, prefix: str) -> dict[str, An
     while True:
         with transaction.atomic():
             t0 = time.perf_counter()
-            rows = job_transitions.scheduled_claim_due(limit=batch)
+            rows = job_transitions.scheduled_claim_due(limit=batch).rows
             t1 = time.perf_counter()
             claim_s += t1 - t0
             if not rows:

@@ -8,19 +8,32 @@
 -- a "run now", an edit or a settle holds. Locked until the batch commits: a crash before
 -- commit leaves them due; two dispatchers never hold the same row. Paused jobs have no due rows
 -- (pause removes or parks them); the enabled test guards a race with a pause. The shard of a
--- row is a hash of its job (`shard_of` in scheduler/job_transitions.py says the same): every row
--- of a job is in one shard, so a job's queued rows are started in order by one dispatcher.
--- The job's columns come with the row (`j.*`): the batch decides with them, and reading the jobs
--- again by id was a query and a fifth of a batch's time (bench/README.md, "Jobs").
-SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.next_execution_at,
-       statement_timestamp(), j.*
-FROM scheduler_scheduledjob AS sj
-JOIN scheduler_job AS j ON j.id = sj.job_id
-WHERE sj.next_execution_at <= statement_timestamp() AND j.enabled
-  AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = ANY(%(held)s::int[])
-ORDER BY sj.next_execution_at, sj.id
-LIMIT %(limit)s
-FOR UPDATE OF sj, j SKIP LOCKED
+-- row is a hash of its job (`shard_of` in scheduler/dispatcher/transitions.py says the same):
+-- every row of a job is in one shard, so a job's queued rows are started in order by one
+-- dispatcher. The job's columns come with the row (`j.*`): the batch decides with them, and
+-- reading the jobs again by id was a query and a fifth of a batch's time (bench/README.md, "Jobs").
+-- Two steps: the rows first (`due`, at most `limit`), then their jobs by primary key. In one
+-- join the planner read all 100,000 jobs to hash them, a third of a burst's batch (35 ms of a
+-- claim's 37 ms at 100,000 due; 10 ms this way - bench/README.md, "Issue 20, fourth session").
+-- A row whose job is held by another is locked but not returned (left as it was, due: the next
+-- batch takes it); `locked` counts the rows locked, so a batch that lost some to held jobs is not
+-- taken for the shard's last.
+WITH due AS MATERIALIZED (
+    SELECT sj.id, sj.job_id, sj.kind, sj.reason, sj.scheduled_for, sj.attempt, sj.next_execution_at
+    FROM scheduler_scheduledjob AS sj
+    WHERE sj.next_execution_at <= statement_timestamp()
+      AND (hashint8(sj.job_id) & 2147483647) %% %(shards)s = ANY(%(held)s::int[])
+    ORDER BY sj.next_execution_at, sj.id
+    LIMIT %(limit)s
+    FOR UPDATE OF sj SKIP LOCKED
+)
+SELECT due.id, due.job_id, due.kind, due.reason, due.scheduled_for, due.attempt, due.next_execution_at,
+       statement_timestamp(), (SELECT count(*) FROM due) AS locked, j.*
+FROM due
+JOIN scheduler_job AS j ON j.id = due.job_id
+WHERE j.enabled
+ORDER BY due.next_execution_at, due.id
+FOR UPDATE OF j SKIP LOCKED
 
 -- name: shards_ensure
 -- Not a transition: the lease rows of shards 0 .. shards-1, written once (a setting may grow).
@@ -82,12 +95,27 @@ WHERE d.shard < %(shards)s AND NOT (d.shard = ANY(%(skip)s::smallint[]))
 -- name: firing_context
 -- Not a transition: what a batch's decisions read under the claim's locks, in one statement -
 -- each job's unfinished runs (is_run; partial index run_job_unfinished_idx) and each job whose
--- buffer slot is taken (a queued row of one of the buffer reasons).
-SELECT true AS is_run, r.job_id, r.id, r.state FROM scheduler_run AS r
-WHERE r.job_id = ANY(%(job_ids)s::bigint[]) AND r.state IN ('pending', 'running', 'compensating')
+-- buffer slot is taken (a queued row of one of the buffer reasons). Job by job (a lateral
+-- lookup; OFFSET 0 keeps the planner from flattening it into a join): in a burst the tables'
+-- statistics are those of before it, and the planner then read every pending run and every
+-- scheduled row to hash them (12 ms a batch of 1,000 at 50,000 fired, against ~1 ms;
+-- bench/README.md, "Issue 20, fourth session"). The same for the dispatcher's other batch
+-- statements that read by id.
+SELECT true AS is_run, r.job_id, r.id, r.state
+FROM unnest(%(job_ids)s::bigint[]) AS t(job_id)
+CROSS JOIN LATERAL (
+    SELECT r.job_id, r.id, r.state FROM scheduler_run AS r
+    WHERE r.job_id = t.job_id AND r.job_id IS NOT NULL AND r.state IN ('pending', 'running', 'compensating')
+    OFFSET 0
+) AS r
 UNION ALL
-SELECT DISTINCT false, sj.job_id, NULL::uuid, NULL FROM scheduler_scheduledjob AS sj
-WHERE sj.job_id = ANY(%(job_ids)s::bigint[]) AND sj.kind = 'queued' AND sj.reason = ANY(%(reasons)s::text[])
+SELECT false, t.job_id, NULL::uuid, NULL
+FROM unnest(%(job_ids)s::bigint[]) AS t(job_id)
+WHERE EXISTS (
+    SELECT 1 FROM scheduler_scheduledjob AS sj
+    WHERE sj.job_id = t.job_id AND sj.kind = 'queued' AND sj.reason = ANY(%(reasons)s::text[])
+    OFFSET 0
+)
 
 -- name: scheduled_next_due
 -- The first row that comes due after now, and now (the database clock): the first entry of the
@@ -105,6 +133,9 @@ SET scheduled_for = t.new_for, next_execution_at = t.due
 FROM unnest(%(ids)s::bigint[], %(old_for)s::timestamptz[], %(new_for)s::timestamptz[], %(due)s::timestamptz[])
      AS t(id, old_for, new_for, due)
 WHERE sj.id = t.id AND sj.kind = 'next' AND sj.scheduled_for = t.old_for
+  -- The same rows again, as the primary key's index reads them: without it, the planner hashed
+  -- the whole table once a batch in a burst (see firing_context).
+  AND sj.id = ANY(%(ids)s::bigint[])
 
 -- name: scheduled_delete
 -- Rows whose occurrence started (queued, retry), or a next row with no following occurrence.
@@ -220,8 +251,12 @@ INSERT INTO scheduler_taskexecutionhistory
 SELECT 'job', 'started', NULL, r.job_attempt, %(worker)s, '', jsonb_build_object('reason', t.reason),
        r.created_at, NULL, r.id, NULL, r.job_id, r.scheduled_for
 FROM unnest(%(run_ids)s::uuid[], %(reasons)s::text[]) AS t(run_id, reason)
-JOIN scheduler_run AS r ON r.id = t.run_id
-WHERE r.job_id IS NOT NULL
+CROSS JOIN LATERAL (
+    -- By primary key, run by run (see firing_context).
+    SELECT r.id, r.job_attempt, r.created_at, r.job_id, r.scheduled_for FROM scheduler_run AS r
+    WHERE r.id = t.run_id AND r.job_id IS NOT NULL
+    OFFSET 0
+) AS r
 
 -- name: job_history_close
 -- The open attempt row of each settled run closes with how its run ended. A run the supervisor

@@ -41,6 +41,8 @@ PAUSE_MARKER = "JOBS_DISPATCH_CLAIMED_PAUSING"
 @dataclass
 class DispatchResult:
     claimed: int = 0
+    # Rows the claim locked: `claimed`, and those whose job another held (left due).
+    locked: int = 0
     started: int = 0
     skipped: int = 0
     buffered: int = 0
@@ -77,7 +79,9 @@ def jobs_dispatch_batch(
         if lease is not None and not transitions.shard_lease_renew(held=held, holder=instance, lease=lease):
             result.lost = True
             return result
-        claimed = transitions.scheduled_claim_due(limit=limit, held=held, shards=shards)
+        claim = transitions.scheduled_claim_due(limit=limit, held=held, shards=shards)
+        claimed = claim.rows
+        result.locked = claim.locked
         if not claimed:
             return result
         _pause_for_tests()
@@ -240,7 +244,7 @@ def _fire(
                     total.lost = True
                     break
                 # Rows this batch queued due now (catch-up) are started by the next one, in this tick.
-                if (done.claimed < batch and not done.queued) or time.monotonic() > ends:
+                if (done.locked < batch and not done.queued) or time.monotonic() > ends:
                     break
         finally:
             transitions.shard_lease_release(held=held, holder=instance)

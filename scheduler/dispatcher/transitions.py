@@ -79,15 +79,29 @@ def shard_of(job_id: int, shards: int) -> int:
     return int(shard)
 
 
-def scheduled_claim_due(*, limit: int, held: Sequence[int] = (0,), shards: int = 1) -> list[ClaimedRow]:
+@dataclass(frozen=True)
+class Claimed:
+    """A claim's rows (each with its job), and how many rows it locked: more than `rows` when
+    some rows' jobs were held by another (those rows stay as they were, due)."""
+
+    rows: list[ClaimedRow]
+    locked: int
+
+
+def scheduled_claim_due(*, limit: int, held: Sequence[int] = (0,), shards: int = 1) -> Claimed:
     """Lock up to `limit` due ScheduledJob rows of the shards `held` (of `shards`) and their jobs
     (SKIP LOCKED), oldest due first; each with its job (built from the columns the claim read)."""
     params: dict[str, Any] = {"limit": limit, "held": list(held), "shards": shards}
     with connection.cursor() as cursor:
         c_timestamptz(cursor.cursor)  # nine timestamps a row: psycopg's C loader, not Django's
         cursor.execute(queries()["scheduled_claim_due"], params)
-        job_of = _job_loader(tuple(d[0] for d in cursor.description[8:]))
-        return [_claimed(row, job_of(row)) for row in cursor.fetchall()]
+        job_of = _job_loader(tuple(d[0] for d in cursor.description[CLAIM_HEAD:]))
+        rows = cursor.fetchall()
+    return Claimed([_claimed(row, job_of(row)) for row in rows], int(rows[0][8]) if rows else 0)
+
+
+# The claim's columns before the job's: the row's seven, now, the count locked.
+CLAIM_HEAD = 9
 
 
 def _claimed(row: Sequence[Any], job: Job) -> ClaimedRow:
@@ -97,11 +111,11 @@ def _claimed(row: Sequence[Any], job: Job) -> ClaimedRow:
 
 @cache
 def _job_loader(columns: tuple[str, ...]) -> Callable[[Sequence[Any]], Job]:
-    """A claimed row (8 columns of the row, then `j.*` as `columns`) -> its Job, each value
+    """A claimed row (CLAIM_HEAD columns, then `j.*` as `columns`) -> its Job, each value
     through its field's database converters as a queryset's would be (the JSON input arrives as
     text); only the fields that have converters pay for them. Once per process and column list."""
     fields = Job._meta.concrete_fields
-    where = {column: 8 + index for index, column in enumerate(columns)}
+    where = {column: CLAIM_HEAD + index for index, column in enumerate(columns)}
     take = [where[str(f.column)] for f in fields]
     names = [f.attname for f in fields]
     converting = []

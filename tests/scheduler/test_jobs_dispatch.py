@@ -414,9 +414,11 @@ def test_claim_due__each_row_brings_its_job_as_a_queryset_reads_it(user):
     )
     make_due(job)
     with transaction.atomic():
-        (row,) = job_transitions.scheduled_claim_due(limit=10)
+        claim = job_transitions.scheduled_claim_due(limit=10)
+    (row,) = claim.rows
     stored = Job.objects.get(pk=job.pk)
 
+    assert claim.locked == 1
     assert row.job_id == job.pk and isinstance(row.job, Job) and not row.job._state.adding
     fields = [f.attname for f in Job._meta.concrete_fields]
     assert {f: getattr(row.job, f) for f in fields} == {f: getattr(stored, f) for f in fields}
