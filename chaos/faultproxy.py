@@ -96,6 +96,11 @@ def _rst(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
+def _socket_open(writer: asyncio.StreamWriter) -> bool:
+    sock = writer.get_extra_info("socket")
+    return sock is not None and sock.fileno() != -1
+
+
 class _Connection:
     """One client and its upstream: two pumps, one per direction."""
 
@@ -124,6 +129,7 @@ class _Connection:
                 self.close()
                 return
             self.up_w = up_w
+            proxy._writers.add(up_w)
             if self.ended:  # reset (or stopped) while connecting
                 _rst(up_w)
                 return
@@ -224,6 +230,12 @@ class FaultProxy:
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
         self._open: asyncio.Event | None = None  # set while not blackholed
+        # Every stream either side opened (client and upstream) whose socket may still be open:
+        # closed for sure when the loop ends. Strong references: a writer the proxy no longer
+        # holds can still own an open socket (a close waiting to flush to a peer that stopped
+        # reading). Pruned of closed ones as connections come.
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._stopping = False
 
     # -- the public interface --------------------------------------------------------------
     def start(self) -> FaultProxy:
@@ -291,8 +303,25 @@ class FaultProxy:
         try:
             loop.run_forever()
         finally:
+            self._close_everything(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
+
+    def _close_everything(self, loop: asyncio.AbstractEventLoop) -> None:
+        """As the loop ends: every task cancelled and awaited, every socket closed at once (a
+        writer's close() waits to flush first, which a peer that stopped reading never lets it
+        do): none is left for the garbage collector to find open."""
+        # First a moment for what is under way to finish: connections accepted as the server
+        # closed are still being set up (a task each, which `_accept` then ends at once).
+        loop.run_until_complete(asyncio.sleep(0.05))
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        for writer in list(self._writers):
+            writer.transport.abort()
+        loop.run_until_complete(asyncio.sleep(0))  # the aborted transports' connection_lost
 
     def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
         if self._loop is None or self._thread is None or not self._thread.is_alive():
@@ -308,14 +337,25 @@ class FaultProxy:
         assert self._open is not None
         await self._open.wait()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> Coroutine[Any, Any, None] | None:
+        """A client connected (asyncio calls this as the connection is made). The writer is
+        recorded here, not in the coroutine that serves the connection: a connection made as
+        the proxy stops may have that coroutine cancelled before it starts, and its socket
+        would be left open for the garbage collector (a ResourceWarning in whatever runs then)."""
+        self._writers = {w for w in self._writers if _socket_open(w)}
+        self._writers.add(writer)
+        if self._stopping:  # accepted as the server closed
+            writer.transport.abort()
+            return None
         with contextlib.suppress(OSError):
             writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Connection(self, reader, writer)
         self._connections.add(conn)
         self._count("opened")
         self._count("active")
-        await conn.run()
+        return conn.run()
 
     async def _apply(self, faults: Faults) -> None:
         assert self._open is not None
@@ -335,6 +375,7 @@ class FaultProxy:
 
     async def _shutdown(self) -> None:
         assert self._server is not None and self._open is not None
+        self._stopping = True
         self._server.close()
         self._open.set()  # blackholed pumps wake up and see their connection ended
         for conn in list(self._connections):
