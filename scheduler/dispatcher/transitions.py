@@ -79,6 +79,10 @@ def shard_of(job_id: int, shards: int) -> int:
     return int(shard)
 
 
+# The claim's columns before the job's: the row's seven, now, the count locked (the last).
+CLAIM_HEAD = 9
+
+
 @dataclass(frozen=True)
 class Claimed:
     """A claim's rows (each with its job), and how many rows it locked: more than `rows` when
@@ -97,11 +101,7 @@ def scheduled_claim_due(*, limit: int, held: Sequence[int] = (0,), shards: int =
         cursor.execute(queries()["scheduled_claim_due"], params)
         job_of = _job_loader(tuple(d[0] for d in cursor.description[CLAIM_HEAD:]))
         rows = cursor.fetchall()
-    return Claimed([_claimed(row, job_of(row)) for row in rows], int(rows[0][8]) if rows else 0)
-
-
-# The claim's columns before the job's: the row's seven, now, the count locked.
-CLAIM_HEAD = 9
+    return Claimed([_claimed(row, job_of(row)) for row in rows], int(rows[0][CLAIM_HEAD - 1]) if rows else 0)
 
 
 def _claimed(row: Sequence[Any], job: Job) -> ClaimedRow:

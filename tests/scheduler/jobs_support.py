@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import QuerySet
 
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.dispatcher.cron import cron_latest
@@ -78,3 +82,32 @@ def cancel(run: Run) -> None:
 
 def runs_of(job: Job) -> list[Run]:
     return list(Run.objects.filter(job=job).order_by("created_at", "scheduled_for", "job_attempt"))
+
+
+@contextmanager
+def rows_held(rows: QuerySet[Any]) -> Iterator[Callable[[], None]]:
+    """Another connection holds `rows` (SELECT ... FOR UPDATE, as a claim, a "run now" or an
+    edit does) until the block ends, or until the function it gives is called."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(rows.select_for_update())
+                holding.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+
+    def let_go() -> None:
+        release.set()
+        holder.join(30)
+
+    try:
+        assert holding.wait(30), "the rows were not held"
+        yield let_go
+    finally:
+        let_go()

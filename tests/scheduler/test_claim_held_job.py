@@ -4,65 +4,24 @@ counts it as locked, so the tick does not take the shard for drained."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from typing import Any
-
-import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.dispatcher.tick import jobs_dispatch_batch
 from scheduler.models import Job, Run, ScheduledJob
 
-from .jobs_support import make_due, new_job
+from .jobs_support import make_due, new_job, rows_held
 
 
-@pytest.fixture
-def held_job(live_db: None) -> Iterator[Any]:
-    """hold(job): another connection holds the job's row (FOR UPDATE) until the test ends or
-    calls the function hold returns."""
-    holding, release = threading.Event(), threading.Event()
-    threads: list[threading.Thread] = []
-
-    def hold(job: Job) -> Any:
-        def run() -> None:
-            try:
-                with transaction.atomic():
-                    list(Job.objects.select_for_update().filter(pk=job.pk))
-                    holding.set()
-                    release.wait(30)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        threads.append(thread)
-        assert holding.wait(30)
-
-        def let_go() -> None:
-            release.set()
-            thread.join(30)
-
-        return let_go
-
-    yield hold
-    release.set()
-    for thread in threads:
-        thread.join(30)
-
-
-def test_claim__a_row_whose_job_another_holds__locked_not_returned_and_left_due(held_job: Any) -> None:
+def test_claim__a_row_whose_job_another_holds__locked_not_returned_and_left_due(live_db: None) -> None:
     from tests.engine_workflow import register_engine_workflow
 
     register_engine_workflow()
     user, _ = get_user_model().objects.get_or_create(username="claim-held")
     jobs = [new_job(user, name=f"j{i}") for i in range(3)]
     times = {job.pk: make_due(job) for job in jobs}
-    held_job(jobs[0])
-
-    with transaction.atomic():
+    with rows_held(Job.objects.filter(pk=jobs[0].pk)), transaction.atomic():
         claim = job_transitions.scheduled_claim_due(limit=3)
 
     assert claim.locked == 3
@@ -72,7 +31,7 @@ def test_claim__a_row_whose_job_another_holds__locked_not_returned_and_left_due(
 
 
 def test_batch__a_held_job_does_not_end_the_shard_early__the_rest_fired_the_held_one_later(
-    held_job: Any,
+    live_db: None,
 ) -> None:
     from tests.engine_workflow import register_engine_workflow
 
@@ -81,15 +40,13 @@ def test_batch__a_held_job_does_not_end_the_shard_early__the_rest_fired_the_held
     jobs = [new_job(user, name=f"j{i}") for i in range(3)]
     for job in jobs:
         make_due(job)
-    let_go = held_job(jobs[0])
-
-    first = jobs_dispatch_batch(instance="test-held", limit=3)
+    with rows_held(Job.objects.filter(pk=jobs[0].pk)):
+        first = jobs_dispatch_batch(instance="test-held", limit=3)
 
     # Full by what it locked (a tick drains on), short by what it fired.
     assert (first.locked, first.claimed, first.started) == (3, 2, 2)
     assert set(Run.objects.values_list("job_id", flat=True)) == {jobs[1].pk, jobs[2].pk}
 
-    let_go()
     second = jobs_dispatch_batch(instance="test-held", limit=3)
 
     assert (second.locked, second.claimed, second.started) == (1, 1, 1)

@@ -6,18 +6,16 @@ connection holding the step."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from scheduler.dispatcher.tick import job_runs_settle
 from scheduler.models import Job, Run, RunEvent, ScheduledJob, Step, TaskExecutionHistory
 from scheduler.services import job_delete, job_pause, job_resume, job_run_now, step_claim_due
 
-from .jobs_support import new_job
+from .jobs_support import new_job, rows_held
 
 CAP = 2
 QUEUED = 5
@@ -137,25 +135,9 @@ def test_delete__a_run_whose_step_is_being_claimed_is_left_to_start(
         job_run_now(by_staff=False, job_id=job.pk)
     runs = list(Run.objects.filter(job=job).order_by("created_at"))
     held_step = Step.objects.get(run=runs[0], seq=0)
-    holding, release = threading.Event(), threading.Event()
 
-    def claim_in_progress() -> None:
-        try:
-            with transaction.atomic():
-                list(Step.objects.select_for_update().filter(pk=held_step.pk))
-                holding.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    claimer = threading.Thread(target=claim_in_progress)
-    claimer.start()
-    assert holding.wait(30)
-    try:
+    with rows_held(Step.objects.filter(pk=held_step.pk)):
         job_delete(job_id=job.pk, actor="ops")
-    finally:
-        release.set()
-        claimer.join(30)
 
     assert Run.objects.get(pk=runs[0].pk).state == Run.State.PENDING
     assert _states(runs[1:]) == {Run.State.CANCELLED}
