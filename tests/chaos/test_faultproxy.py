@@ -254,8 +254,19 @@ def test_stop__every_socket_closed_with_connections_stalled(blackhole: bool) -> 
     import warnings
 
     sink = socket.create_server(("127.0.0.1", 0))  # accepts, never reads
+    sink.settimeout(0.1)
     held: list[socket.socket] = []
-    accepting = threading.Thread(target=lambda: held.extend(sink.accept()[0] for _ in range(3)), daemon=True)
+    done = threading.Event()
+
+    def accept_until_done() -> None:
+        # Never left blocked in accept(): a thread still in accept() when the test closes the
+        # sink keeps the port listening, and the first stray connection to it then makes the
+        # next accept() raise EBADF in whatever test runs by then (seen once in CI).
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(sink.accept()[0])
+
+    accepting = threading.Thread(target=accept_until_done, daemon=True)
     accepting.start()
     proxy = FaultProxy(upstream=sink.getsockname()).start()
     if blackhole:
@@ -273,6 +284,9 @@ def test_stop__every_socket_closed_with_connections_stalled(blackhole: bool) -> 
         warnings.simplefilter("always")
         proxy.stop()
         gc.collect()
+    done.set()
+    accepting.join(timeout=5)
+    assert not accepting.is_alive()
     for s in [*clients, *held, sink]:
         s.close()
 

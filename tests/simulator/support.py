@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.client
 import json
@@ -48,7 +49,15 @@ class SimulatorProcess:
 def _read_line(stream: IO[str], timeout: float) -> str:
     """Read one line from ``stream``; '' on EOF or when nothing came within ``timeout``."""
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(stream.readline()), daemon=True)
+
+    def read() -> None:
+        # A reader left waiting past ``timeout`` sees the stream closed under it when the
+        # process is stopped: that ends it quietly, not as an unhandled thread exception
+        # reported in whatever test runs then.
+        with contextlib.suppress(ValueError, OSError):
+            lines.append(stream.readline())
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(timeout)
     return lines[0] if lines else ""
