@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -361,6 +362,60 @@ def test_database_outage__supervisor_survives__sweeps_after_restart__runs_comple
         f"database outage {outage:.1f}s; after the restart: first sweep {first_sweep:.1f}s,"
         f" all runs completed {recovered:.1f}s"
     )
+
+
+def test_beat_started_with_database_down__waits__sends_once_back__stops_on_sigterm(stack, tmp_path):
+    """django-celery-beat's scheduler reads its schedule when it is built, and a beat started
+    while the database is down exited (under `make run` that stopped every process). Ours waits:
+    it logs each attempt, sends from its first pass once the database is back, and a SIGTERM
+    during the wait ends it at once (Celery's own handler would build a second scheduler, which
+    would wait in turn)."""
+    waiting = "beat: the database does not answer"
+    client = redis.Redis.from_url(stack.redis.url)
+    client.flushall()
+    # What beat sent: no worker consumes here, so the supervisor's sweeps wait in their queue
+    # (beat's own "Sending due task" lines are quiet for the engine's periodic tasks).
+    sweeps_sent = partial(client.llen, f"{stack.env['SAS_REDIS_PREFIX']}supervisor")
+    stack.pg.stop("immediate")
+    beats = [beat_process(log_dir=tmp_path / name, env=stack.env) for name in ("recovers", "stopped")]
+    try:
+        for beat in beats:
+            (tmp_path / beat.log_path.parent.name).mkdir()
+            beat.start(ready_marker=None)
+        for beat in beats:
+            wait_for(
+                lambda beat=beat: beat.log().count(waiting) >= 3 or not beat.alive(),
+                timeout=60,
+                what=f"beat {beat.log_path.parent.name} to try the database three times",
+            )
+            assert beat.alive(), beat.log()[-3000:]
+        assert sweeps_sent() == 0
+
+        recovers, stopped = beats
+        asked = time.monotonic()
+        os.kill(stopped.pid, signal.SIGTERM)
+        assert stopped.popen is not None
+        assert stopped.popen.wait(timeout=10) == 0, stopped.log()[-3000:]
+        took = time.monotonic() - asked
+
+        stack.pg.start()
+        back = time.monotonic()
+        wait_for(
+            lambda: sweeps_sent() >= 2 or not recovers.alive(),
+            timeout=30,
+            what="the waiting beat to send the supervisor's sweep once the database is back",
+        )
+        assert recovers.alive(), recovers.log()[-3000:]
+        print(
+            f"SIGTERM during the wait: exited in {took:.2f}s;"
+            f" first send {time.monotonic() - back:.1f}s after the database was back"
+        )
+    finally:
+        for beat in beats:
+            beat.stop()
+        client.close()
+        if not stack.pg.running():
+            stack.pg.start()
 
 
 def test_broker_outage__messages_lost__supervisor_recovers_steps__one_charge_per_order(stack, engine):
