@@ -364,6 +364,10 @@ def test_database_outage__supervisor_survives__sweeps_after_restart__runs_comple
     )
 
 
+def _tried_three_times(beat: Proc, line: str) -> bool:
+    return beat.log().count(line) >= 3 or not beat.alive()
+
+
 def test_beat_started_with_database_down__waits__sends_once_back__stops_on_sigterm(stack, tmp_path):
     """django-celery-beat's scheduler reads its schedule when it is built, and a beat started
     while the database is down exited (under `make run` that stopped every process). Ours waits:
@@ -384,7 +388,7 @@ def test_beat_started_with_database_down__waits__sends_once_back__stops_on_sigte
             beat.start(ready_marker=None)
         for beat in beats:
             wait_for(
-                lambda beat=beat: beat.log().count(waiting) >= 3 or not beat.alive(),
+                partial(_tried_three_times, beat, waiting),
                 timeout=60,
                 what=f"beat {beat.log_path.parent.name} to try the database three times",
             )
