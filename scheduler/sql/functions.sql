@@ -207,6 +207,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_exclude text[] := coalesce(p_exclude, '{}');
     v_owners bigint[];
+    v_busy jsonb;
+    v_candidates bigint[];
+    v_picked bigint[] := '{}';
+    v_id bigint;
+    v_state text;
 BEGIN
     IF p_run_id IS NOT NULL THEN
         RETURN ARRAY(
@@ -259,7 +264,24 @@ BEGIN
             FOR UPDATE SKIP LOCKED);
     END IF;
 
-    RETURN ARRAY(
+    -- No statement below joins two sets: a join's plan rests on statistics, and a burst leaves
+    -- them stale (the tables' as they were before it, until autovacuum's next ANALYZE). With
+    -- them the planner took the heads for 10 rows, the Processing counts for 1 and the Pending
+    -- rows for 5, and aggregated the counts again for every head (24,000 heads x 3,000
+    -- Processing rows: 9 s a claim), or compared every head with every Pending row to lock it
+    -- (3,500 x 1,750: 0.5 s). bench/README.md, "Issue 20, fifth session".
+    -- Processing steps per (owner, operation) - the partial index of Processing rows, whose
+    -- size the in-flight cap bounds - as a map each head looks its count up in.
+    v_busy := coalesce((
+        SELECT jsonb_object_agg(p.owner_id::text || '/' || p.operation, p.n)
+        FROM (SELECT owner_id, operation, count(*) AS n FROM scheduler_step
+              WHERE process_state = 'processing' AND owner_id = ANY(v_owners)
+                AND (p_operation IS NULL OR operation = p_operation)
+              GROUP BY owner_id, operation) AS p
+    ), '{}'::jsonb);
+
+    -- Every owner's heads in claim order (ids only: nothing locked yet).
+    v_candidates := ARRAY(
         WITH heads AS (
             SELECT h.*, row_number() OVER (PARTITION BY h.owner_id, h.operation
                                            ORDER BY h.priority DESC, h.deadline ASC NULLS LAST,
@@ -274,23 +296,25 @@ BEGIN
                 ORDER BY s.priority DESC, s.deadline ASC NULLS LAST, s.not_before ASC, s.id ASC
                 LIMIT p_limit
             ) AS h
-        ), busy AS (
-            -- Processing steps per (owner, operation): the partial index of Processing rows,
-            -- whose size the in-flight cap bounds.
-            SELECT p.owner_id, p.operation, count(*) AS n FROM scheduler_step AS p
-            WHERE p.process_state = 'processing' AND p.owner_id = ANY(v_owners)
-              AND (p_operation IS NULL OR p.operation = p_operation)
-            GROUP BY p.owner_id, p.operation
         )
-        SELECT s.id
+        SELECT c.id
         FROM heads AS c
-        JOIN scheduler_step AS s ON s.id = c.id
-        LEFT JOIN busy AS b ON b.owner_id = c.owner_id AND b.operation = c.operation
-        WHERE s.process_state = 'pending'
-        ORDER BY c.priority DESC, coalesce(b.n, 0) + c.place ASC, c.deadline ASC NULLS LAST,
-                 c.not_before ASC, c.id ASC
-        LIMIT p_limit
-        FOR UPDATE OF s SKIP LOCKED);
+        ORDER BY c.priority DESC,
+                 coalesce((v_busy ->> (c.owner_id::text || '/' || c.operation))::bigint, 0) + c.place ASC,
+                 c.deadline ASC NULLS LAST, c.not_before ASC, c.id ASC);
+
+    -- Locked in that order, each by its primary key, skipping a row another claim holds or one
+    -- no longer Pending, until p_limit are held (what LIMIT over FOR UPDATE SKIP LOCKED did).
+    -- The state is read after the lock, not in the WHERE: with it there, the planner may read
+    -- a Pending partial index (believed tiny) for the id, which scans that whole index.
+    FOREACH v_id IN ARRAY v_candidates LOOP
+        SELECT process_state INTO v_state FROM scheduler_step WHERE id = v_id FOR UPDATE SKIP LOCKED;
+        IF FOUND AND v_state = 'pending' THEN
+            v_picked := v_picked || v_id;
+            EXIT WHEN cardinality(v_picked) >= p_limit;
+        END IF;
+    END LOOP;
+    RETURN v_picked;
 END;
 $$;
 
