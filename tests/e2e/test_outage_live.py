@@ -381,10 +381,12 @@ def test_beat_started_with_database_down__waits__sends_once_back__stops_on_sigte
     # (beat's own "Sending due task" lines are quiet for the engine's periodic tasks).
     sweeps_sent = partial(client.llen, f"{stack.env['SAS_REDIS_PREFIX']}supervisor")
     stack.pg.stop("immediate")
-    beats = [beat_process(log_dir=tmp_path / name, env=stack.env) for name in ("recovers", "stopped")]
+    log_dirs = [tmp_path / "recovers", tmp_path / "stopped"]
+    for log_dir in log_dirs:
+        log_dir.mkdir()
+    beats = [beat_process(log_dir=log_dir, env=stack.env) for log_dir in log_dirs]
     try:
         for beat in beats:
-            (tmp_path / beat.log_path.parent.name).mkdir()
             beat.start(ready_marker=None)
         for beat in beats:
             wait_for(
