@@ -6,6 +6,9 @@ An agent request carries step id, lease, complete-by, idempotency key and payloa
 - retries transient faults (timeouts, connection errors, 5xx, 429) with exponential backoff and
   jitter, never past complete-by;
 - fails fast while the service's circuit breaker (shared through Redis) is open;
+- counts any error of a call as the breaker's failure, an unexpected one (not a Transient- or
+  PermanentFault: a bug, a lost database) too, replied as transient (`_unexpected_reply`), so a
+  half-open probe is always released;
 - replies success or a permanent fault (4xx: a declined card) to the scheduler; replies
   "transient" only when its own retries are spent with time still left (so the scheduler can
   retry sooner than the supervisor would); and, once complete-by has passed, stops and replies
@@ -403,12 +406,45 @@ class AgentTask(Task):
                         return "deadline"
                     time.sleep(pause)
                     continue
+                except SoftTimeLimitExceeded:
+                    # The call was still running at the deadline: a timeout, for the breaker
+                    # too (a half-open probe must not stay held until its probe timeout).
+                    breaker.record_failure()
+                    raise
+                except Exception as exc:  # every other error: `_unexpected_reply`
+                    return self._unexpected_reply(step_id, lease, deadline, breaker, exc)
                 if not decision.clean:
                     breaker.record_success()
                 return self._reply(step_id, lease, deadline, "success", result=result)
         except SoftTimeLimitExceeded:
             logger.warning("step %s: soft time limit hit at the deadline; no reply", step_id)
             return "deadline"
+
+    def _unexpected_reply(
+        self,
+        step_id: int,
+        lease: str,
+        deadline: datetime,
+        breaker: CircuitBreaker | NoBreaker,
+        exc: Exception,
+    ) -> str:
+        """A call that raised neither TransientFault nor PermanentFault (a bug, a value httpx
+        cannot encode, a lost database connection): it counts as the breaker's failure - so a
+        half-open probe is released, not held until its probe timeout - and the step gets a
+        transient reply at once: one failure counted, retried after backoff, Error at its
+        limit, instead of being held for its whole window. `reached` is assumed (it may have
+        been sent), and the error is not retried inside the attempt: a bug repeats."""
+        breaker.record_failure()
+        logger.exception("step %s: unexpected error in %s", step_id, self.name)
+        return self._reply(
+            step_id,
+            lease,
+            deadline,
+            "transient",
+            error=f"unexpected error in the agent: {exc.__class__.__name__}: {exc}",
+            retry_after=self.retry_policy.delay(1),
+            reached=True,
+        )
 
     # Extension points for agents that call something other than a configured service (the
     # webhook agent posts signed bodies to each subscriber's URL): everything else in `perform`

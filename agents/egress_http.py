@@ -12,6 +12,7 @@ answer is read under the call's total deadline and capped (agents/outbound.py).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -26,6 +27,28 @@ from .outbound import bounded_client, read_bounded, total_deadline
 _local = threading.local()
 # Destinations with a pooled client kept per thread; the least recently used is closed past it.
 MAX_CLIENTS = 32
+# RFC 9110 5.1: a field name is a token.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# A field value we send: visible ASCII, spaces and tabs inside (RFC 9110 5.5, without obs-text:
+# httpx encodes values as ASCII), and no whitespace at either end (h11 refuses it).
+_FIELD_VALUE = re.compile(r"^(?:[\x21-\x7e](?:[\x20\x09]*[\x21-\x7e])*)?$")
+
+
+def header_problem(name: object, value: object) -> str | None:
+    """Why the header `name: value` cannot be sent as it is, or None. The rule of what a job may
+    ask (agents/http_call.py) and of what `egress_request` sends: one rule, asked twice."""
+    if not isinstance(name, str) or not _TOKEN.match(name):
+        return f"{str(name)[:40]!r} is not a valid header name (letters, digits and !#$%&'*+-.^_`|~)"
+    if not isinstance(value, str):
+        return f"{name}: the value must be a string"
+    if not _FIELD_VALUE.match(value):
+        return (
+            f"{name}: the value must be visible ASCII characters (spaces and tabs inside, none at"
+            " either end), on one line"
+        )
+    return None
+
+
 
 
 @dataclass(frozen=True)
@@ -68,9 +91,14 @@ def egress_request(
     """Make one call to `url` if `policy` allows it. The whole call - connect, send, headers,
     body - ends within `timeout` seconds; at most `max_bytes` of the body are read.
 
-    Raises PermanentFault (the policy refuses the URL or an address it resolves to),
-    NotSentFault (the name does not resolve, nothing reached a server) or the transport faults
-    of `transport_faults`."""
+    Raises PermanentFault (the policy refuses the URL or an address it resolves to, or a
+    header cannot be sent - `header_problem`), NotSentFault (the name does not resolve, nothing
+    reached a server) or the transport faults of `transport_faults`."""
+    for name, value in headers.items():
+        problem = header_problem(name, value)
+        if problem is not None:
+            # Would crash or be refused by httpx on every attempt: no attempt can succeed.
+            raise PermanentFault(f"{method} {url} not sent: header {problem}")
     try:
         target = policy.url_check(url)
         addresses = policy.addresses_resolve(target)

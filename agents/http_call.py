@@ -2,14 +2,14 @@
 
 A job (or anyone with `run_submit`) runs an HTTP request as a one-step workflow, so the call
 gets what every remote call gets: a complete-by window per attempt, the step's retries with
-backoff, a circuit breaker per destination host, its own worker (the bulkhead), the supervisor's
+backoff, a circuit breaker per (owner, destination host), its own worker (the bulkhead), the supervisor's
 sweep, and an `Idempotency-Key` header stable across attempts (`<run>:call`).
 
 Input (all validated before anything is written; errors name the field):
 
     {"method": "POST",                       # GET POST PUT PATCH DELETE HEAD
      "url": "https://api.example.com/hook",  # http(s); allowed by the egress policy (egress.py)
-     "headers": {"Authorization": "..."},    # optional, str -> str; no hop-by-hop or Host
+     "headers": {"Authorization": "..."},    # optional, token -> visible ASCII; no hop-by-hop or Host
      "body": {"any": "JSON"} or "raw text",  # optional; JSON is sent as application/json
      "timeout": 10,                          # optional, seconds, at most the step's window
      "expected_status": [200, 201]}          # optional; default: any 2xx is success
@@ -20,14 +20,14 @@ answer is read bounded (at most RESPONSE_MAX_BYTES, under the attempt's total de
 5xx, 408, 425, 429, timeouts and connection errors are transient (the step retries per its
 policy); anything else (4xx, a redirect - never followed) is permanent: the step errors and
 the run ends Compensated, with the status and the first 200 characters of the body in the
-step's error.
+step's error. A header httpx could not send (a step stored before the header rule) is permanent
+too, without a call.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +39,7 @@ from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputErr
 
 from .base import TRANSIENT_STATUSES, AgentTask, PermanentFault, RetryPolicy, TransientFault
 from .egress import HTTP_JOB_POLICY, URL_MAX_LENGTH, UrlRefused
-from .egress_http import egress_request
+from .egress_http import egress_request, header_problem
 from .outbound import excerpt
 
 HTTP_CALL_WORKFLOW = "http.call"
@@ -52,8 +52,6 @@ HEADER_NAME_MAX = 256
 HEADER_VALUE_MAX = 8192
 BODY_MAX_BYTES = 64 * 1024
 MAX_EXPECTED_STATUSES = 20
-# RFC 9110 5.1: a field name is a token.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the agent sets itself.
 FORBIDDEN_HEADERS = frozenset(
     {
@@ -74,6 +72,8 @@ FORBIDDEN_HEADERS = frozenset(
     }
 )
 _FIELDS = ("method", "url", "headers", "body", "timeout", "expected_status")
+# The payload's key for the run's owner (set by the engine at submit, not an input field).
+OWNER_KEY = "owner_id"
 
 
 def _policy() -> dict[str, Any]:
@@ -95,8 +95,17 @@ def _clean_headers(value: object, errors: dict[str, list[str]]) -> dict[str, str
     if len(value) > MAX_HEADERS:
         problems.append(f"at most {MAX_HEADERS} headers")
     for name, text in value.items():
-        if not isinstance(name, str) or not _TOKEN.match(name) or len(name) > HEADER_NAME_MAX:
+        if not isinstance(name, str) or len(name) > HEADER_NAME_MAX:
             problems.append(f"{str(name)[:40]!r} is not a valid header name")
+            continue
+        if isinstance(text, str) and len(text) > HEADER_VALUE_MAX:
+            problems.append(f"{name}: the value must be at most {HEADER_VALUE_MAX} characters")
+            continue
+        # Names: RFC 9110 tokens. Values: visible ASCII (a value httpx cannot encode would
+        # fail every attempt), one line, no whitespace at either end.
+        problem = header_problem(name, text)
+        if problem is not None:
+            problems.append(problem)
             continue
         lower = name.lower()
         if lower in FORBIDDEN_HEADERS or lower.startswith("proxy-"):
@@ -104,10 +113,6 @@ def _clean_headers(value: object, errors: dict[str, list[str]]) -> dict[str, str
         if lower in seen:
             problems.append(f"{name}: given twice")
         seen.add(lower)
-        if not isinstance(text, str):
-            problems.append(f"{name}: the value must be a string")
-        elif len(text) > HEADER_VALUE_MAX or any(c in text for c in "\r\n\x00"):
-            problems.append(f"{name}: the value must be one line of at most {HEADER_VALUE_MAX} characters")
     if problems:
         errors["headers"] = problems
         return {}
@@ -196,9 +201,15 @@ HTTP_CALL_INPUT_SCHEMA: dict[str, Any] = {
         },
         "headers": {
             "type": "object",
-            "additionalProperties": {"type": "string", "maxLength": HEADER_VALUE_MAX},
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": HEADER_VALUE_MAX,
+                "pattern": "^(?:[!-~](?:[ \t]*[!-~])*)?$",
+            },
+            "propertyNames": {"pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", "maxLength": HEADER_NAME_MAX},
             "maxProperties": MAX_HEADERS,
-            "description": "no hop-by-hop headers, Host, Content-Length or Idempotency-Key",
+            "description": "no hop-by-hop headers, Host, Content-Length or Idempotency-Key; names are"
+            " RFC 9110 tokens, values visible ASCII (spaces and tabs inside, none at either end)",
         },
         "body": {"description": "a string (sent as is) or any JSON value (sent as application/json)"},
         "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "seconds per attempt"},
@@ -279,10 +290,14 @@ class HttpCallAgent(AgentTask):
     retry_policy = RetryPolicy(max_tries=1)
 
     def breaker_name(self, payload: dict[str, Any]) -> str:
+        """Per (owner, host), as webhooks: one tenant's failing calls open that tenant's breaker
+        only, and another tenant's calls to the same host go on. The owner is the run's, put in
+        the step's payload by the engine at submit (`_payload`), never the input's."""
+        owner = payload_owner(payload)
         try:
-            return f"http:{HTTP_JOB_POLICY.url_check(payload.get('url')).netloc}"
+            return f"http:{owner}:{HTTP_JOB_POLICY.url_check(payload.get('url')).netloc}"
         except UrlRefused:
-            return "http:refused"
+            return f"http:{owner}:refused"
 
     def call_remote(self, *, path: str, payload: dict[str, Any], idempotency_key: str, timeout: float) -> Any:
         return http_call(payload=payload, idempotency_key=idempotency_key, timeout=timeout)
@@ -294,7 +309,16 @@ def http_call_operation(self: HttpCallAgent, **kwargs: Any) -> str:
 
 
 def _payload(ctx: StepContext) -> dict[str, Any]:
-    return dict(ctx.input)
+    """The call's step payload: the cleaned input, and the run's owner (its breaker's key), from
+    the run row - the input cannot name one (`owner_id` is no input field)."""
+    return {**ctx.input, OWNER_KEY: ctx.owner_id}
+
+
+def payload_owner(payload: Mapping[str, Any]) -> int:
+    """The owner a step's payload was built for; 0 for a run nobody owns and for steps built
+    before the owner went into the payload (they share one breaker per host until they end)."""
+    owner = payload.get(OWNER_KEY)
+    return owner if isinstance(owner, int) and not isinstance(owner, bool) and owner > 0 else 0
 
 
 def build_http_call_workflow() -> Workflow:

@@ -39,12 +39,15 @@ class WorkflowNotPermitted(WorkflowInputError):
 
 @dataclass(frozen=True)
 class StepContext:
-    """What a payload builder sees: the run input, earlier steps' results and idempotency keys."""
+    """What a payload builder sees: the run input, earlier steps' results and idempotency keys,
+    and the run's owner."""
 
     run_id: str
     input: Mapping[str, Any]
     results: Mapping[str, Any]
     keys: Mapping[str, str]
+    # The run's owner as the engine stores it (0: a run nobody owns) - never from the input.
+    owner_id: int = 0
 
 
 PayloadBuilder = Callable[[StepContext], dict[str, Any]]

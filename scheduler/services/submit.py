@@ -32,6 +32,7 @@ def step_context(run: Run, steps: Sequence[Step]) -> StepContext:
         input=run.input,
         results={s.name: s.result for s in steps if s.result is not None},
         keys={s.name: s.idempotency_key for s in steps},
+        owner_id=run.owner_id or 0,
     )
 
 
@@ -288,6 +289,7 @@ def _new_runs(specs: Sequence[RunSpec]) -> transitions.NewRuns:
             input=spec.input,
             results={},
             keys={d.name: f"{run_id}:{d.name}" for _, d, _ in steps},
+            owner_id=spec.owner_id or 0,
         )
         for index, step_def, built in steps:
             if index == 0:
