@@ -12,7 +12,7 @@ import pytest
 
 from agents.base import PermanentFault
 from agents.egress import HTTP_JOB_POLICY, Target, UrlRefused, is_public, pattern_parse
-from agents.http_call import HTTP_CALL_WORKFLOW, http_call, validate_http_call_input
+from agents.http_call import HTTP_CALL_WORKFLOW, HttpCallAgent, http_call, validate_http_call_input
 from scheduler.models import Run
 from scheduler.services import run_submit
 from scheduler.workflows import WorkflowInputError
@@ -205,6 +205,14 @@ def test_input__good__cleaned() -> None:
         ({"headers": {"X-A": 1}}, "headers", "must be a string"),
         ({"headers": {"X-A": "a\r\nInjected: yes"}}, "headers", "one line"),
         ({"headers": {"bad name": "x"}}, "headers", "not a valid header name"),
+        ({"headers": {"X-Name": "Müller"}}, "headers", "X-Name: the value must be visible ASCII"),
+        ({"headers": {"X-A": "a\x01b"}}, "headers", "visible ASCII"),
+        ({"headers": {"X-A": "a\x7f"}}, "headers", "visible ASCII"),
+        ({"headers": {"X-A": "trailing "}}, "headers", "none at either end"),
+        ({"headers": {"X-A": "\tlead"}}, "headers", "none at either end"),
+        ({"headers": {"X-A": "x" * 8193}}, "headers", "at most 8192"),
+        ({"headers": {"X-Ü": "1"}}, "headers", "not a valid header name"),
+        ({"headers": {"X:A": "1"}}, "headers", "not a valid header name"),
         ({"headers": {"X-A": "1", "x-a": "2"}}, "headers", "given twice"),
         ({"headers": {f"X-{i}": "v" for i in range(51)}}, "headers", "at most 50"),
         ({"method": "GET"}, "body", "takes no body"),
@@ -292,3 +300,29 @@ def test_call__allowlist_shrank_since_saved__permanent_refusal(settings: Any) ->
 
     with pytest.raises(PermanentFault, match="not on the allowlist"):
         http_call(payload=payload, idempotency_key="k-3", timeout=5)
+
+
+def test_input__ascii_header_values__kept_as_given() -> None:
+    headers = {"X-List": "a, b\tc", "X-Empty": "", "Authorization": "Bearer abc.DEF_ghi-~=="}
+
+    assert validate_http_call_input({**GOOD, "headers": headers})["headers"] == headers
+
+
+@pytest.mark.django_db
+def test_submit__step_payload_names_the_runs_owner_and_the_input_cannot(django_user_model: Any) -> None:
+    """The breaker's owner comes from the run row (the engine's), never from the input."""
+    alice = django_user_model.objects.create(username="alice-h")
+    bob = django_user_model.objects.create(username="bob-h")
+
+    run = run_submit(workflow=HTTP_CALL_WORKFLOW, input=GOOD, owner_id=alice.id, kick=False)
+    with pytest.raises(WorkflowInputError) as caught:
+        run_submit(workflow=HTTP_CALL_WORKFLOW, input={**GOOD, "owner_id": bob.id}, owner_id=alice.id)
+
+    (step,) = run.steps.all()
+    assert step.payload["owner_id"] == alice.id
+    assert "unknown field" in caught.value.errors["non_field_errors"][0]
+    agent = HttpCallAgent()
+    assert agent.breaker_name(step.payload) == f"http:{alice.id}:simulator.test"
+    assert agent.breaker_name({**step.payload, "owner_id": bob.id}) == f"http:{bob.id}:simulator.test"
+    # A step built before the owner was in its payload: the shared per-host breaker of owner 0.
+    assert agent.breaker_name({"url": GOOD["url"]}) == "http:0:simulator.test"
