@@ -49,8 +49,6 @@ def header_problem(name: object, value: object) -> str | None:
     return None
 
 
-
-
 @dataclass(frozen=True)
 class EgressResponse:
     status: int

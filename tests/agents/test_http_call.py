@@ -319,10 +319,11 @@ def test_submit__step_payload_names_the_runs_owner_and_the_input_cannot(django_u
         run_submit(workflow=HTTP_CALL_WORKFLOW, input={**GOOD, "owner_id": bob.id}, owner_id=alice.id)
 
     (step,) = run.steps.all()
-    assert step.payload["owner_id"] == alice.id
+    payload: dict[str, Any] = step.payload or {}
+    assert payload["owner_id"] == alice.id
     assert "unknown field" in caught.value.errors["non_field_errors"][0]
     agent = HttpCallAgent()
-    assert agent.breaker_name(step.payload) == f"http:{alice.id}:simulator.test"
-    assert agent.breaker_name({**step.payload, "owner_id": bob.id}) == f"http:{bob.id}:simulator.test"
+    assert agent.breaker_name(payload) == f"http:{alice.id}:simulator.test"
+    assert agent.breaker_name({**payload, "owner_id": bob.id}) == f"http:{bob.id}:simulator.test"
     # A step built before the owner was in its payload: the shared per-host breaker of owner 0.
     assert agent.breaker_name({"url": GOOD["url"]}) == "http:0:simulator.test"
