@@ -166,10 +166,12 @@ def _start_next(subscription: WebhookSubscription) -> WebhookDelivery | None:
     headers = {EVENT_ID_HEADER: str(delivery.event_uuid), SEQUENCE_HEADER: str(delivery.sequence)}
     run = run_submit(
         workflow=WEBHOOK_WORKFLOW,
-        # For people reading the run: the agent sends what the outbox row holds, signed with
-        # its subscription owner's secret (webhook_delivery_for_step), whatever this says.
+        # The row's own values, written by the engine (the workflow is never a job): the agent
+        # still sends what the outbox row holds, signed with its subscription owner's secret
+        # (webhook_delivery_for_step), whatever a run's input or a message says.
         input={
             "delivery_id": delivery.pk,
+            "owner_id": subscription.owner_id,
             "url": delivery.url,
             "body": delivery.body,
             "headers": headers,
