@@ -46,7 +46,7 @@ def periodic() -> PeriodicTask:
     return PeriodicTask.objects.create(interval=every, **STORED)
 
 
-def _schedule_form(task: PeriodicTask, *, every: IntervalSchedule, enabled: bool) -> dict[str, Any]:
+def _schedule_form(*, every: IntervalSchedule, enabled: bool) -> dict[str, Any]:
     """The schedule-only form as the admin renders it to an operator, filled in."""
     data: dict[str, Any] = {
         "interval": str(every.pk),
@@ -75,9 +75,7 @@ def test_operator__edits_the_schedule__saved_what_the_task_does_unchanged(period
     minute, _ = IntervalSchedule.objects.get_or_create(every=60, period=IntervalSchedule.SECONDS)
 
     page = operator.get(f"{TASKS}{periodic.pk}/change/")
-    response = operator.post(
-        f"{TASKS}{periodic.pk}/change/", _schedule_form(periodic, every=minute, enabled=False)
-    )
+    response = operator.post(f"{TASKS}{periodic.pk}/change/", _schedule_form(every=minute, enabled=False))
 
     assert page.status_code == 200
     form = page.context["adminform"].form
@@ -104,7 +102,7 @@ def test_operator__post_changing_what_the_task_does__refused_nothing_saved(
 ) -> None:
     operator = client_of(staff_in(f"beat-forger-{field}", ROLES["operator"]))
     minute, _ = IntervalSchedule.objects.get_or_create(every=60, period=IntervalSchedule.SECONDS)
-    data = {**_schedule_form(periodic, every=minute, enabled=False), field: FORGED[field]}
+    data = {**_schedule_form(every=minute, enabled=False), field: FORGED[field]}
 
     response = operator.post(f"{TASKS}{periodic.pk}/change/", data)
 
@@ -137,7 +135,7 @@ def test_read_only__cannot_post_a_change(periodic: PeriodicTask) -> None:
 
     assert reader.get(f"{TASKS}{periodic.pk}/change/").status_code == 200
     response = reader.post(
-        f"{TASKS}{periodic.pk}/change/", {**_schedule_form(periodic, every=periodic.interval, enabled=False)}
+        f"{TASKS}{periodic.pk}/change/", {**_schedule_form(every=periodic.interval, enabled=False)}
     )
 
     assert response.status_code == 403
@@ -149,7 +147,7 @@ def test_superuser__edits_what_the_task_does(periodic: PeriodicTask) -> None:
     root = Client()
     root.force_login(get_user_model().objects.create_superuser("beat-root", "root@example.com", None))
     data = {
-        **_schedule_form(periodic, every=periodic.interval, enabled=True),
+        **_schedule_form(every=periodic.interval, enabled=True),
         "name": periodic.name,
         "regtask": "",
         "task": "alerting.evaluate",
