@@ -43,7 +43,7 @@ from supervisor.models import Alert, AlertRule, RuleKind
 
 from . import liveness
 from .conditions import conditions_evaluate
-from .webhook import ALERT_WEBHOOK_WORKFLOW
+from .webhook import ALERT_CORRELATION_PREFIX, ALERT_WEBHOOK_WORKFLOW
 
 logger = logging.getLogger("sas.alerts")
 
@@ -145,7 +145,8 @@ def _notify(*, alert: Alert, rule: AlertRule, state: str) -> None:
             workflow=ALERT_WEBHOOK_WORKFLOW,
             input={"url": url, "body": alert_body(alert=alert, state=state), "owner_id": rule.owner_id},
             priority=-1,
-            correlation_id=f"alert:{alert.pk}",
+            # The agent reads whose secret signs from this alert (alerting/webhook.py).
+            correlation_id=f"{ALERT_CORRELATION_PREFIX}{alert.pk}",
         )
 
 

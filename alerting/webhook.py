@@ -11,6 +11,11 @@ row, it never waits on a receiver. The URL passes an egress policy at every atte
 - a customer's rule's URL the order callbacks' policy (webhooks/destinations.py), signed with
   the customer's own webhook secret, exactly like their order callbacks.
 Signature: `X-SAS-Signature: t=<unix>,v1=<HMAC-SHA256 of "<t>.<body>">` (webhooks/signing.py).
+
+Whose secret signs is read from the alert the run was made for (the run's correlation id,
+`alert:<id>`, set by `alert_announce`) and its rule's owner - never from the run's input or
+the message (issue 26); the URL and body are the run's stored input. The workflow is never a
+job (`job_target=False`): only the evaluator starts one.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from celery import shared_task
 from django.conf import settings
 
 from agents.egress import EgressPolicy, egress_policy_register
+from scheduler.models import Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
+from supervisor.models import Alert
 from webhooks.destinations import CALLBACK_POLICY
 from webhooks.tasks import WebhookAgent
 
@@ -55,6 +62,8 @@ register(
         label="Alert webhook (internal)",
         description="Internal: POSTs one signed alert notification (firing or resolved).",
         input_example={"url": "https://alerts.example.com/hook", "body": '{"event": "alert.firing"}'},
+        # Never a job (issue 26): its signing identity is its alert's rule's owner.
+        job_target=False,
         validate=validate_alert_webhook_input,
         steps=[
             StepDef(
@@ -68,7 +77,40 @@ register(
 )
 
 
+ALERT_CORRELATION_PREFIX = "alert:"
+
+
+def alert_webhook_for_step(*, step_id: int) -> dict[str, Any] | None:
+    """What the alert webhook agent sends for step `step_id`: the URL and body of its run's
+    stored input, and `owner_id` from the alert the run was made for (`alert:<id>`, its rule's
+    owner; None for an operator's rule). None when the step is not an `alert_webhook` run's, or
+    its alert or rule is gone: nothing may be sent. Two queries."""
+    run = (
+        Step.objects.filter(pk=step_id, run__workflow=ALERT_WEBHOOK_WORKFLOW)
+        .values("run__correlation_id", "run__input")
+        .first()
+    )
+    if run is None or not str(run["run__correlation_id"]).startswith(ALERT_CORRELATION_PREFIX):
+        return None
+    alert_id = str(run["run__correlation_id"]).removeprefix(ALERT_CORRELATION_PREFIX)
+    if not alert_id.isdecimal():
+        return None
+    rule = Alert.objects.filter(pk=int(alert_id), rule__isnull=False).values("rule__owner_id").first()
+    stored = run["run__input"]
+    if rule is None or not isinstance(stored, dict):
+        return None
+    return {
+        "url": stored.get("url"),
+        "body": stored.get("body"),
+        "owner_id": rule["rule__owner_id"],
+        "headers": {},
+    }
+
+
 class AlertWebhookAgent(WebhookAgent):
+    def payload_trusted(self, *, step_id: int) -> dict[str, Any] | None:
+        return alert_webhook_for_step(step_id=step_id)
+
     def breaker_name(self, payload: dict[str, Any]) -> str:
         netloc = urlsplit(str(payload.get("url", ""))).netloc.lower()
         owner = payload.get("owner_id")

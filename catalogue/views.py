@@ -1,9 +1,10 @@
 """The catalogue pages: the reprice form and my reprices; a reprice run's page with its live
 progress bar (static/catalogue/progress.js polls /api/runs/<id>/progress/).
 
-Staff only: the catalogue is shared by every customer, and repricing it is staff work
-(`catalogue.reprice` is not customer-schedulable). Signed out: the login page; signed in but
-not staff: 403 with a page that says so."""
+Staff work only: the catalogue is shared by every customer, and repricing it is staff work
+(`catalogue.reprice` is not customer-schedulable; the permission `scheduler.staff_work`,
+scheduler/permissions.py). Signed out: the login page; signed in without it: 403 with a page
+that says so."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from scheduler.limits import LimitExceeded
 from scheduler.models import Run
+from scheduler.permissions import staff_may
 from scheduler.selectors import run_progress
 from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError, get_workflow
@@ -32,12 +34,13 @@ View = Callable[..., HttpResponse]
 
 
 def staff_required(view: View) -> View:
-    """Signed out: to the login page. Signed in, not staff: 403, a page saying why."""
+    """Signed out: to the login page. Signed in without the staff-work permission (customers,
+    read-only operators, staff in no group): 403, a page saying why."""
 
     @login_required
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
+        if not staff_may(request.user):
             return render(request, "catalogue/staff_only.html", status=403)
         return view(request, *args, **kwargs)
 
@@ -55,7 +58,7 @@ def catalogue_view(request: HttpRequest) -> HttpResponse:
             if refused := page_rate_refusal(request, "reprice"):
                 raise refused
             run = reprice_submit(
-                owner_id=user_id, by_staff=request.user.is_staff, percent=form.cleaned_data["percent"]
+                owner_id=user_id, by_staff=staff_may(request.user), percent=form.cleaned_data["percent"]
             )
         except LimitExceeded as exc:  # the reprice rate or the runs-in-flight quota
             form.add_error(None, exc.message)

@@ -47,6 +47,7 @@ from scheduler.limits import (
     LimitExceeded,
 )
 from scheduler.models import Job
+from scheduler.permissions import staff_may
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.workflows import WorkflowInputError
 
@@ -219,9 +220,9 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change=change, **kwargs)
         # A class made for this request (modelform_factory): who saves, for the job's history,
-        # and whether they are staff (what the form offers and the services allow).
+        # and whether they may do staff work (what the form offers and the services allow).
         cast(type[JobAdminForm], form).actor = actor_name(request)
-        cast(type[JobAdminForm], form).staff = bool(request.user.is_staff)
+        cast(type[JobAdminForm], form).staff = staff_may(request.user)
         if obj is None and "owner" in form.base_fields:
             owner = form.base_fields["owner"]
             assert isinstance(owner, ModelChoiceField)
@@ -413,7 +414,7 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
             if spec.note:
                 kwargs["note"] = note
             if spec.makes_runs:
-                kwargs["by_staff"] = bool(request.user.is_staff)
+                kwargs["by_staff"] = staff_may(request.user)
             try:
                 result = spec.call(**kwargs)
             except (JobStateError, LimitExceeded, Job.DoesNotExist) as exc:

@@ -120,7 +120,8 @@ class JobWriteSerializer(ClosedSerializer):
         max_length=100,
         help_text="A registered workflow's name that you may schedule: customers may schedule "
         "`order_fulfilment` and `http.call`; every other workflow and `task:*` is staff-only "
-        "work (400 on `workflow` for anyone else).",
+        "work, for holders of the staff-work permission (the Operators role) only; "
+        "`webhook_delivery` and `alert_webhook` are never jobs (400 on `workflow` otherwise).",
     )
     input = serializers.DictField(
         required=False, help_text="The workflow's input (a JSON object), checked by the workflow."

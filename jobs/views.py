@@ -29,6 +29,7 @@ from reports.timeline import run_timeline
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs
 from scheduler.limits import LimitExceeded, RateLimited
 from scheduler.models import Job, Run
+from scheduler.permissions import staff_may
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
@@ -57,7 +58,8 @@ def _actor(request: HttpRequest) -> str:
 
 
 def _staff(request: HttpRequest) -> bool:
-    return bool(request.user.is_staff)
+    """May the person do staff work (the one rule, scheduler/permissions.py; not `is_staff`)."""
+    return staff_may(request.user)
 
 
 def _job_or_404(request: HttpRequest, job_id: int) -> Job:

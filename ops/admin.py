@@ -37,7 +37,7 @@ from scheduler.admin import AttentionFilter, RunAdmin, actor_name
 from scheduler.models import Run
 from supervisor.operator import run_operator_actions
 
-from . import selectors
+from . import beat_admin, selectors  # noqa: F401  (beat_admin registers the periodic tasks' admin)
 from .operator_admin import P_BREAKER, P_BULK, P_SWEEP_PREVIEW, OperatorToolsMixin, _has
 
 logger = logging.getLogger(__name__)

@@ -33,6 +33,7 @@ from django.utils import timezone
 from agents.breaker import CLOSED, OPEN
 from scheduler.admin import OPERATE_PERMISSION
 from scheduler.models import Run, Step
+from scheduler.permissions import staff_may
 from supervisor import operator
 from supervisor.models import OperatorAction
 from supervisor.operator import BULK_LIMIT, OperatorRefused
@@ -142,8 +143,7 @@ RUN_SERVICES: dict[str, Callable[..., OperatorAction]] = {
 
 
 def _has(request: HttpRequest, permission: str) -> bool:
-    user = request.user
-    return bool(user.is_active and user.is_staff and user.has_perm(permission))
+    return staff_may(request.user, permission)
 
 
 def _operator(request: HttpRequest) -> AbstractBaseUser:

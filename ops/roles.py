@@ -7,7 +7,11 @@
   acknowledge alerts and reset breakers (`scheduler.change_run`, which means "may operate");
   pause / resume / run / edit jobs (`scheduler.change_job`); change the periodic tasks'
   intervals; and each operator tool's own permission (`supervisor.OperatorAction`'s custom
-  permissions: resubmit, compensate, retry a compensation, mark one done, hold a breaker, bulk).
+  permissions: resubmit, compensate, retry a compensation, mark one done, hold a breaker, bulk);
+  and staff work (`scheduler.staff_work`, issue 26): schedule staff-only work (`task:*`, the
+  catalogue's reprice) through the API, the pages and the admin, reprice the catalogue, read any
+  user's report, send given-up webhook deliveries again. In the periodic tasks' admin an
+  operator edits the schedule only (ops/beat_admin.py).
 
 Superusers have everything. Other staff get exactly what their permissions give: a staff user in
 neither group sees nothing of the engine. Permissions are named `app_label.codename`.
@@ -36,6 +40,9 @@ OPERATOR_EXTRA = (
     "supervisor.mark_compensation_done",
     "supervisor.operate_breaker",
     "supervisor.bulk_resubmit",
+    # Staff work (issue 26, scheduler/permissions.py): staff-only workflows, the catalogue's
+    # reprice, any user's report, the admin actions with no narrower permission.
+    "scheduler.staff_work",
 )
 
 

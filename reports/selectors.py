@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Min
 
 from scheduler.models import ScheduledJob
+from scheduler.permissions import staff_may
 from scheduler.sqlfiles import named_statements
 
 from .windows import Window
@@ -69,8 +70,9 @@ def _report_settings() -> None:
 
 
 def report_usernames(*, viewer: User, limit: int = 500) -> list[str]:
-    """Usernames staff can pick from (the page's suggestions); nobody else picks."""
-    if not (viewer.is_authenticated and viewer.is_active and getattr(viewer, "is_staff", False)):
+    """Usernames staff with the staff-work permission can pick from (the page's suggestions);
+    nobody else picks."""
+    if not staff_may(viewer):
         return []
     field = get_user_model().USERNAME_FIELD
     return list(get_user_model().objects.order_by(field).values_list(field, flat=True)[:limit])
@@ -82,7 +84,8 @@ class ReportNotFound(Exception):
 
 
 def report_subject(*, viewer: User, username: str | None) -> Any:
-    """Whose report `viewer` asked for: their own without `username`; staff may name anyone.
+    """Whose report `viewer` asked for: their own without `username`; staff holding the
+    staff-work permission (scheduler/permissions.py) may name anyone.
     Anyone else naming another user gets ReportNotFound, as for a user that does not exist."""
     if not viewer.is_authenticated:
         raise ReportNotFound("sign in first")
@@ -90,7 +93,7 @@ def report_subject(*, viewer: User, username: str | None) -> Any:
     if not username or username == viewer.get_username():
         return viewer
     # A NUL cannot be in a username, and PostgreSQL refuses it in a query (a 500, issue 18).
-    if not (viewer.is_active and getattr(viewer, "is_staff", False)) or "\x00" in username:
+    if not staff_may(viewer) or "\x00" in username:
         raise ReportNotFound(f"no user {username!r}")
     try:
         return get_user_model().objects.get(**{get_user_model().USERNAME_FIELD: username})

@@ -158,6 +158,11 @@ class Workflow:
     # for any customer to aim at with any input, and that its runs only touch the owner's own
     # data. The rule is `workflow_permitted`; docs/jobs-targets.md ("Who may schedule what").
     customer_schedulable: bool = False
+    # May anyone make a job of it (or run one from a job)? False: the engine starts it itself
+    # for a row of its own (a webhook delivery, an alert notification), and its runs act with
+    # an identity taken from that row - a job of it would choose the row, the body or the URL
+    # by its input. Refused to everyone, staff and superusers included (issue 26).
+    job_target: bool = True
     # Schedule-to-start of a job occurrence's run (issue 18): seconds its first step may wait
     # to be claimed before the occurrence is skipped ("setting": SAS["SCHEDULE_TO_START"];
     # None or 0: never). Runs submitted directly (orders through their API) never expire.
@@ -219,17 +224,26 @@ def registered_workflows() -> list[str]:
 
 
 def workflow_permitted(workflow: Workflow, *, staff: bool) -> bool:
-    """The one rule of who may schedule what: a customer-schedulable workflow is anyone's;
-    every other is staff-only work. `staff`: the person acting (or the job's owner, when a run
-    is made for them) is staff."""
-    return workflow.customer_schedulable or staff
+    """The one rule of who may schedule what: a workflow that is no job target is nobody's; a
+    customer-schedulable one is anyone's; every other is staff-only work. `staff`: the person
+    acting (or the job's owner, when a run is made for them) may do staff work
+    (`scheduler.permissions.staff_may`)."""
+    return workflow.job_target and (workflow.customer_schedulable or staff)
 
 
 def workflow_permit(workflow: Workflow, *, staff: bool, owner: bool = False) -> None:
     """Raise WorkflowNotPermitted (a field error on `workflow`) unless `workflow_permitted`.
     `owner`: the check is about the job's owner, not the person acting (the message says so)."""
+    if not workflow.job_target:
+        raise WorkflowNotPermitted(
+            {"workflow": f"{workflow.name!r} is internal: the engine starts it itself, it is never a job"}
+        )
     if not workflow_permitted(workflow, staff=staff):
-        who = "the job's owner is not staff" if owner else "only staff can schedule it"
+        who = (
+            "the job's owner is not staff holding the staff-work permission"
+            if owner
+            else "only staff holding the staff-work permission (the Operators role) can schedule it"
+        )
         raise WorkflowNotPermitted({"workflow": f"{workflow.name!r} is staff-only work: {who}"})
 
 

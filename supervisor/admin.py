@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from adminkit.display import compact_time, state_badge
 from adminkit.readonly import ReadOnlyAdmin
 from scheduler.admin import OPERATE_PERMISSION, run_link
+from scheduler.permissions import staff_may
 
 from .models import Alert, AlertRule
 from .operator import alert_acknowledge
@@ -88,7 +89,7 @@ class AlertAdmin(ReadOnlyAdmin):
         return super().lookup_allowed(lookup, value, request)
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.is_staff and request.user.has_perm(OPERATE_PERMISSION))
+        return staff_may(request.user, OPERATE_PERMISSION)
 
     @admin.action(description="Acknowledge selected alerts", permissions=["operate"])
     def acknowledge(self, request: HttpRequest, queryset: QuerySet[Alert]) -> None:

@@ -6,6 +6,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from scheduler.permissions import STAFF_WORK, staff_may
+
 from .models import WebhookDelivery, WebhookSecret, WebhookSubscription
 from .services import webhook_deliveries_retry
 
@@ -39,7 +41,12 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     def short_error(self, obj: WebhookDelivery) -> str:
         return obj.last_error[:120]
 
-    @admin.action(description="Send the selected given-up deliveries again")
+    def has_staff_work_permission(self, request: HttpRequest) -> bool:
+        """Sending deliveries again acts on every tenant's outbox: staff work (issue 26), which
+        the read-only role and staff in no group do not hold."""
+        return staff_may(request.user, STAFF_WORK)
+
+    @admin.action(description="Send the selected given-up deliveries again", permissions=["staff_work"])
     def retry_given_up(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
         count = webhook_deliveries_retry(deliveries=queryset)
         self.message_user(request, f"{count} deliveries queued again.", messages.SUCCESS)

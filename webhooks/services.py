@@ -14,6 +14,7 @@ import logging
 import secrets
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
@@ -49,11 +50,26 @@ def webhook_secret_get_or_create(*, user_id: int) -> WebhookSecret:
     return secret
 
 
-def webhook_delivery_owner(*, delivery_id: int) -> int:
-    """The owner whose secret signs, and whose breaker guards, delivery `delivery_id`."""
-    return int(
-        WebhookDelivery.objects.filter(pk=delivery_id).values_list("subscription__owner_id", flat=True).get()
+def webhook_delivery_for_step(*, step_id: int) -> dict[str, Any] | None:
+    """What the webhook agent sends for step `step_id`, read from the outbox row whose delivery
+    run the step belongs to - never from the run's input or the agent's message (issue 26): the
+    owner (whose secret signs and whose breaker guards it), the URL, the body and the event's
+    headers. None when no delivery row was made for that run (a run nobody's outbox started):
+    nothing may be sent for it. One query."""
+    delivery = (
+        WebhookDelivery.objects.filter(delivery_run__steps=step_id)
+        .values("pk", "url", "body", "event_uuid", "sequence", "subscription__owner_id")
+        .first()
     )
+    if delivery is None:
+        return None
+    return {
+        "delivery_id": delivery["pk"],
+        "owner_id": delivery["subscription__owner_id"],
+        "url": delivery["url"],
+        "body": delivery["body"],
+        "headers": {EVENT_ID_HEADER: str(delivery["event_uuid"]), SEQUENCE_HEADER: str(delivery["sequence"])},
+    }
 
 
 def webhook_secret_rotate(*, user_id: int) -> WebhookSecret:
@@ -150,6 +166,9 @@ def _start_next(subscription: WebhookSubscription) -> WebhookDelivery | None:
     headers = {EVENT_ID_HEADER: str(delivery.event_uuid), SEQUENCE_HEADER: str(delivery.sequence)}
     run = run_submit(
         workflow=WEBHOOK_WORKFLOW,
+        # The row's own values, written by the engine (the workflow is never a job): the agent
+        # still sends what the outbox row holds, signed with its subscription owner's secret
+        # (webhook_delivery_for_step), whatever a run's input or a message says.
         input={
             "delivery_id": delivery.pk,
             "owner_id": subscription.owner_id,

@@ -5,11 +5,18 @@ It is an `AgentTask` like the inventory or payment agents; only the remote call 
 signed body goes to the subscriber's URL (under the callback egress policy, webhooks/destinations.py)
 instead of a configured service, and the circuit breaker is per (owner, destination host), so
 one dead receiver does not make every other subscriber - nor another tenant on that host - wait.
+
+What it sends, and with whose secret, comes from the outbox row its step's run was made for
+(`webhook_delivery_for_step`), never from the run's input or the message (issue 26): a run of
+`webhook_delivery` that no outbox row started sends nothing, and no input can choose the owner
+whose secret signs. The workflow is never a job (`job_target=False`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,20 +31,36 @@ from agents.schedulable import schedulable
 from scheduler.workflows import WorkflowInputError
 
 from .destinations import CALLBACK_POLICY
-from .services import webhook_deliveries_purge, webhook_delivery_owner, webhook_secret_get_or_create
+from .services import webhook_deliveries_purge, webhook_delivery_for_step, webhook_secret_get_or_create
 from .signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature_compute
+
+logger = logging.getLogger(__name__)
 
 
 def _owner_id(payload: dict[str, Any]) -> int:
-    # Deliveries started before the owner went into the input: from the outbox row.
-    owner_id = payload.get("owner_id")
-    if owner_id is None:
-        return webhook_delivery_owner(delivery_id=payload["delivery_id"])
-    return int(owner_id)
+    # Set by `payload_trusted` from the outbox row, before the breaker or the secret is asked.
+    return int(payload["owner_id"])
 
 
 class WebhookAgent(AgentTask):
     service = "webhook"
+
+    def payload_trusted(self, *, step_id: int) -> dict[str, Any] | None:
+        """What this step sends, from the row its run was made for (None: no such row)."""
+        return webhook_delivery_for_step(step_id=step_id)
+
+    def _perform_attempt(self, **kwargs: Any) -> str:
+        """The attempt, on the payload read from the state store (`payload_trusted`) instead of
+        the one the message carried. No row for the step's run: nothing is sent; the step is
+        answered as a permanent fault (logged), so its run ends instead of being sent again."""
+        step_id = int(kwargs["step_id"])
+        trusted = self.payload_trusted(step_id=step_id)
+        if trusted is None:
+            error = f"{self.name}: no row of its own was made for this step's run; nothing sent"
+            logger.error("step %s: %s", step_id, error)
+            deadline = datetime.fromisoformat(str(kwargs["complete_by"]))
+            return self._reply(step_id, str(kwargs["lease"]), deadline, "permanent", error=error)
+        return str(super()._perform_attempt(**{**kwargs, "payload": trusted}))
 
     def breaker_name(self, payload: dict[str, Any]) -> str:
         """Per (owner, host): one tenant's failing endpoint opens that tenant's breaker only;

@@ -60,14 +60,16 @@ def build_webhook_workflow() -> Workflow:
         name=WEBHOOK_WORKFLOW,
         label="Webhook delivery (internal)",
         description="Internal: POSTs one outbox delivery, signed, to a subscriber. The engine "
-        "starts these itself; a job of it sends any body and headers to any URL.",
+        "starts these itself, for an outbox row; it is never a job.",
         input_example={
             "delivery_id": 1,
             "url": "https://subscriber.example.com/hooks",
             "body": '{"event": "ping"}',
             "headers": {"Content-Type": "application/json"},
         },
-        # Staff-only (the default): plumbing, with no allowlist of its own.
+        # Never a job (issue 26): only an outbox row starts one, and the agent sends what that
+        # row holds, signed with its owner's secret (webhooks/tasks.py).
+        job_target=False,
         validate=validate_delivery_input,
         steps=[
             StepDef(

@@ -33,6 +33,7 @@ from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, s
 from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
 from scheduler import selectors
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
+from scheduler.permissions import staff_may
 from scheduler.services import RunNotCancellable, run_cancel, run_give_up, run_resume_compensation
 
 # The permission that lets a staff user act on runs (cancel, resume compensation, reset a
@@ -319,9 +320,7 @@ class RunAdmin(ReadOnlyAdmin):
     # -- permissions: operating a run is not editing it -----------------------------------------
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        return bool(
-            request.user.is_active and request.user.is_staff and request.user.has_perm(OPERATE_PERMISSION)
-        )
+        return staff_may(request.user, OPERATE_PERMISSION)
 
     # -- columns ---------------------------------------------------------------------------------
 

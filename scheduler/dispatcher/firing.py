@@ -21,11 +21,11 @@ from typing import Any, Literal
 
 from scheduler.limits import quota_of, runs_in_flight_by_owner
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.permissions import users_staff_may
 from scheduler.workflows import WorkflowInputError, workflow_permitted
 
 from . import transitions
 from .cron import cron_between, cron_latest, cron_next, next_occurrence
-from .selectors import owners_staff
 from .transitions import ClaimedRow
 
 logger = logging.getLogger(__name__)
@@ -384,7 +384,8 @@ class FiringPlan:
     def apply(self) -> list[Firing]:
         """Write every decision: cancels, runs (bulk), history, queued rows, parked / deleted /
         moved rows, firing counts, finished jobs. A start whose input is no longer valid, or
-        whose workflow is staff-only work while the job's owner is not staff (now), starts no
+        whose workflow is staff-only work while the job's owner may not do staff work (now), or
+        is no job target, starts no
         run: a history row says why. Transaction: the caller's."""
         # The engine's services, imported here: the engine's services package imports the job
         # services, which import this module (a cycle at import time, none at run time).
@@ -407,10 +408,11 @@ class FiringPlan:
                 except WorkflowInputError as exc:
                     cleaned[job.id] = exc
         # Who may run staff-only work is asked at every firing, not only when the job was saved:
-        # a workflow that became staff-only, or an owner no longer staff, stops the job's runs.
-        # One query per batch, and none when every start is customer-schedulable work.
-        staff = owners_staff(
-            owner_ids={
+        # a workflow that became staff-only, or an owner who lost the staff-work permission
+        # (scheduler/permissions.py), stops the job's runs; a workflow that is no job target
+        # never starts from a job. One query per batch, none when every start is customer work.
+        staff = users_staff_may(
+            user_ids={
                 s.job.owner_id
                 for s in self.starts
                 if isinstance(cleaned[s.job.id], tuple) and not cleaned[s.job.id][0].customer_schedulable
@@ -424,7 +426,10 @@ class FiringPlan:
             ):
                 firing.outcome = "skipped"
                 firing.reason = (
-                    f"not permitted: {job.workflow!r} is staff-only work and the job's owner is not staff"
+                    f"not permitted: {job.workflow!r} is staff-only work and the job's owner is not "
+                    "staff holding the staff-work permission"
+                    if value[0].job_target
+                    else f"not permitted: {job.workflow!r} is internal and never a job"
                 )
                 self.history.append(
                     transitions.HistoryRow(

@@ -6,11 +6,9 @@ one that does not exist: isolation never depends on the view.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from cron_descriptor import ExpressionDescriptor, Options
-from django.contrib.auth import get_user_model
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
@@ -72,13 +70,3 @@ def job_schedule_text(job: Job | Any) -> str:
     except Exception:  # a description is a courtesy; the expression itself was validated
         words = expression
     return f"{words} ({job.timezone})"
-
-
-def owners_staff(*, owner_ids: Iterable[int]) -> set[int]:
-    """Of `owner_ids`, the users who are staff now: whose jobs may run staff-only work
-    (`scheduler.workflows.workflow_permitted`). One indexed query (none for no ids)."""
-    wanted = set(owner_ids)
-    if not wanted:
-        return set()
-    users = get_user_model().objects.filter(pk__in=wanted, is_staff=True)
-    return set(users.values_list("pk", flat=True))

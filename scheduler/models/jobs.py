@@ -130,6 +130,14 @@ class Job(models.Model):
             models.UniqueConstraint(fields=["owner", "name"], name="job_owner_name_unique"),
         ]
         indexes = [models.Index(fields=["owner", "-created_at"], name="job_owner_created_idx")]
+        # Staff work (scheduler/permissions.py, issue 26): held by the "Operators" role only.
+        permissions = [
+            (
+                "staff_work",
+                "Can do staff work: schedule staff-only workflows, reprice the shared catalogue, "
+                "read any user's report, send given-up webhook deliveries again",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.workflow}, {self.cron or 'once'})"

@@ -7,10 +7,13 @@ scopes every read by owner). The rules (overlap, misfire, retries): `scheduler/j
 
 Who may schedule what is decided here, once, for the API, the pages and the admin: every service
 that makes a job or runs from one takes `by_staff` (keyword-only, no default: the caller says
-whether the person acting is staff). Staff-only work (a workflow not `customer_schedulable`) is
-refused with `WorkflowNotPermitted` - a field error on `workflow` - unless the person acting is
-staff AND the job's owner is staff (its runs are the owner's). The dispatcher checks the owner
-again at every firing (`FiringPlan.apply`): see scheduler/jobs.md, "Who may schedule what".
+whether the person acting may do staff work - `scheduler.permissions.staff_may`, the one rule,
+not `is_staff`). Staff-only work (a workflow not `customer_schedulable`) is refused with
+`WorkflowNotPermitted` - a field error on `workflow` - unless the person acting AND the job's
+owner may do staff work (its runs are the owner's); a workflow that is no job target
+(`Workflow.job_target`: webhook deliveries, alert notifications) is refused to everyone. The
+dispatcher checks the owner again at every firing (`FiringPlan.apply`): see scheduler/jobs.md,
+"Who may schedule what".
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from scheduler.dispatcher.cron import (
     zone_error,
 )
 from scheduler.dispatcher.firing import Firing, FiringPlan, JobStateError, jitter_offset
-from scheduler.dispatcher.selectors import owners_staff
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
     CUSTOMER_PRIORITY_MAX,
@@ -48,6 +50,7 @@ from scheduler.limits import (
     quota_check_runs,
 )
 from scheduler.models import Job, Run, RunEvent, ScheduledJob
+from scheduler.permissions import users_staff_may
 from scheduler.workflows import Workflow, WorkflowInputError, get_workflow, workflow_permit
 
 from .dispatch import scheduler_instance_id
@@ -151,12 +154,14 @@ def _int_in(value: Any, name: str, low: int, high: int, errors: dict[str, str]) 
 
 
 def job_permit(*, workflow: Workflow, owner_id: int, by_staff: bool) -> None:
-    """Staff-only work needs a staff person acting and a staff owner; customer-schedulable work
-    is anyone's. Raises WorkflowNotPermitted (a field error on `workflow`). Reads only (the
-    owner's staff flag, and only for staff-only work asked for by staff)."""
+    """Staff-only work needs a person acting and an owner who may both do staff work
+    (`scheduler.permissions.staff_may`: `by_staff` is the caller's answer for the person);
+    customer-schedulable work is anyone's; a workflow that is no job target is nobody's.
+    Raises WorkflowNotPermitted (a field error on `workflow`). Reads only (the owner's
+    permission, and only for staff-only work asked for by someone who may)."""
     workflow_permit(workflow, staff=by_staff)
     if not workflow.customer_schedulable:
-        workflow_permit(workflow, staff=bool(owners_staff(owner_ids=[owner_id])), owner=True)
+        workflow_permit(workflow, staff=bool(users_staff_may(user_ids=[owner_id])), owner=True)
 
 
 def priority_error(value: Any, *, staff: bool) -> str | None:

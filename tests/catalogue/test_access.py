@@ -10,14 +10,19 @@ import pytest
 from django.test import Client
 
 from catalogue.services import catalogue_seed, reprice_submit
+from ops.roles import OPERATOR_GROUP
 from scheduler.models import Run
 from scheduler.workflows import WorkflowNotPermitted
+from tests.roles import ROLES, client_of, join_role, staff_in
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
 
 def _client(django_user_model: Any, name: str, *, staff: bool) -> tuple[Client, Any]:
-    user = django_user_model.objects.create(username=name, is_staff=staff)
+    """`staff`: an "Operators" member (staff work); else a customer."""
+    user = django_user_model.objects.create(username=name)
+    if staff:
+        user = join_role(user, OPERATOR_GROUP)
     client = Client()
     client.force_login(user)
     return client, user
@@ -71,3 +76,25 @@ def test_reprice_submit__not_by_staff__refused_nothing_written(django_user_model
 
     assert list(refused.value.errors) == ["workflow"]
     assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("role", ["read_only", "no_group"])
+def test_pages__staff_without_staff_work__403_and_no_run(django_user_model: Any, role: str) -> None:
+    """`is_staff` alone (a read-only operator, staff in no group) does not reprice the shared
+    catalogue (issue 26): every page 403 with the message, nothing started, no link offered."""
+    catalogue_seed(rows=10)
+    viewer = client_of(staff_in(f"viewer-{role}", ROLES[role]))
+    _operator, operator_user = _client(django_user_model, "ops", staff=True)
+    theirs = reprice_submit(owner_id=operator_user.pk, by_staff=True, percent="1")
+
+    pages = {
+        "index": viewer.get("/catalogue/"),
+        "post": viewer.post("/catalogue/", {"percent": "-90"}),
+        "detail": viewer.get(f"/catalogue/reprices/{theirs.pk}/"),
+    }
+
+    for name, response in pages.items():
+        assert response.status_code == 403, name
+        assert "repricing it is staff work" in response.content.decode(), name
+    assert list(Run.objects.values_list("pk", flat=True)) == [theirs.pk]
+    assert 'href="/catalogue/"' not in viewer.get("/jobs/").content.decode()

@@ -12,17 +12,19 @@ from django.db import connection, transaction
 from catalogue.models import Product, RepriceLedger
 from catalogue.services import catalogue_seed, reprice_submit
 from catalogue.tasks import reprice
+from ops.roles import OPERATOR_GROUP
 from scheduler.models import Checkpoint, Run, Step, TaskExecutionHistory
 from scheduler.services import step_claim_due
 from scheduler.workflows import WorkflowInputError
+from tests.roles import staff_in
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
 
 @pytest.fixture
 def user(django_user_model):
-    # Repricing the shared catalogue is staff work.
-    return django_user_model.objects.create(username="carol", is_staff=True)
+    # Repricing the shared catalogue is staff work: an "Operators" member.
+    return staff_in("carol", OPERATOR_GROUP)
 
 
 def _claim(run):

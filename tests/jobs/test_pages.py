@@ -11,8 +11,10 @@ import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
 
+from ops.roles import OPERATOR_GROUP
 from scheduler.models import Job, Run, ScheduledJob
 from scheduler.services.jobs import job_create, job_run_now
+from tests.roles import join_role
 
 from .conftest import ORDER_INPUT, WORKFLOW, make_user, probe_workflow, row_counts
 
@@ -109,8 +111,7 @@ def test_create__valid_form__job_then_its_page(web: Client, user: Any) -> None:
 
 def test_create__workflow_without_input__empty_object_or_nothing_saves(web: Client, user: Any) -> None:
     # The task that takes no input is staff-only work: a staff user schedules it here.
-    user.is_staff = True
-    user.save(update_fields=["is_staff"])
+    join_role(user, OPERATOR_GROUP)
     no_input = {**FORM, "workflow": "task:webhooks.purge_deliveries"}
 
     typed = [

@@ -18,11 +18,13 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from rest_framework.test import APIClient
 
+from ops.roles import OPERATOR_GROUP
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.models import Job
 from scheduler.services.jobs import job_create
+from tests.roles import ROLES, client_of, join_role, staff_in
 
-from ..scheduler.test_jobs_permission import INTERNAL, internal_inputs
+from ..scheduler.test_jobs_permission import INTERNAL, NEVER_JOBS, STAFF_ONLY, internal_inputs, refusal
 from .conftest import ORDER_INPUT, WORKFLOW, job_body, make_user, row_counts
 from .test_pages import FORM
 
@@ -62,7 +64,7 @@ def test_api_create__customer_internal_work__400_on_workflow_nothing_written(
     response = api.post(JOBS, job_body(workflow=workflow, input=_input(other_user, workflow)), format="json")
 
     assert response.status_code == 400
-    assert response.json() == {"workflow": [f"{workflow!r} is staff-only work: only staff can schedule it"]}
+    assert response.json() == {"workflow": [refusal(workflow)]}
     assert row_counts() == counts
 
 
@@ -107,9 +109,7 @@ def test_api_run_now_and_backfill__customer_legacy_internal_job__400_nothing_wri
 def test_api_create__staff_user__may_schedule_internal_work_for_themselves(db: None) -> None:
     from rest_framework.authtoken.models import Token
 
-    staff = make_user("apistaff")
-    staff.is_staff = True
-    staff.save(update_fields=["is_staff"])
+    staff = join_role(make_user("apistaff"), OPERATOR_GROUP)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
 
@@ -164,12 +164,11 @@ def test_pages_form__customer__offers_customer_work_only_each_with_description_a
 
 
 def test_pages_form__staff__offers_staff_only_work_too_marked_so(web: Client, user: Any) -> None:
-    user.is_staff = True
-    user.save(update_fields=["is_staff"])
+    join_role(user, OPERATOR_GROUP)
 
     page = web.get("/jobs/new/").content.decode()
 
-    assert set(INTERNAL) <= set(_offered(page))
+    assert set(STAFF_ONLY) <= set(_offered(page)) and not set(NEVER_JOBS) & set(_offered(page))
     assert "Purge old webhook deliveries (task:webhooks.purge_deliveries) - staff only" in page
     assert "Staff only." in _hints(page)["catalogue.reprice"]["text"]
 
@@ -186,8 +185,8 @@ def test_pages_create__forged_post_of_internal_work__error_on_workflow_nothing_w
 
     assert response.status_code == 400
     form = response.context["form"]
-    assert form.errors == {"workflow": [f"{workflow!r} is staff-only work: only staff can schedule it"]}
-    assert "staff-only work" in response.content.decode()
+    assert form.errors == {"workflow": [refusal(workflow)]}
+    assert html.escape(refusal(workflow)) in response.content.decode()
     assert row_counts() == counts
 
 
@@ -225,7 +224,7 @@ def test_pages_run_now__customer_legacy_internal_job__not_started_with_a_message
 
     response = web.post(f"/jobs/{job.pk}/run-now/", follow=True)
 
-    assert "Not started: 'webhook_delivery' is staff-only work" in html.unescape(response.content.decode())
+    assert f"Not started: {refusal('webhook_delivery')}" in html.unescape(response.content.decode())
     assert row_counts() == counts
     # Its edit form shows the job's workflow as it is (not silently another one), marked.
     edit = web.get(f"/jobs/{job.pk}/edit/").content.decode()
@@ -236,10 +235,9 @@ def test_pages_run_now__customer_legacy_internal_job__not_started_with_a_message
 
 
 def _staff_client(*perms: str) -> tuple[Client, Any]:
-    """A staff user who is not a superuser, with the jobs admin's model permissions."""
-    staff = make_user("opsdesk")
-    staff.is_staff = True
-    staff.save(update_fields=["is_staff"])
+    """An "Operators" member (staff work) who is not a superuser, with the jobs admin's model
+    permissions."""
+    staff = join_role(make_user("opsdesk"), OPERATOR_GROUP)
     staff.user_permissions.add(
         *Permission.objects.filter(content_type__app_label="scheduler", codename__in=perms)
     )
@@ -265,7 +263,8 @@ def test_admin__staff_without_superuser__schedules_staff_only_work(db: None) -> 
         },
     )
 
-    assert add.status_code == 200 and set(INTERNAL) <= set(_offered(add.content.decode()))
+    assert add.status_code == 200 and set(STAFF_ONLY) <= set(_offered(add.content.decode()))
+    assert not set(NEVER_JOBS) & set(_offered(add.content.decode()))
     assert response.status_code == 302, response.context["adminform"].form.errors
     job = Job.objects.get(owner=staff)
     assert job.workflow == "task:webhooks.purge_deliveries"
@@ -288,7 +287,7 @@ def test_admin__staff_only_work_for_a_customer_owner__refused_on_workflow(user: 
 
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
-    assert errors == {"workflow": ["'catalogue.reprice' is staff-only work: the job's owner is not staff"]}
+    assert errors == {"workflow": [refusal("catalogue.reprice", owner=True)]}
     assert row_counts() == counts
 
 
@@ -314,5 +313,101 @@ def test_admin_run_now__customers_legacy_internal_job__refused_with_a_message(
     response = client.post(f"{ADMIN_JOBS}{job.pk}/operate/run_now/", {"confirmed": "yes"}, follow=True)
 
     text = html.unescape(response.content.decode())
-    assert "'task:webhooks.purge_deliveries' is staff-only work: the job's owner is not staff" in text
+    assert refusal("task:webhooks.purge_deliveries", owner=True) in text
+    assert row_counts() == counts
+
+
+# -- issue 26: the staff-work permission, not is_staff; never-jobs refused to everyone ------------
+
+
+def _token_client(user: Any) -> APIClient:
+    from rest_framework.authtoken.models import Token
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.mark.parametrize("role", ["read_only", "no_group"])
+@pytest.mark.parametrize("workflow", STAFF_ONLY)
+def test_api_create__staff_without_staff_work__400_on_workflow_nothing_written(
+    other_user: Any, role: str, workflow: str
+) -> None:
+    """A read-only operator, or staff in no group, is refused staff-only work by the API (the
+    purge of every tenant's deliveries, the catalogue's reprice, another user's export)."""
+    client = _token_client(staff_in(f"staff-{role}", ROLES[role]))
+    counts = row_counts()
+
+    response = client.post(
+        JOBS, job_body(workflow=workflow, input=_input(other_user, workflow)), format="json"
+    )
+
+    assert response.status_code == 400 and response.json() == {"workflow": [refusal(workflow)]}
+    assert row_counts() == counts
+
+
+@pytest.mark.parametrize("workflow", NEVER_JOBS)
+def test_api_create__operator_forging_a_customers_owner_id__400_on_workflow_nothing_written(
+    other_user: Any, workflow: str
+) -> None:
+    """An operator's job of `webhook_delivery` / `alert_webhook` naming a customer's owner_id
+    would be signed with that customer's secret: refused on `workflow`, nothing written."""
+    client = _token_client(staff_in("op-forger", OPERATOR_GROUP))
+    job_input = {
+        "delivery_id": 1,
+        "owner_id": other_user.pk,
+        "url": "https://receiver.example.com/hook",
+        "body": '{"type": "completed", "order_id": "x"}',
+        "headers": {},
+    }
+    if workflow == "alert_webhook":
+        job_input = {k: job_input[k] for k in ("owner_id", "url", "body")}
+    counts = row_counts()
+
+    response = client.post(JOBS, job_body(workflow=workflow, input=job_input), format="json")
+
+    assert response.status_code == 400 and response.json() == {"workflow": [refusal(workflow)]}
+    assert row_counts() == counts
+
+
+@pytest.mark.parametrize("role", ["read_only", "no_group"])
+def test_pages__staff_without_staff_work__not_offered_and_forged_post_refused(
+    other_user: Any, role: str
+) -> None:
+    web = client_of(staff_in(f"web-{role}", ROLES[role]))
+    counts = row_counts()
+
+    page = web.get("/jobs/new/").content.decode()
+    forged = web.post(
+        "/jobs/new/",
+        {
+            **FORM,
+            "workflow": "task:webhooks.purge_deliveries",
+            "input": json.dumps(_input(other_user, "task:webhooks.purge_deliveries")),
+        },
+    )
+
+    assert not set(INTERNAL) & set(_offered(page))
+    assert forged.status_code == 400
+    assert forged.context["form"].errors == {"workflow": [refusal("task:webhooks.purge_deliveries")]}
+    assert row_counts() == counts
+
+
+def test_admin__operator_adding_a_webhook_delivery_job__refused_on_workflow(other_user: Any) -> None:
+    client, staff = _staff_client("add_job", "change_job", "view_job")
+    counts = row_counts()
+
+    response = client.post(
+        f"{ADMIN_JOBS}add/",
+        {
+            **FORM,
+            "owner": staff.pk,
+            "workflow": "webhook_delivery",
+            "input": json.dumps(_input(other_user, "webhook_delivery")),
+            "_save": "Save",
+        },
+    )
+
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {"workflow": [refusal("webhook_delivery")]}
     assert row_counts() == counts

@@ -7,6 +7,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from ops.roles import OPERATOR_GROUP
+from tests.roles import ROLES, join_role
+
 from ..orders.conftest import token_client
 from .history import at, make_run, make_user
 
@@ -18,9 +21,9 @@ RANGE = {"start": "2026-01-05", "end": "2026-01-05"}
 
 @pytest.fixture
 def users() -> dict[str, Any]:
-    alice, bob, staff = make_user("alice"), make_user("bob"), make_user("ops")
-    staff.is_staff = True
-    staff.save()
+    alice, bob = make_user("alice"), make_user("bob")
+    # Reading another user's report is staff work: an "Operators" member.
+    staff = join_role(make_user("ops"), OPERATOR_GROUP)
     for minute in (0, 20, 40):
         make_run(alice, created=at(f"01-05 10:{minute:02d}:00"), state="completed", seconds=3)
     make_run(bob, created=at("01-05 10:30:00"), state="failed", seconds=9)
@@ -129,3 +132,21 @@ def test_schema__documents_the_report_endpoint() -> None:
     schema = Client().get("/api/schema/", HTTP_ACCEPT="application/json").content.decode()
     assert "/api/reports/" in schema
     assert "missed_deadlines_by_kind" in schema and "duration_p95_seconds" in schema
+
+
+@pytest.mark.parametrize("role", ["read_only", "no_group"])
+def test_another_users_report__staff_without_staff_work__404_page_and_api(
+    users: dict[str, Any], role: str
+) -> None:
+    """`is_staff` alone (a read-only operator, staff in no group) reads its own report only
+    (issue 26): `?user=` answers 404 as for a customer, and no user picker is shown."""
+    viewer = join_role(make_user(f"viewer-{role}"), ROLES[role])
+    alice_name = users["alice"].username
+
+    api = token_client(viewer).get("/api/reports/", {**RANGE, "user": alice_name})
+    page = _page(viewer, user=alice_name, **RANGE)
+    own = _page(viewer, **RANGE)
+
+    assert api.status_code == 404 and alice_name not in api.content.decode()
+    assert page.status_code == 404
+    assert own.status_code == 200 and 'id="id_user"' not in own.content.decode()

@@ -23,6 +23,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django_celery_beat.models import PeriodicTask, PeriodicTasks
 
+from ops.roles import OPERATOR_GROUP
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.dispatcher.cron import cron_next
 from scheduler.dispatcher.firing import jitter_offset
@@ -30,6 +31,7 @@ from scheduler.dispatcher.tick import PAUSE_MARKER
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import RunNotCancellable, job_create, job_run_now, jobs_dispatch, run_cancel
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
+from tests.roles import join_role
 
 from ..harness import REPO, wait_for
 from .jobs_support import new_job
@@ -52,7 +54,6 @@ def beat_dispatcher_off(live_db: None, engine_paused: None) -> Iterator[None]:
 
 @pytest.fixture
 def owner(live_db: None) -> Any:
-    from django.contrib.auth import get_user_model
 
     register_engine_workflow()
     user, _ = get_user_model().objects.get_or_create(username="jobs-live")
@@ -238,8 +239,8 @@ def test_beat__fires_a_job_and_settles_its_run_end(engine, owner):
     row = PeriodicTask.objects.get(name=DISPATCHER_ROW)
     assert row.enabled and row.task == "scheduler.jobs_dispatch" and row.interval.every == 1
     assert row.queue == "jobs"  # the dispatcher's own worker (Procfile `dispatcher`)
-    # The purge is staff-only work: a staff owner, scheduling it as staff.
-    get_user_model().objects.filter(pk=owner.pk).update(is_staff=True)
+    # The purge is staff-only work: an owner in the Operators role, scheduling it as such.
+    join_role(owner, OPERATOR_GROUP)
     job = job_create(
         by_staff=True,
         owner_id=owner.id,

@@ -75,6 +75,7 @@ def test_subscribe__order_with_callback__received_event_queued_and_in_flight(own
     assert run is not None and run.workflow == WEBHOOK_WORKFLOW and run.owner_id == owner.id
     payload = run.steps.get().payload
     # Signed by the agent at each attempt (the signature covers its timestamp), not stored.
+    # The owner is the subscription's (the agent reads it from the outbox row itself, issue 26).
     assert "X-SAS-Signature" not in payload["headers"] and payload["owner_id"] == owner.id
     assert payload["headers"]["X-SAS-Event-Id"] == body["event_id"]
 

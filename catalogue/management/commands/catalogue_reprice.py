@@ -6,13 +6,14 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from catalogue.services import reprice_submit
+from scheduler.permissions import staff_may
 from scheduler.workflows import WorkflowInputError
 
 
 class Command(BaseCommand):
     help = (
         "Start a catalogue.reprice run (every product's price changed by --percent), owned by --user "
-        "(a staff user: repricing the shared catalogue is staff work)."
+        "(staff holding the staff-work permission: repricing the shared catalogue is staff work)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -25,7 +26,7 @@ class Command(BaseCommand):
         except get_user_model().DoesNotExist:
             raise CommandError(f"no user {options['user']!r}") from None
         try:
-            run = reprice_submit(owner_id=owner.pk, by_staff=owner.is_staff, percent=options["percent"])
+            run = reprice_submit(owner_id=owner.pk, by_staff=staff_may(owner), percent=options["percent"])
         except WorkflowInputError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"reprice run {run.pk} started; progress: /catalogue/reprices/{run.pk}/")

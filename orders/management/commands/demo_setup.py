@@ -8,6 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from scheduler.permissions import staff_may
+
 
 class Command(BaseCommand):
     help = (
@@ -46,7 +48,7 @@ class Command(BaseCommand):
                 f"`python manage.py changepassword {username}` or set DEMO_ADMIN_PASSWORD"
             )
         call_command("setup_periodic_tasks", stdout=self.stdout)
-        self._demo_jobs(user.pk, staff=user.is_staff)
+        self._demo_jobs(user.pk, staff=staff_may(user))
 
     def _demo_jobs(self, owner_id: int, *, staff: bool) -> None:
         """Recurring jobs of each kind a job can run, so `make run` shows jobs firing (the jobs
@@ -54,7 +56,8 @@ class Command(BaseCommand):
         call to the simulator (on the allowlist by default) and the catalogue's paginated
         reprice (issue 9). Left alone when they exist (a user may have edited or paused them);
         DEMO_JOBS=0 skips them. They belong to the demo admin, a staff user: the purge and the
-        reprice are staff-only work (if the admin user is not staff, they are left out)."""
+        reprice are staff-only work (if the admin user may not do staff work -
+        scheduler/permissions.py - they are left out)."""
         if os.environ.get("DEMO_JOBS", "1") == "0":
             return
         from scheduler.models import Job
