@@ -593,7 +593,9 @@ SAS["EXPORT_MIN_SECONDS"] = env_float("SAS_EXPORT_MIN_SECONDS", 60.0)
 # The order pages, the JSON API (Django REST framework, OpenAPI by drf-spectacular) and
 # webhooks. Everything below is owned by that feature; see docs/api.md and docs/web.md.
 # --------------------------------------------------------------------------------------------
-INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular", "webhooks"]
+# API tokens are sasproject.tokens' (hashed, expiring; issue 26), not DRF's authtoken (clear keys):
+# its migration moved the old keys over and dropped DRF's table.
+INSTALLED_APPS += ["rest_framework", "sasproject.tokens", "drf_spectacular", "webhooks"]
 
 # The cache backs the API rate limits, so it must be shared by every web process: Redis.
 # https://docs.djangoproject.com/en/5.2/topics/cache/#redis
@@ -616,7 +618,7 @@ SAS_JSON_MAX_DEPTH = int(os.environ.get("SAS_JSON_MAX_DEPTH", "32"))
 
 # https://www.django-rest-framework.org/api-guide/settings/
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["sasproject.tokens.authentication.HashedTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # DRF's JSON parser with a depth limit, no NUL, no NaN and the body size limit.
     "DEFAULT_PARSER_CLASSES": ["sasproject.json_input.JSONParser"],
@@ -649,6 +651,9 @@ SPECTACULAR_SETTINGS = {
         "StepStateEnum": "scheduler.models.StepState",
     },
 }
+
+# API tokens expire this many days after they are made (docs/api.md "Authentication").
+SAS_API_TOKEN_DAYS = int(os.environ.get("SAS_API_TOKEN_DAYS", "90"))
 
 # Order submissions per user (web form and API share the budget), DRF rate syntax: N/second,
 # N/minute, N/hour, N/day. Read at request time, so tests can override it.

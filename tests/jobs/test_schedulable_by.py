@@ -105,13 +105,13 @@ def test_api_run_now_and_backfill__customer_legacy_internal_job__400_nothing_wri
 
 
 def test_api_create__staff_user__may_schedule_internal_work_for_themselves(db: None) -> None:
-    from rest_framework.authtoken.models import Token
+    from sasproject.tokens.services import api_token_rotate
 
     staff = make_user("apistaff")
     staff.is_staff = True
     staff.save(update_fields=["is_staff"])
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user_id=staff.pk).key}")
 
     response = client.post(
         JOBS,
