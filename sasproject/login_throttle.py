@@ -237,6 +237,16 @@ def login_success_record(*, username: str, address: str) -> None:
         logger.warning("login throttle: Redis unreachable after a sign-in; count not taken back")
 
 
+def login_unlock(*, username: str, address: str = "") -> int:
+    """An operator lifts the lockouts of a username (from one address, or from every address),
+    and its slow-down; the per-address counts stay (they are the guessing addresses'). The
+    number of keys deleted."""
+    keys = _keys(username=username, address=address or "*")
+    client = get_redis()
+    found = list(client.scan_iter(keys[0], count=1000)) if not address else [keys[0]]
+    return int(client.delete(*found, keys[2], keys[4]))
+
+
 UNAVAILABLE = LoginRefused(
     message="Sign-in is temporarily unavailable: please try again in a minute.", status=503, retry_after=60
 )

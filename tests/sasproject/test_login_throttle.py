@@ -291,3 +291,26 @@ def test_login__throttle_redis_unreachable__refused_503_no_password_checked(
     assert response.status_code == 503 and response["Retry-After"] == "60"
     assert "Sign-in is temporarily unavailable" in response.content.decode()
     assert not _signed_in(client) and checks.failed == checks.succeeded == 0
+
+
+@override_settings(SAS_LOGIN_THROTTLE=THROTTLE)
+def test_login_unlock__operator_lifts_a_names_lockout_not_the_addresses(account: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    account("locked", staff=True)
+    for n in range(3):
+        _post(Client(), "/accounts/login/", "locked", "x", ip="10.6.6.6")
+        _post(Client(), "/accounts/login/", f"other{n}", "x", ip="10.6.6.7")
+    _post(Client(), "/accounts/login/", "other9", "x", ip="10.6.6.7")
+    _post(Client(), "/accounts/login/", "other8", "x", ip="10.6.6.7")
+    assert LOCKED in _post(Client(), "/accounts/login/", "locked", PASSWORD, ip="10.6.6.6").content.decode()
+    out = StringIO()
+    call_command("login_unlock", "LOCKED", stdout=out)  # the name as typed: case and spaces normalised
+    assert "count(s) cleared" in out.getvalue()
+    client = Client()
+    assert _post(client, "/accounts/login/", "locked", PASSWORD, ip="10.6.6.6").status_code == 302
+    # The address that guessed five names stays refused.
+    refused = _post(Client(), "/accounts/login/", "locked", PASSWORD, ip="10.6.6.7")
+    assert "from this address" in refused.content.decode()
