@@ -9,13 +9,14 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from sasproject.tokens.authentication import HashedTokenAuthentication
 from supervisor.models import AlertRule
 
 from .customer import (
@@ -57,7 +58,7 @@ RULE_ID = OpenApiParameter("rule_id", OpenApiTypes.INT, OpenApiParameter.PATH, d
     responses={201: AlertRuleSerializer, 400: FIELD_ERRORS},
 )
 @api_view(["GET", "POST"])
-@authentication_classes([TokenAuthentication, SessionAuthentication])
+@authentication_classes([HashedTokenAuthentication, SessionAuthentication])
 @permission_classes([IsAuthenticated])
 def alert_rules_view(request: Request) -> Response:
     owner_id = int(request.user.pk)
@@ -103,7 +104,7 @@ def alert_rules_view(request: Request) -> Response:
     responses={204: None},
 )
 @api_view(["GET", "DELETE"])
-@authentication_classes([TokenAuthentication, SessionAuthentication])
+@authentication_classes([HashedTokenAuthentication, SessionAuthentication])
 @permission_classes([IsAuthenticated])
 def alert_rule_view(request: Request, rule_id: int) -> Response:
     owner_id = int(request.user.pk)

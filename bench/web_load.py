@@ -173,12 +173,13 @@ def main() -> None:
     env.pop("DATABASE_CONN_MAX_AGE", None)
     env["DJANGO_DEBUG"] = os.environ.get("BENCH_WEB_DEBUG", "1")  # as `make run` serves it
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
+
+    from sasproject.tokens.services import api_token_rotate
 
     tokens = []
     for username in ("bench-web-1", "bench-web-2"):
         user, _ = get_user_model().objects.get_or_create(username=username)
-        tokens.append(Token.objects.get_or_create(user=user)[0].key)
+        tokens.append(api_token_rotate(user_id=user.pk).key)
     print(f"{args.orders} orders from {args.clients} clients, {os.cpu_count()} CPUs")
     for _ in range(args.rounds):
         for name in args.configs:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, status, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.throttling import BaseThrottle
 
+from sasproject.tokens.authentication import HashedTokenAuthentication
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.models import HistoryStatus, Job
 from scheduler.permissions import staff_may
@@ -150,7 +151,7 @@ class JobViewSet(viewsets.GenericViewSet):
         # The form's live preview calls it from the page, signed in by the session (a GET: no
         # CSRF token needed); everything else is token only, like the orders API.
         if self.request is not None and self.request.path.rstrip("/").endswith("/preview"):
-            return [TokenAuthentication(), SessionAuthentication()]
+            return [HashedTokenAuthentication(), SessionAuthentication()]
         return super().get_authenticators()
 
     def get_throttles(self) -> list[BaseThrottle]:

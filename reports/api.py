@@ -5,12 +5,13 @@ from __future__ import annotations
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import api_view, authentication_classes, permission_classes, throttle_classes
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from sasproject.tokens.authentication import HashedTokenAuthentication
 from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN
 
 from .selectors import ReportNotFound, report_subject, user_report
@@ -51,7 +52,7 @@ from .windows import MAX_RANGE, WINDOW_CHOICES, window_parse
     },
 )
 @api_view(["GET"])
-@authentication_classes([TokenAuthentication, SessionAuthentication])
+@authentication_classes([HashedTokenAuthentication, SessionAuthentication])
 @permission_classes([IsAuthenticated])
 @throttle_classes([])
 def report_api(request: Request) -> Response:

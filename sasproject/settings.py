@@ -116,6 +116,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A sign-in refused by the throttle answers 429/503 with Retry-After (login_throttle.py).
+    "sasproject.login_throttle.LoginRefusalStatusMiddleware",
 ]
 
 ROOT_URLCONF = "sasproject.urls"
@@ -591,7 +593,9 @@ SAS["EXPORT_MIN_SECONDS"] = env_float("SAS_EXPORT_MIN_SECONDS", 60.0)
 # The order pages, the JSON API (Django REST framework, OpenAPI by drf-spectacular) and
 # webhooks. Everything below is owned by that feature; see docs/api.md and docs/web.md.
 # --------------------------------------------------------------------------------------------
-INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular", "webhooks"]
+# API tokens are sasproject.tokens' (hashed, expiring; issue 26), not DRF's authtoken (clear keys):
+# its migration moved the old keys over and dropped DRF's table.
+INSTALLED_APPS += ["rest_framework", "sasproject.tokens", "drf_spectacular", "webhooks"]
 
 # The cache backs the API rate limits, so it must be shared by every web process: Redis.
 # https://docs.djangoproject.com/en/5.2/topics/cache/#redis
@@ -614,7 +618,7 @@ SAS_JSON_MAX_DEPTH = int(os.environ.get("SAS_JSON_MAX_DEPTH", "32"))
 
 # https://www.django-rest-framework.org/api-guide/settings/
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["sasproject.tokens.authentication.HashedTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # DRF's JSON parser with a depth limit, no NUL, no NaN and the body size limit.
     "DEFAULT_PARSER_CLASSES": ["sasproject.json_input.JSONParser"],
@@ -648,19 +652,42 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# API tokens expire this many days after they are made (docs/api.md "Authentication").
+SAS_API_TOKEN_DAYS = int(os.environ.get("SAS_API_TOKEN_DAYS", "90"))
+
 # Order submissions per user (web form and API share the budget), DRF rate syntax: N/second,
 # N/minute, N/hour, N/day. Read at request time, so tests can override it.
 SAS_SUBMIT_RATE = os.environ.get("SAS_SUBMIT_RATE", "60/minute")
 
-# Sign-in throttling (issue 22; sasproject/login_throttle.py): failed sign-ins on the site's and
-# the admin's forms, counted in Redis per username and per client address in a window that starts
-# at the first failure. At the limit every attempt is refused with a form error naming it until the
-# window ends. 0 disables a limit.
+# Sign-in throttling (issue 22, rebuilt in issue 26; sasproject/login_throttle.py): every attempt
+# on the site's and the admin's sign-in forms is counted in Redis BEFORE its password is checked,
+# atomically; past a limit it is refused (429, the password never checked) until the window that
+# started at the first failure ends. Keyed so nobody can lock out everyone (docs/decisions.md):
+# per (username, address) and per address lock; per username over all addresses and over the
+# whole site only slow down addresses that have not signed in to that name before. 0 disables a
+# limit. Redis down: sign-in refused with 503 (fails closed).
 SAS_LOGIN_THROTTLE: dict[str, int] = {
+    # Failures of one username from one address.
     "FAILURES_PER_USERNAME": int(os.environ.get("SAS_LOGIN_FAILURES_PER_USERNAME", "5")),
+    # Failures from one address, all usernames.
     "FAILURES_PER_IP": int(os.environ.get("SAS_LOGIN_FAILURES_PER_IP", "20")),
     "WINDOW": int(os.environ.get("SAS_LOGIN_WINDOW", "900")),  # seconds
+    # Past this many failures of one username (all addresses) / of the whole site in the window,
+    # addresses new to the username get one password check per NAME_PACE_MS / SITE_PACE_MS.
+    "SLOW_PER_USERNAME": int(os.environ.get("SAS_LOGIN_SLOW_PER_USERNAME", "20")),
+    "SLOW_SITE": int(os.environ.get("SAS_LOGIN_SLOW_SITE", "300")),
+    "NAME_PACE_MS": int(os.environ.get("SAS_LOGIN_NAME_PACE_MS", "2000")),
+    "SITE_PACE_MS": int(os.environ.get("SAS_LOGIN_SITE_PACE_MS", "100")),
+    # An address a username signed in from is "known" to it (not slowed) for this many days.
+    "KNOWN_DAYS": int(os.environ.get("SAS_LOGIN_KNOWN_DAYS", "30")),
 }
+# The client's address behind proxies (sasproject/login_throttle.py client_address): the number
+# of trusted proxies in front, each appending the address it was reached from to the header
+# (the compose nginx sets `X-Forwarded-For $remote_addr`: 1). 0: REMOTE_ADDR, for a site reached
+# directly. Set it only behind proxies that overwrite or append the header - otherwise a client
+# picks its own address. docs/deploy.md.
+SAS_TRUSTED_PROXY_HOPS = int(os.environ.get("SAS_TRUSTED_PROXY_HOPS", "0"))
+SAS_TRUSTED_PROXY_HEADER = os.environ.get("SAS_TRUSTED_PROXY_HEADER", "X-Forwarded-For")
 
 # Fair share per owner (issue 18, docs/api.md "Limits"). Every path that creates work - pages
 # and API alike - takes a token from its scope's budget per user (scheduler/limits.py: one

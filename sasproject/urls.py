@@ -17,6 +17,8 @@ from jobs.api import JobViewSet
 from orders.api import OrderViewSet, webhook_secret, webhook_secret_rotate_view
 from reports.api import report_api
 from sasproject.login_throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
+from sasproject.tokens.api import api_token_rotate_view, api_token_view
+from sasproject.tokens.views import api_token_page
 from scheduler.api import run_progress_view
 
 router = SimpleRouter()
@@ -64,7 +66,10 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/api-token/", api_token_page, name="api-token-page"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/token/", api_token_view, name="api-token"),
+    path("api/token/rotate/", api_token_rotate_view, name="api-token-rotate"),
     path("api/webhook-secret/", webhook_secret, name="api-webhook-secret"),
     path("api/webhook-secret/rotate/", webhook_secret_rotate_view, name="api-webhook-secret-rotate"),
     path("api/runs/<uuid:run_id>/progress/", run_progress_view, name="api-run-progress"),

@@ -37,19 +37,19 @@ SETUP = """
 import json
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
+from sasproject.tokens.services import api_token_rotate
 from scheduler.services.jobs import job_create
 users = get_user_model()
 tokens, jobs = [], []
 for i in range(3):
     user, _ = users.objects.get_or_create(username=f"soak-customer-{i}")
-    tokens.append(Token.objects.get_or_create(user=user)[0].key)
+    tokens.append(api_token_rotate(user_id=user.pk).key)
     jobs.append(job_create(owner_id=user.id, by_staff=False, name="every minute",
         workflow="order_fulfilment", input=%(order)s, cron="* * * * *").id)
 staff, _ = users.objects.get_or_create(username="soak-staff", defaults={"is_staff": True})
 # Repricing is staff work: the Operators role holds it (issue 26), not is_staff alone.
 staff.groups.add(Group.objects.get(name="Operators"))
-tokens.append(Token.objects.get_or_create(user=staff)[0].key)
+tokens.append(api_token_rotate(user_id=staff.pk).key)
 jobs.append(job_create(owner_id=staff.id, by_staff=True, name="reprice every minute",
     workflow="catalogue.reprice", input={"percent": "1"}, cron="* * * * *").id)
 print("SOAK=" + json.dumps({"tokens": tokens, "jobs": jobs}))

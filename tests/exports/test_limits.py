@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from exports.models import Export
+from sasproject.tokens.services import api_token_rotate
 from scheduler.models import Run
 
 _names = itertools.count()
@@ -32,7 +32,7 @@ def web(user: Any) -> Client:
 
 @pytest.fixture
 def api(user: Any) -> APIClient:
-    token, _ = Token.objects.get_or_create(user=user)
+    token = api_token_rotate(user_id=user.pk)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return client

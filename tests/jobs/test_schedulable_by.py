@@ -107,11 +107,11 @@ def test_api_run_now_and_backfill__customer_legacy_internal_job__400_nothing_wri
 
 
 def test_api_create__staff_user__may_schedule_internal_work_for_themselves(db: None) -> None:
-    from rest_framework.authtoken.models import Token
+    from sasproject.tokens.services import api_token_rotate
 
     staff = join_role(make_user("apistaff"), OPERATOR_GROUP)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user_id=staff.pk).key}")
 
     response = client.post(
         JOBS,
@@ -321,10 +321,10 @@ def test_admin_run_now__customers_legacy_internal_job__refused_with_a_message(
 
 
 def _token_client(user: Any) -> APIClient:
-    from rest_framework.authtoken.models import Token
+    from sasproject.tokens.services import api_token_rotate
 
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user_id=user.pk).key}")
     return client
 
 

@@ -25,12 +25,24 @@ def make_user(prefix: str = "user") -> Any:
     return get_user_model().objects.create_user(username=f"{prefix}{next(_names)}", password="pw-for-tests-1")
 
 
-def token_client(user: Any) -> APIClient:
-    from rest_framework.authtoken.models import Token
+_keys: dict[int, str] = {}
 
-    token, _ = Token.objects.get_or_create(user=user)
+
+def token_key(user: Any) -> str:
+    """The user's API key: the one made earlier in this test when it still works (keys are stored
+    hashed, so it cannot be read back), else a new one."""
+    from sasproject.tokens.services import api_token_find, api_token_rotate
+
+    key = _keys.get(user.pk)
+    found = api_token_find(key=key) if key else None
+    if key is None or found is None or found.user_id != user.pk:
+        key = _keys[user.pk] = api_token_rotate(user_id=user.pk).key
+    return key
+
+
+def token_client(user: Any) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_key(user)}")
     return client
 
 

@@ -349,18 +349,26 @@ def test_post_order__over_rate__429_then_others_unaffected(settings: Any, db: No
     assert Order.objects.count() == 4
 
 
-def test_create_api_token__prints_the_users_token(user: Any) -> None:
+def test_create_api_token__prints_the_key_once__rotate_replaces_it(user: Any) -> None:
+    from django.core.management.base import CommandError
+
     out = StringIO()
     call_command("create_api_token", user.username, stdout=out)
     key = out.getvalue().strip()
-
-    again = StringIO()
-    call_command("create_api_token", user.username, stdout=again)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert len(key) == 40 and client.get(URL).status_code == 200
 
-    assert len(key) == 40 and again.getvalue().strip() == key
+    # Stored hashed: it cannot be printed again; the command says so and changes nothing.
+    with pytest.raises(CommandError, match=f"has a token already \\({key[:8]}…"):
+        call_command("create_api_token", user.username, stdout=StringIO())
     assert client.get(URL).status_code == 200
+
+    rotated = StringIO()
+    call_command("create_api_token", user.username, "--rotate", stdout=rotated)
+    new = APIClient()
+    new.credentials(HTTP_AUTHORIZATION=f"Token {rotated.getvalue().strip()}")
+    assert new.get(URL).status_code == 200 and client.get(URL).status_code == 401
 
 
 def test_create_api_token__unknown_user__error(db: None) -> None:

@@ -23,9 +23,9 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count
-from rest_framework.authtoken.models import Token
 
 from orders.models import Order
+from sasproject.tokens.services import api_token_rotate
 from scheduler.models import Run, Step
 
 from ..harness import REPO, Proc, procfile_process, wait_for
@@ -93,7 +93,7 @@ def _tokens(*usernames: str) -> list[str]:
     tokens = []
     for username in usernames:
         user, _ = get_user_model().objects.get_or_create(username=username)
-        tokens.append(Token.objects.get_or_create(user=user)[0].key)
+        tokens.append(api_token_rotate(user_id=user.pk).key)
     return tokens
 
 

@@ -118,13 +118,14 @@ def test_api__address_no_route_takes__json_404_as_the_schema_says(path: str) -> 
 )
 def test_api__number_where_a_string_is_declared__400(path: str, body: dict[str, Any], field: str) -> None:
     """DRF's CharField took 42 as "42"; the schema says string (schemathesis found it)."""
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from sasproject.tokens.services import api_token_rotate
 
     from ..jobs.conftest import make_user
 
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=make_user('strict')).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user_id=make_user('strict').pk).key}")
 
     response = client.post(path, body, format="json")
 

@@ -169,6 +169,10 @@ def fuzz(
             raise AssertionError(f"{operation.label} {mode.name}: {exc}") from None
 
     for result in schema.get_all_operations():
+        # Rotating or revoking the fuzzer's own token would make every later call a 401: those
+        # two are tried in tests/sasproject/test_api_tokens.py.
+        if result.ok().path.startswith("/api/token/"):
+            continue
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             run(result.ok(), mode)
 
@@ -178,12 +182,11 @@ def fuzz(
 def test_api_schema__every_operation_fuzzed__no_5xx_and_as_the_schema_says(
     db: None, keep_test_transaction: None
 ) -> None:
-    from rest_framework.authtoken.models import Token
-
+    from sasproject.tokens.services import api_token_rotate
     from sasproject.wsgi import application
 
     user = make_user("fuzz")
-    token = Token.objects.create(user=user).key
+    token = api_token_rotate(user_id=user.pk).key
     own = _own_objects(user)
     schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 

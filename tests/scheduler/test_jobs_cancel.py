@@ -87,11 +87,11 @@ def test_pause_then_resume__nothing_cancelled_comes_back(user: Any, saturated: N
 def test_delete_by_api__queued_runs_cancelled__claimed_runs_stay_unlinked(
     user: Any, saturated: None, django_user_model: Any
 ) -> None:
-    from rest_framework.authtoken.models import Token
+    from sasproject.tokens.services import api_token_rotate
 
     job, going, waiting = _queued_job(user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_rotate(user_id=user.pk).key}")
 
     response = client.delete(f"/api/jobs/{job.pk}/")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from sasproject.tokens.services import api_token_rotate
 from scheduler.limits import RateLimited, rate_take
 from scheduler.models import Job, Run
 
@@ -42,7 +42,7 @@ def _client(prefix: str) -> tuple[Any, APIClient]:
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.create_user(username=f"{prefix}-{uuid.uuid4().hex[:8]}")
-    token, _ = Token.objects.get_or_create(user=user)
+    token = api_token_rotate(user_id=user.pk)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return user, client
