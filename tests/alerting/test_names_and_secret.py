@@ -214,7 +214,7 @@ def test_alert_webhook_attempt__no_secret__given_up_and_nothing_posted(
     permanent failure before any request - never a POST signed with an empty or a borrowed key."""
     settings.SAS_ALERT_WEBHOOK_SECRET = ""
     settings.SAS_ALERT_WEBHOOK_PRIVATE_HOSTS = [f"127.0.0.1:{receiver.port}"]
-    payload = {
+    payload: dict[str, Any] = {
         "url": f"http://127.0.0.1:{receiver.port}/alerts",
         "body": '{"event": "alert.firing"}',
         "owner_id": None,
