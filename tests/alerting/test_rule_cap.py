@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 
 from alerting.customer import AlertRuleInputError, CustomerRuleInput, customer_rule_create
 from alerting.services import alert_rules_evaluate
+from ops.metrics import EngineCollector
 from supervisor.models import AlertRule
 from supervisor.rules import RULE_CAP_LOCK
 
@@ -175,6 +176,8 @@ def test_evaluator__rules_over_the_cap_from_before__logged_and_counted(settings:
 
     assert tick.ran and tick.rules == CAP and tick.not_evaluated == 2
     assert "2 enabled alert rule(s) over SAS_ALERT_MAX_RULES (3) are not evaluated" in caplog.text
+    gauges = {m.name: m for m in EngineCollector()._alerts_and_breakers()}
+    assert gauges["sas_alert_rules_not_evaluated"].samples[0].value == 2
 
 
 # -- at the limit, at once: real threads, each with its own connection and transaction ---------------
