@@ -14,7 +14,7 @@ class AlertingConfig(AppConfig):
     def ready(self) -> None:
         from celery.signals import task_postrun, worker_ready, worker_shutdown
 
-        from . import tasks, watchdog, webhook  # noqa: F401  (registers the workflow and tasks)
+        from . import checks, tasks, watchdog, webhook  # noqa: F401  (registers the workflow, tasks, checks)
 
         worker_ready.connect(watchdog.watchdog_start, dispatch_uid="alerting.watchdog_start", weak=False)
         worker_shutdown.connect(watchdog.watchdog_stop, dispatch_uid="alerting.watchdog_stop", weak=False)

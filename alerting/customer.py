@@ -6,8 +6,9 @@ URL, which passes the order callbacks' egress policy now and at every delivery, 
 their own webhook secret.
 
 Every number is bounded (a rule is evaluated every few seconds: its cost is the platform's),
-and a customer has at most SAS_ALERT_RULES_PER_USER rules. Bad input raises AlertRuleInputError
-naming the field and the limit, and nothing is written.
+and a customer has at most SAS_ALERT_RULES_PER_USER rules; none is added past the platform's
+SAS_ALERT_MAX_RULES enabled rules (supervisor/rules.py: past it, it would never be evaluated).
+Bad input raises AlertRuleInputError naming the field and the limit, and nothing is written.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
+from sasproject.names import control_characters_error
 from scheduler.dispatcher.selectors import job_get
 from scheduler.models import Job
 from supervisor.models import CUSTOMER_RULE_KINDS, Alert, AlertRule, AlertState, RuleKind
+from supervisor.rules import alert_rules_enable_refusal
 from webhooks.destinations import UrlRefused, webhook_url_check
 
 # kind -> (threshold minimum, maximum, what the threshold is)
@@ -131,6 +134,8 @@ def customer_rule_create(*, owner_id: int, data: CustomerRuleInput) -> AlertRule
     name = str(data.name or "").strip() or f"{data.kind} on job {data.job_id}"
     if len(name) > 100:
         errors["name"] = ["at most 100 characters"]
+    elif why := control_characters_error(name):
+        errors["name"] = [why]
     if errors:
         raise AlertRuleInputError(errors)
     assert job is not None
@@ -141,6 +146,9 @@ def customer_rule_create(*, owner_id: int, data: CustomerRuleInput) -> AlertRule
             raise AlertRuleInputError(
                 {"job": [f"at most {settings.SAS_ALERT_RULES_PER_USER} alert rules per user"]}
             )
+        # The platform's cap: a rule past it would never be evaluated (supervisor/rules.py).
+        if why := alert_rules_enable_refusal(enabling=[None]):
+            raise AlertRuleInputError({"job": [why]})
         if AlertRule.objects.filter(owner_id=owner_id, name=name).exists():
             raise AlertRuleInputError({"name": ["you already have a rule with this name"]})
         return AlertRule.objects.create(

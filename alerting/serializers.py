@@ -16,6 +16,7 @@ from sasproject.api_input import (
     StrictFloatField,
     StrictIntegerField,
 )
+from sasproject.names import control_characters_refuse
 from supervisor.models import CUSTOMER_RULE_KINDS
 
 from .customer import MIN_RUNS_LIMITS, WINDOW_MINUTES_LIMITS
@@ -38,7 +39,13 @@ class AlertRuleWriteSerializer(ClosedSerializer):
     webhook_url = StrictCharField(
         max_length=500, allow_blank=True, required=False, help_text="A public https URL, signed deliveries."
     )
-    name = StrictCharField(max_length=100, allow_blank=True, required=False)
+    name = StrictCharField(
+        max_length=100,
+        allow_blank=True,
+        required=False,
+        validators=[control_characters_refuse],
+        help_text="Shown in the alert and its e-mails' subject; no control characters.",
+    )
 
 
 class AlertRuleQuerySerializer(serializers.Serializer[dict[str, Any]]):

@@ -1,7 +1,8 @@
 """Alerting services: one evaluation tick of every enabled rule, and the announcements it
 makes (e-mail and signed webhook), queued - never sent - by the evaluator.
 
-Invariant: a tick is idempotent and bounded (at most SAS_ALERT_MAX_RULES rules; one
+Invariant: a tick is idempotent and bounded (at most SAS_ALERT_MAX_RULES rules - no more can be
+enabled, supervisor/rules.py, and any over it from before are logged and counted; one
 index-backed statement or Redis pipeline per rule *kind*, alerting/conditions.py); two
 evaluators (beat's periodic task and the control worker's watchdog, docs/decisions.md) never run
 a tick at once - a PostgreSQL advisory lock, tried, not waited for. The tick's round trips, so
@@ -31,6 +32,7 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, F, JSONField
 from django.db.models.expressions import RawSQL
 
+from sasproject.names import control_characters_replaced
 from scheduler.services import run_submit
 from supervisor.alerts import (
     ANNOUNCEMENTS_DUE_SQL,
@@ -43,7 +45,12 @@ from supervisor.models import Alert, AlertRule, RuleKind
 
 from . import liveness
 from .conditions import conditions_evaluate
-from .webhook import ALERT_CORRELATION_PREFIX, ALERT_WEBHOOK_WORKFLOW
+from .webhook import (
+    ALERT_CORRELATION_PREFIX,
+    ALERT_WEBHOOK_NO_SECRET,
+    ALERT_WEBHOOK_WORKFLOW,
+    alert_webhook_secret,
+)
 
 logger = logging.getLogger("sas.alerts")
 
@@ -59,6 +66,8 @@ class Tick:
     open_alerts: int = 0
     announced: int = 0
     seconds: float = 0.0
+    # Enabled rules past SAS_ALERT_MAX_RULES, left out of this tick (logged).
+    not_evaluated: int = 0
 
 
 def alert_rules_evaluate() -> Tick:
@@ -78,8 +87,21 @@ def alert_rules_evaluate() -> Tick:
                 open_alerts=RawSQL(OPEN_ALERTS_OF_RULE_SQL, (), output_field=JSONField()),  # noqa: S611
                 announcements_due=RawSQL(ANNOUNCEMENTS_DUE_SQL, (), output_field=BooleanField()),  # noqa: S611
             )
-            .order_by(F("owner_id").asc(nulls_first=True), "id")[: settings.SAS_ALERT_MAX_RULES]
+            # One past the cap: whether any is left out (below).
+            .order_by(F("owner_id").asc(nulls_first=True), "id")[: settings.SAS_ALERT_MAX_RULES + 1]
         )
+        not_evaluated = 0
+        if len(rules) > settings.SAS_ALERT_MAX_RULES:
+            # Past the cap: none can be enabled past it now (supervisor/rules.py), but rules
+            # enabled before it was lowered can be - never silently skipped (issue 26).
+            rules = rules[: settings.SAS_ALERT_MAX_RULES]
+            not_evaluated = AlertRule.objects.filter(enabled=True).count() - len(rules)
+            logger.error(
+                "%d enabled alert rule(s) over SAS_ALERT_MAX_RULES (%d) are not evaluated (the "
+                "newest customer rules first): disable or delete rules, or raise the setting",
+                not_evaluated,
+                settings.SAS_ALERT_MAX_RULES,
+            )
         by_kind: dict[str, list[AlertRule]] = defaultdict(list)
         for rule in rules:
             by_kind[rule.kind].append(rule)
@@ -111,6 +133,7 @@ def alert_rules_evaluate() -> Tick:
         open_alerts=observed.open_alerts,
         announced=announced,
         seconds=time.perf_counter() - started,
+        not_evaluated=not_evaluated,
     )
 
 
@@ -140,7 +163,9 @@ def _notify(*, alert: Alert, rule: AlertRule, state: str) -> None:
         alert_id = alert.pk
         transaction.on_commit(lambda: alert_email_send_task.delay(alert_id=alert_id, state=state))
     url = rule.webhook_url or ("" if rule.owner_id else settings.SAS_ALERT_WEBHOOK_URL)
-    if rule.notify_webhook and url:
+    if rule.notify_webhook and url and rule.owner_id is None and not alert_webhook_secret():
+        logger.error("ALERT %s %s: %s", state.upper(), rule.name, ALERT_WEBHOOK_NO_SECRET)
+    elif rule.notify_webhook and url:
         run_submit(
             workflow=ALERT_WEBHOOK_WORKFLOW,
             input={"url": url, "body": alert_body(alert=alert, state=state), "owner_id": rule.owner_id},
@@ -199,6 +224,9 @@ def alert_email_build(*, alert_id: int, state: str) -> EmailMessage | None:
     subject = f"[{alert.severity}] {word}: {alert.rule.name}" + (
         f" ({alert.subject})" if alert.subject else ""
     )
+    # A rule or a subject stored before names were checked (issue 26) may hold a CR/LF, which
+    # Django refuses in a header (BadHeaderError, and the alert was lost): replaced, it still goes.
+    subject = control_characters_replaced(f"{settings.EMAIL_SUBJECT_PREFIX}{subject}")
     lines = [
         f"{word}: {alert.rule.name}",
         "",
@@ -213,7 +241,7 @@ def alert_email_build(*, alert_id: int, state: str) -> EmailMessage | None:
     if doc["runs"]:
         lines += ["", "Affected runs:", *[f"  {run}" for run in doc["runs"]]]
     return EmailMessage(
-        subject=f"{settings.EMAIL_SUBJECT_PREFIX}{subject}",
+        subject=subject,
         body="\n".join(lines) + "\n",
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=to,

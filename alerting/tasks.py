@@ -34,7 +34,12 @@ def alerting_evaluate() -> dict[str, Any]:
     except DatabaseError:
         logger.exception("alert evaluation failed; next tick retries")
         return {"ran": False}
-    return {"ran": tick.ran, "rules": tick.rules, "announced": tick.announced}
+    return {
+        "ran": tick.ran,
+        "rules": tick.rules,
+        "announced": tick.announced,
+        "not_evaluated": tick.not_evaluated,
+    }
 
 
 @shared_task(

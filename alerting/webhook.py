@@ -7,7 +7,9 @@ row, it never waits on a receiver. The URL passes an egress policy at every atte
 - an operator rule's URL (SAS_ALERT_WEBHOOK_URL, or the rule's) the alert webhook policy,
   `SAS_ALERT_WEBHOOK_ALLOWED_HOSTS` / `SAS_ALERT_WEBHOOK_PRIVATE_HOSTS` (an operator's own
   incident tool may be on a private address, so it is named there), signed with
-  SAS_ALERT_WEBHOOK_SECRET;
+  SAS_ALERT_WEBHOOK_SECRET - which has no default: unset, none is sent (the evaluator logs it,
+  an attempt made anyway gives up, and `manage.py check` warns), never one signed with
+  DJANGO_SECRET_KEY (issue 26);
 - a customer's rule's URL the order callbacks' policy (webhooks/destinations.py), signed with
   the customer's own webhook secret, exactly like their order callbacks.
 Signature: `X-SAS-Signature: t=<unix>,v1=<HMAC-SHA256 of "<t>.<body>">` (webhooks/signing.py).
@@ -27,6 +29,7 @@ from urllib.parse import urlsplit
 from celery import shared_task
 from django.conf import settings
 
+from agents.base import PermanentFault
 from agents.egress import EgressPolicy, egress_policy_register
 from scheduler.models import Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
@@ -37,6 +40,17 @@ from webhooks.tasks import WebhookAgent
 ALERT_WEBHOOK_POLICY = egress_policy_register(EgressPolicy(name="alert webhooks", prefix="SAS_ALERT_WEBHOOK"))
 ALERT_WEBHOOK_WORKFLOW = "alert_webhook"
 ALERT_WEBHOOK_OPERATION = "agents.webhook.alert"
+
+
+ALERT_WEBHOOK_NO_SECRET = (
+    "operator alert webhook not sent: SAS_ALERT_WEBHOOK_SECRET is not set (it has no default; "
+    "docs/operators.md, Alerts)"
+)
+
+
+def alert_webhook_secret() -> str:
+    """The secret that signs operator alert webhooks; empty when none is configured."""
+    return str(settings.SAS_ALERT_WEBHOOK_SECRET or "")
 
 
 def validate_alert_webhook_input(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,7 +135,10 @@ class AlertWebhookAgent(WebhookAgent):
 
     def secret_for(self, payload: dict[str, Any]) -> str:
         if payload.get("owner_id") is None:
-            return str(settings.SAS_ALERT_WEBHOOK_SECRET)
+            # A run queued before the secret was removed, or one made by hand: given up, unsent.
+            if not (secret := alert_webhook_secret()):
+                raise PermanentFault(ALERT_WEBHOOK_NO_SECRET)
+            return secret
         return super().secret_for(payload)
 
 

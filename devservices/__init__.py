@@ -1,6 +1,7 @@
 """Make sure a PostgreSQL and a Redis are available for `make run` / `make test`.
 
     python -m devservices env      # prints `export DATABASE_URL=...` / REDIS_URL / DJANGO_SECRET_KEY
+                                   # / SAS_ALERT_WEBHOOK_SECRET (the last two: per checkout)
     python -m devservices status   # what the embedded servers are doing
     python -m devservices stop     # stop the embedded servers this package started
     python -m devservices urls     # the URLs and demo login `make run` prints

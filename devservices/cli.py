@@ -10,11 +10,28 @@ import signal
 import subprocess
 import sys
 
-from .common import HOST, DevServicesError, State, dev_secret_key, devdata_lock, port_open, redact, wait_until
+from .common import (
+    HOST,
+    DevServicesError,
+    State,
+    dev_alert_webhook_secret,
+    dev_secret_key,
+    devdata_lock,
+    port_open,
+    redact,
+    wait_until,
+)
 from .postgres import MACHINE_PG_PORT, EmbeddedPostgres, database_url, ensure_database
 from .redis import MACHINE_REDIS_PORT, EmbeddedRedis, redis_url
 
 log = logging.getLogger(__name__)
+
+# The demo credentials: the Makefile's defaults (FLOWER_BASIC_AUTH ?=, SAS_METRICS_TOKEN ?=) and
+# demo_setup's admin password. `urls` prints these and no other (tests/devservices/test_urls.py
+# pins them to the Makefile).
+DEMO_FLOWER_BASIC_AUTH = "flower:flower-demo"
+DEMO_METRICS_TOKEN = "metrics-demo-token"
+DEMO_ADMIN_PASSWORD = "admin"
 
 
 def cmd_env() -> int:
@@ -23,10 +40,12 @@ def cmd_env() -> int:
         ensure_database(db_url)
         broker_url = redis_url()
         secret_key = os.environ.get("DJANGO_SECRET_KEY") or dev_secret_key()
+        alert_secret = os.environ.get("SAS_ALERT_WEBHOOK_SECRET") or dev_alert_webhook_secret()
     log.info("DATABASE_URL=%s REDIS_URL=%s", redact(db_url), redact(broker_url))
     print(f"export DATABASE_URL={shlex.quote(db_url)}")
     print(f"export REDIS_URL={shlex.quote(broker_url)}")
     print(f"export DJANGO_SECRET_KEY={shlex.quote(secret_key)}")
+    print(f"export SAS_ALERT_WEBHOOK_SECRET={shlex.quote(alert_secret)}")
     return 0
 
 
@@ -76,13 +95,21 @@ def cmd_urls(wait: bool) -> int:
         title = f"NOT answering after 120 s: {', '.join(down)}" if down else "sasproject is up"
         title += " -- Ctrl-C stops every process"
     user = os.environ.get("DEMO_ADMIN_USER", "admin")
-    password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
+    password = os.environ.get("DEMO_ADMIN_PASSWORD", DEMO_ADMIN_PASSWORD)
     # demo_setup creates that login only in demo mode (SAS_DEMO=1, set by `make run`).
     demo = os.environ.get("SAS_DEMO") == "1"
-    login = f"login: {user} / {password}" if demo else "(no demo login: SAS_DEMO is off)"
-    flower_user, _, flower_password = os.environ.get("FLOWER_BASIC_AUTH", "").partition(":")
-    flower_login = f"     login: {flower_user} / {flower_password}" if flower_user else ""
+    # Only the demo values are printed: a real password or token set in the environment stays out
+    # of the terminal, its scrollback and any log of it (issue 26).
+    shown = password if password == DEMO_ADMIN_PASSWORD else "(set in DEMO_ADMIN_PASSWORD)"
+    login = f"login: {user} / {shown}" if demo else "(no demo login: SAS_DEMO is off)"
+    flower_auth = os.environ.get("FLOWER_BASIC_AUTH", "")
+    flower_user, _, flower_password = flower_auth.partition(":")
+    if flower_auth == DEMO_FLOWER_BASIC_AUTH:
+        flower_login = f"     login: {flower_user} / {flower_password}"
+    else:
+        flower_login = "     login: (set in FLOWER_BASIC_AUTH)" if flower_auth else ""
     metrics_token = os.environ.get("SAS_METRICS_TOKEN", "")
+    shown_token = metrics_token if metrics_token == DEMO_METRICS_TOKEN else "(set in SAS_METRICS_TOKEN)"
     line = "=" * 78
     print(
         "\n".join(
@@ -94,7 +121,7 @@ def cmd_urls(wait: bool) -> int:
                 f"   Admin        http://{HOST}:{web}/admin/     {login}",
                 f"   API schema   http://{HOST}:{web}/api/schema/",
                 f"   Flower       http://{HOST}:{flower}/{flower_login}",
-                f"   Metrics      http://{HOST}:{web}/metrics      (Authorization: Bearer {metrics_token})"
+                f"   Metrics      http://{HOST}:{web}/metrics      (Authorization: Bearer {shown_token})"
                 if metrics_token
                 else f"   Metrics      http://{HOST}:{web}/metrics      (set SAS_METRICS_TOKEN to open it)",
                 f"   Health       http://{HOST}:{web}/healthz  http://{HOST}:{web}/readyz",

@@ -198,7 +198,18 @@ def dev_secret_key() -> str:
     A process with DEBUG off refuses the development key (settings.py, issue 19), and the
     Procfile's workers and the benchmarks run with DEBUG off: they need a real one. Call it
     under devdata_lock()."""
-    path = DEVDATA / "django-secret-key"
+    return _dev_secret("django-secret-key")
+
+
+def dev_alert_webhook_secret() -> str:
+    """This checkout's own SAS_ALERT_WEBHOOK_SECRET (`.devdata/alert-webhook-secret`): it has no
+    default (issue 26), and `make run`'s operator alert webhooks need one. Under devdata_lock()."""
+    return _dev_secret("alert-webhook-secret")
+
+
+def _dev_secret(name: str) -> str:
+    """A random secret kept in `.devdata/<name>` (made once, mode 0600)."""
+    path = DEVDATA / name
     if not path.exists():
         import secrets
 

@@ -23,6 +23,7 @@ from django import forms
 from django.utils import timezone
 
 from sasproject.json_input import JSONFormField
+from sasproject.names import control_characters_refuse
 from scheduler.dispatcher.cron import zone_error
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
@@ -120,7 +121,10 @@ class JobForm(forms.ModelForm):
 
     kind = forms.ChoiceField(label="Runs", choices=KIND_CHOICES, initial=RECURRING, widget=forms.RadioSelect)
     name = forms.CharField(
-        label="Name", max_length=200, widget=forms.TextInput(attrs={"autocomplete": "off"})
+        label="Name",
+        max_length=200,
+        validators=[control_characters_refuse],
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
     )
     # A text field shown as a select of what the person may pick: a name that is not offered
     # (a forged POST) reaches the job service, whose error says why it is refused.
@@ -385,7 +389,11 @@ class AlertRuleForm(forms.Form):
         widget=forms.URLInput(attrs={"placeholder": "https://example.com/alerts"}),
     )
     name = forms.CharField(
-        label="Name (optional)", required=False, max_length=100, help_text="Shown in the alert."
+        label="Name (optional)",
+        required=False,
+        max_length=100,
+        validators=[control_characters_refuse],
+        help_text="Shown in the alert and its e-mails' subject.",
     )
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:

@@ -21,6 +21,7 @@ from sasproject.api_input import (
     StrictFloatField,
     StrictIntegerField,
 )
+from sasproject.names import control_characters_refuse
 from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
@@ -115,7 +116,11 @@ class JobWriteSerializer(ClosedSerializer):
     """A job as a client sends it. On create `name` and `workflow` are required; on PATCH every
     field is optional and only the fields sent change. Any other field is refused."""
 
-    name = StrictCharField(max_length=200, help_text="Unique among your jobs.")
+    name = StrictCharField(
+        max_length=200,
+        validators=[control_characters_refuse],
+        help_text="Unique among your jobs; no control characters (line breaks, tabs...).",
+    )
     workflow = StrictCharField(
         max_length=100,
         help_text="A registered workflow's name that you may schedule: customers may schedule "

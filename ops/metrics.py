@@ -102,6 +102,8 @@ WHERE next_execution_at IS NOT NULL AND next_execution_at <= now()
 """
 # Unacknowledged alerts: alert_open_idx.
 SQL_ALERTS_OPEN = "SELECT count(*) FROM supervisor_alert WHERE acknowledged_at IS NULL"
+# Enabled alert rules (alertrule_enabled_kind_idx): those past SAS_ALERT_MAX_RULES are not evaluated.
+SQL_ALERT_RULES_ENABLED = "SELECT count(*) FROM supervisor_alertrule WHERE enabled"
 
 
 def _rows(sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -417,6 +419,12 @@ class EngineCollector(Collector):
         ((open_alerts,),) = _rows(SQL_ALERTS_OPEN)
         yield GaugeMetricFamily(
             "sas_alerts_open", "Operator alerts not acknowledged.", value=int(open_alerts)
+        )
+        ((enabled_rules,),) = _rows(SQL_ALERT_RULES_ENABLED)
+        yield GaugeMetricFamily(
+            "sas_alert_rules_not_evaluated",
+            "Enabled alert rules past SAS_ALERT_MAX_RULES, which the evaluator leaves out (issue 26).",
+            value=max(0, int(enabled_rules) - settings.SAS_ALERT_MAX_RULES),
         )
         breaker = GaugeMetricFamily(
             "sas_breaker_state",

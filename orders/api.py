@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -20,7 +21,7 @@ from scheduler.models import Run
 from scheduler.services import RunNotCancellable
 from scheduler.throttles import ScopeThrottle
 from webhooks.services import webhook_secret_get_or_create, webhook_secret_rotate
-from webhooks.signing import SIGNATURE_HEADER
+from webhooks.signing import ALGORITHM, HEADER_FORMAT, SIGNATURE_HEADER, SIGNED_PAYLOAD
 
 from .models import Order
 from .selectors import OrderStatus, order_get, order_list, order_status
@@ -186,11 +187,15 @@ class OrderViewSet(viewsets.GenericViewSet):
         return Response(OrderDetailSerializer(_order_detail(request, found)).data)
 
 
-def _secret_body(secret: str) -> dict[str, str]:
+def _secret_body(secret: str) -> dict[str, Any]:
+    # The signer's own words (webhooks/signing.py): the signature covers "<t>.<raw body>".
     return {
         "secret": secret,
-        "algorithm": "HMAC-SHA256 of the raw request body, hex",
+        "algorithm": ALGORITHM,
         "header": SIGNATURE_HEADER,
+        "header_format": HEADER_FORMAT,
+        "signed_payload": SIGNED_PAYLOAD,
+        "tolerance_seconds": settings.SAS_WEBHOOK_SIGNATURE_TOLERANCE,
     }
 
 

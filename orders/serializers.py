@@ -206,6 +206,19 @@ class IdempotencyConflictSerializer(ErrorSerializer):
 
 
 class WebhookSecretSerializer(serializers.Serializer[dict[str, Any]]):
-    secret = serializers.CharField()
-    algorithm = serializers.CharField()
-    header = serializers.CharField()
+    """Your secret and how a delivery is signed with it (webhooks/signing.py, docs/api.md)."""
+
+    secret = serializers.CharField(help_text="The HMAC key (its UTF-8 bytes).")
+    algorithm = serializers.CharField(
+        help_text='What is signed, in words: HMAC-SHA256 of "<t>.<raw body>" (not the body alone), hex.'
+    )
+    header = serializers.CharField(help_text="The request header that carries the signature.")
+    header_format = serializers.CharField(
+        help_text="t=<Unix seconds>,v1=<hex signature> (several v1 during a secret rotation)."
+    )
+    signed_payload = serializers.CharField(
+        help_text="\"<t>.<raw body>\": the header's t, a full stop, the request body's raw bytes."
+    )
+    tolerance_seconds = serializers.IntegerField(
+        help_text="The replay window: refuse a t further than this from your clock."
+    )

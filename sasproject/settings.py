@@ -826,7 +826,11 @@ SAS_ALERT_WATCHED_TASKS = frozenset(
 # it (X-SAS-Signature, as webhooks/signing.py), and its egress policy's lists (agents/egress.py):
 # an incident tool is often on a private address - name it in the PRIVATE list.
 SAS_ALERT_WEBHOOK_URL = os.environ.get("SAS_ALERT_WEBHOOK_URL", "")
-SAS_ALERT_WEBHOOK_SECRET = os.environ.get("SAS_ALERT_WEBHOOK_SECRET", SECRET_KEY)
+# No default (issue 26): unset, operator alert webhooks are not sent - logged, and a system check
+# warns when SAS_ALERT_WEBHOOK_URL is set - never signed with DJANGO_SECRET_KEY, whose holder
+# could then forge an alert and whose leak would forge sessions too. `make run`: devservices env
+# makes one per checkout (.devdata/alert-webhook-secret).
+SAS_ALERT_WEBHOOK_SECRET = os.environ.get("SAS_ALERT_WEBHOOK_SECRET", "")
 SAS_ALERT_WEBHOOK_ALLOWED_HOSTS = env_list("SAS_ALERT_WEBHOOK_ALLOWED_HOSTS", ["*"])
 SAS_ALERT_WEBHOOK_PRIVATE_HOSTS = env_list("SAS_ALERT_WEBHOOK_PRIVATE_HOSTS", [])
 

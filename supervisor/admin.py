@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import F, QuerySet
+from django.forms.models import BaseModelFormSet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -19,6 +23,7 @@ from scheduler.permissions import staff_may
 
 from .models import Alert, AlertRule
 from .operator import alert_acknowledge
+from .rules import alert_rules_enable_refusal
 
 
 class AlertStatusFilter(admin.SimpleListFilter):
@@ -137,8 +142,58 @@ class AlertAdmin(ReadOnlyAdmin):
         return obj.message if len(obj.message) <= 120 else obj.message[:117] + "..."
 
 
+class AlertRuleAdminForm(forms.ModelForm):
+    """The rule's fields (their validators: no control character in the name, addresses in the
+    recipients), and the platform's cap when the rule becomes enabled (supervisor/rules.py)."""
+
+    class Meta:
+        model = AlertRule
+        fields = (
+            "name",
+            "kind",
+            "target",
+            "job",
+            "owner",
+            "enabled",
+            "threshold",
+            "min_runs",
+            "window",
+            "for_duration",
+            "severity",
+            "cooldown",
+            "notify_email",
+            "recipients",
+            "notify_webhook",
+            "webhook_url",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        becomes_enabled = self.instance.pk is None or "enabled" in self.changed_data
+        enabling = [self.instance.pk] if cleaned.get("enabled") and becomes_enabled else []
+        if why := alert_rules_enable_refusal(enabling=enabling):
+            self.add_error("enabled", why)
+        return cleaned
+
+
+class AlertRuleChangeListFormSet(BaseModelFormSet):
+    """The list's "enabled" ticks, counted together against the cap (one tick each would pass
+    alone and all together go past it)."""
+
+    def clean(self) -> None:
+        super().clean()
+        enabling = [
+            form.instance.pk
+            for form in self.forms
+            if getattr(form, "cleaned_data", {}).get("enabled") and "enabled" in form.changed_data
+        ]
+        if why := alert_rules_enable_refusal(enabling=enabling):
+            raise ValidationError(why)
+
+
 @admin.register(AlertRule)
 class AlertRuleAdmin(admin.ModelAdmin):
+    form = AlertRuleAdminForm
     list_display = (
         "name",
         "kind",
@@ -172,6 +227,15 @@ class AlertRuleAdmin(admin.ModelAdmin):
             },
         ),
     )
+
+    def get_changelist_formset(self, request: HttpRequest, **kwargs: Any) -> Any:
+        return super().get_changelist_formset(request, formset=AlertRuleChangeListFormSet, **kwargs)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        # The list's formset is validated outside the admin's save transaction: one around
+        # both, so the cap's lock (taken in the formset's clean) is held until the rows commit.
+        with transaction.atomic():
+            return super().changelist_view(request, extra_context)
 
     @admin.display(description="channels")
     def channels(self, obj: AlertRule) -> str:

@@ -14,9 +14,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, validate_email
 from django.db import models
 from django.db.models import Q
+
+from sasproject.names import control_characters_refuse
 
 
 class AlertSeverity(models.TextChoices):
@@ -61,11 +64,28 @@ CUSTOMER_RULE_KINDS = (
 )
 
 
+def recipients_validate(value: str) -> None:
+    """Comma-separated e-mail addresses (the field `AlertRule.recipients`), each a valid one."""
+    for address in (a.strip() for a in value.split(",")):
+        if address:
+            try:
+                validate_email(address)
+            except ValidationError:
+                raise ValidationError(
+                    f"not an e-mail address: {address!r} (comma-separated addresses)", code="invalid"
+                ) from None
+
+
 class AlertRule(models.Model):
     Kind = RuleKind
     Severity = AlertSeverity
 
-    name = models.CharField(max_length=100, help_text="Shown in the alert and its notifications.")
+    name = models.CharField(
+        max_length=100,
+        # The subject of the rule's e-mails: a CR/LF there made Django refuse them (issue 26).
+        validators=[control_characters_refuse],
+        help_text="Shown in the alert and its notifications (the e-mail's subject): no control characters.",
+    )
     kind = models.CharField(max_length=40, choices=RuleKind.choices)
     target = models.CharField(
         max_length=200,
@@ -123,6 +143,8 @@ class AlertRule(models.Model):
     recipients = models.TextField(
         blank=True,
         default="",
+        # Each one an address: a CR/LF here made Django refuse the e-mail (issue 26).
+        validators=[recipients_validate],
         help_text=(
             "Comma-separated e-mail addresses. Empty: ADMINS (operator rules) or the owner's "
             "e-mail (customer rules, which always go to the owner only)."

@@ -23,6 +23,16 @@ SEQUENCE_HEADER = "X-SAS-Sequence"
 SCHEME = "v1"
 DEFAULT_TOLERANCE = 300
 
+# What `_mac` signs, in words, for receivers (GET /api/webhook-secret/, docs/api.md): written
+# here beside it so the two cannot drift apart (issue 26: it once said "the raw request body").
+HEADER_FORMAT = f"t=<Unix seconds>,{SCHEME}=<hex signature>"
+SIGNED_PAYLOAD = "<t>.<raw body>"
+ALGORITHM = (
+    "HMAC-SHA256, keyed with the secret's UTF-8 bytes, of the header's t value, a full stop, then "
+    f"the raw request body's bytes (\"{SIGNED_PAYLOAD}\"); hex; it must equal one of the header's "
+    f"{SCHEME} values, and t must be within the replay window of your clock"
+)
+
 
 def _mac(secret: str, timestamp: int, body: bytes) -> str:
     return hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()

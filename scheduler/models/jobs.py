@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
+from sasproject.names import control_characters_refuse
+
 
 class OverlapPolicy(models.TextChoices):
     """What an occurrence does when the job's previous run is still going (Temporal's names)."""
@@ -37,7 +39,8 @@ class Job(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", db_index=False
     )
-    name = models.CharField(max_length=200)
+    # No control character: the name reaches its alerts' e-mails (sasproject/names.py, issue 26).
+    name = models.CharField(max_length=200, validators=[control_characters_refuse])
     workflow = models.CharField(max_length=100)
     # Already validated by the workflow when the job was created.
     input = models.JSONField(default=dict)

@@ -28,6 +28,7 @@ from typing import Any
 from django.db import transaction
 from django.forms.models import model_to_dict
 
+from sasproject.names import control_characters_error
 from scheduler import transitions
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.dispatcher.cron import (
@@ -209,8 +210,10 @@ def _clean(
     name = str(data["name"]).strip()
     if not name or len(name) > 200:
         errors["name"] = "must be 1 to 200 characters"
-    elif "\x00" in name:  # PostgreSQL text refuses NUL: a DataError at the INSERT (issue 22)
-        errors["name"] = "must not contain a NUL character"
+    elif why := control_characters_error(name):
+        # A name reaches its alerts' e-mails: a CR/LF there made Django refuse them (issue 26);
+        # a NUL made PostgreSQL refuse the INSERT (issue 22). sasproject/names.py.
+        errors["name"] = why
     if _holds_nul(data["input"]):
         errors.setdefault("input", "a string holds a NUL character (\\u0000), which is not accepted")
     out["name"] = name
