@@ -12,6 +12,7 @@ wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
@@ -32,7 +33,9 @@ SLOW_CLIENTS = 50
 # The config's per-client connection cap (limit_conn per_client).
 CONNECTION_CAP = 32
 # gunicorn's access log line: the path, then the X-Forwarded-For it received (GUNICORN_CMD_ARGS).
-ACCESS_FORMAT = '%(U)s xff=[%({x-forwarded-for}i)s] status=%(s)s'
+TEMP_PATHS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+ACCESS_FORMAT = "%(U)s xff=[%({x-forwarded-for}i)s] status=%(s)s"
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -47,10 +50,7 @@ def render_config(*, upstream: str, port: int, runtime: Path) -> str:
     swaps = {
         "        server web:8000;\n": f"        server {upstream};\n",
         "        listen 8080;\n": f"        listen 127.0.0.1:{port};\n",
-        "http {\n": "http {\n"
-        + "".join(
-            f"    {kind}_temp_path {runtime / kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        ),
+        "http {\n": "http {\n" + "".join(f"    {kind}_temp_path {runtime / kind};\n" for kind in TEMP_PATHS),
     }
     for old, new in swaps.items():
         assert text.count(old) == 1, f"{CONFIG.name} no longer has exactly one {old!r}"
@@ -69,7 +69,10 @@ class Front:
         return [line for line in self.web.log().splitlines() if marker in line]
 
 
-def _get(base: str, path: str, *, timeout: float, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
+def _get(
+    base: str, path: str, *, timeout: float, headers: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """One GET: its status, Server header and body."""
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
@@ -178,7 +181,8 @@ class SlowClients:
         """The server answered (nginx's 408) or closed: anything readable ends a slow client."""
         sock.setblocking(False)
         try:
-            return bool(sock.recv(4096)) or True
+            sock.recv(4096)  # an answer, or b"" for a close
+            return True
         except BlockingIOError:
             return False
         except OSError:
@@ -201,10 +205,8 @@ class SlowClients:
 def _probes(base: str, *, timeout: float) -> int:
     answered = 0
     for _ in range(3):
-        try:
+        with contextlib.suppress(OSError):
             answered += _get(base, "/healthz", timeout=timeout)[0] == 200
-        except OSError:
-            pass
     return answered
 
 
@@ -240,10 +242,16 @@ def _hold(front: Front, n: int) -> list[socket.socket]:
     for _ in range(n):
         sock = socket.create_connection(_address(front.nginx), timeout=5)
         sock.sendall(
-            b"POST /held/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            b"POST /held/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n"
         )
         held.append(sock)
     return held
+
+
+def _refused(base: str) -> tuple[int, str, str] | None:
+    answer = _get(base, "/healthz", timeout=10)
+    return answer if answer[0] == 503 else None
 
 
 def test_connection_cap__per_client__beyond_it_503(front: Front) -> None:
@@ -251,10 +259,7 @@ def test_connection_cap__per_client__beyond_it_503(front: Front) -> None:
     try:
         # Once nginx has read all their headers, this client's next request is refused...
         refused = wait_for(
-            lambda: (lambda r: r if r[0] == 503 else None)(_get(front.nginx, "/healthz", timeout=10)),
-            timeout=8,
-            interval=0.1,
-            what="a request beyond the cap to be refused",
+            lambda: _refused(front.nginx), timeout=8, interval=0.1, what="a request past the cap refused"
         )
         # ...while another client (a trusted proxy's hop naming another address) is served.
         other = _get(front.nginx, "/healthz", timeout=10, headers={"X-Forwarded-For": "203.0.113.7"})
