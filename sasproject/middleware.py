@@ -117,13 +117,16 @@ CSP_DIRECTIVES: dict[str, list[str]] = {
 # its <style> element is inline; the policy allows exactly that element, by its hash.
 _ERROR_PAGE = Path(__file__).resolve().parent.parent / "templates" / "500.html"
 _STYLE_ELEMENT = re.compile(r"<style>(.*?)</style>", re.S)
+_TEMPLATE_COMMENT = re.compile(r"{% comment %}.*?{% endcomment %}", re.S)
 
 
 def inline_style_hashes() -> list[str]:
-    """The hash sources of templates/500.html's <style> elements (CSP's 'sha256-...' form)."""
+    """The hash sources of templates/500.html's <style> elements (CSP's 'sha256-...' form), as
+    rendered: the template's comments left out."""
+    page = _TEMPLATE_COMMENT.sub("", _ERROR_PAGE.read_text())
     return [
         f"'sha256-{base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()}'"
-        for body in _STYLE_ELEMENT.findall(_ERROR_PAGE.read_text())
+        for body in _STYLE_ELEMENT.findall(page)
     ]
 
 
