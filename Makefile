@@ -61,7 +61,7 @@ fi
 exit "$$code"
 endef
 
-.PHONY: help venv install run test test-fast lint format chromium promtool bench soak services-status stop-services clean-devdata
+.PHONY: help venv install run test test-fast lint format chromium promtool nginx bench soak services-status stop-services clean-devdata
 
 help:
 	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode)"
@@ -137,7 +137,7 @@ run: $(STAMP)
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
-test: $(STAMP) chromium promtool
+test: $(STAMP) chromium promtool nginx
 	@$(DEVSERVICES_ENV)
 	echo "== ruff check"
 	$(VENV)/bin/ruff check .
@@ -208,6 +208,28 @@ promtool:
 	else
 		tail -n 20 "$$apt_log" >&2
 		echo "warning: apt-get could not install prometheus; the rules test will be skipped" >&2
+	fi
+	rm -f "$$apt_log"
+
+# The front door's test (tests/deploy/test_front_door.py) runs docker/nginx/nginx.conf with
+# Debian's nginx in front of a real gunicorn; `nginx-light` has every module the file uses.
+nginx:
+	@if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
+		exit 0
+	fi
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "warning: nginx missing and cannot apt-get install (not root or no apt-get);" \
+			"the front door test needs Debian's nginx-light package" >&2
+		exit 0
+	fi
+	echo "== installing Debian nginx-light for the front door test (apt-get)"
+	apt_log="$$(mktemp)"
+	if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light; } \
+		>"$$apt_log" 2>&1; then
+		echo "installed: $$(/usr/sbin/nginx -v 2>&1)"
+	else
+		tail -n 20 "$$apt_log" >&2
+		echo "warning: apt-get could not install nginx-light; the front door test will fail" >&2
 	fi
 	rm -f "$$apt_log"
 

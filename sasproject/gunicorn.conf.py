@@ -30,6 +30,20 @@ threads = int(os.environ.get("WEB_THREADS", "8"))
 # A request slower than this is killed with its worker (the default, said out loud).
 timeout = 30
 graceful_timeout = 10
+# Cheap limits on what a client may send (issue 26). They do not stop a slow client: the gthread
+# worker gives a connection's thread 5 s for its first bytes, then reads the rest of its headers
+# with no deadline, so a client that sends a header line every few seconds holds a thread for as
+# long as it likes. In front of the web there must be a buffering proxy with header and body
+# deadlines (docker/nginx/nginx.conf; docs/deploy.md, "The front door").
+# An idle kept-alive connection (a client talking to gunicorn directly: `make run`) is closed
+# after 2 s (gunicorn's default, said out loud); the proxy opens one connection per request.
+keepalive = 2
+# The request line up to 8 kB and each header line up to 8 kB, as the proxy's
+# large_client_header_buffers, so what nginx passes gunicorn takes; at most 50 header lines (a
+# browser sends about 15, the proxy adds 4). Beyond these gunicorn refuses the request (414, 431).
+limit_request_line = 8190
+limit_request_field_size = 8190
+limit_request_fields = 50
 # One line per request on stdout, like runserver.
 accesslog = "-"
 errorlog = "-"

@@ -1,4 +1,5 @@
-"""A database that cannot serve a request right now answers 503 with Retry-After, never 500.
+"""A database that cannot serve a request right now answers 503 with Retry-After, never 500; and
+every response carries a Content-Security-Policy (at the end of this module).
 
 "Cannot serve right now" is a django.db OperationalError or InterfaceError: no connection
 (PostgreSQL refused it - "too many clients already", shutting down, unreachable - or the
@@ -19,9 +20,13 @@ Two hooks, because Django turns an exception into a 500 response at every middle
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -70,7 +75,8 @@ got_request_exception.connect(_mark_request, dispatch_uid="sas-database-unavaila
 
 
 class DatabaseUnavailableMiddleware:
-    """First in MIDDLEWARE, so that it sees every other layer's response."""
+    """First in MIDDLEWARE (after the policy header's), so that it sees every other layer's
+    response."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -88,3 +94,59 @@ class DatabaseUnavailableMiddleware:
             "%s %s: database unavailable, answered 503: %s", request.method, request.path, exception
         )
         return unavailable_response(request)
+
+
+# --- Content-Security-Policy (issue 26) ---
+# Django 5.2 has none built in. Scripts, styles, images, fonts and fetches from this site only;
+# no inline script or style (the templates link static files; the one exception below), no
+# plugins, no <base> elsewhere, forms posting here only, no framing. JSON for the scripts is in
+# <script type="application/json"> elements (json_script), which the policy does not run.
+CSP_DIRECTIVES: dict[str, list[str]] = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
+# templates/500.html stands alone (it may be shown while the static files are the problem), so
+# its <style> element is inline; the policy allows exactly that element, by its hash.
+_ERROR_PAGE = Path(__file__).resolve().parent.parent / "templates" / "500.html"
+_STYLE_ELEMENT = re.compile(r"<style>(.*?)</style>", re.S)
+_TEMPLATE_COMMENT = re.compile(r"{% comment %}.*?{% endcomment %}", re.S)
+
+
+def inline_style_hashes() -> list[str]:
+    """The hash sources of templates/500.html's <style> elements (CSP's 'sha256-...' form), as
+    rendered: the template's comments left out."""
+    page = _TEMPLATE_COMMENT.sub("", _ERROR_PAGE.read_text())
+    return [
+        f"'sha256-{base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()}'"
+        for body in _STYLE_ELEMENT.findall(page)
+    ]
+
+
+def content_security_policy() -> str:
+    directives = {**CSP_DIRECTIVES, "style-src": [*CSP_DIRECTIVES["style-src"], *inline_style_hashes()]}
+    return "; ".join(f"{name} {' '.join(sources)}" for name, sources in directives.items())
+
+
+class ContentSecurityPolicyMiddleware:
+    """Every response carries the policy, except Django's own error pages with DEBUG on (its
+    technical 404 and 500 pages are inline styles and scripts; with DEBUG off the site's 404 and
+    500 templates are used, which the policy covers). First in MIDDLEWARE: the database's 503
+    page gets it too."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.policy = content_security_policy()
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not (settings.DEBUG and response.status_code in (404, 500)):
+            response.headers.setdefault("Content-Security-Policy", self.policy)
+        return response

@@ -107,7 +107,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Outermost: an overloaded database answers 503 + Retry-After wherever it surfaces (issue 7).
+    # Outermost: the Content-Security-Policy header on every response (issue 26).
+    "sasproject.middleware.ContentSecurityPolicyMiddleware",
+    # An overloaded database answers 503 + Retry-After wherever it surfaces (issue 7).
     "sasproject.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -637,7 +637,7 @@ def long_progress_html(progress: dict[str, Any]) -> SafeString:
         parts.append(
             format_html(
                 '<div class="sas-long-progress" id="sas-long-progress" data-percent="{}">'
-                '<progress max="100" value="{}" style="width: 320px; height: 14px"></progress> '
+                '<progress class="sas-progress-bar" max="100" value="{}"></progress> '
                 "<strong>{} %</strong> &middot; pages {} of {} &middot; rows {} of {} &middot; {} rows/s"
                 " &middot; time left {}</div>",
                 paged["percent"],

@@ -47,7 +47,9 @@ def _seconds(duration: str) -> float:
 def test_ports__every_published_port_bound_to_the_loopback(services: dict[str, dict[str, Any]]) -> None:
     published = {name: spec["ports"] for name, spec in services.items() if spec.get("ports")}
 
-    assert {"web", "flower"} <= set(published)
+    assert {"proxy", "flower"} <= set(published)
+    # The web is reached through the buffering proxy only (issue 26): gunicorn is not published.
+    assert "web" not in published
     for name, ports in published.items():
         for port in ports:
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
@@ -122,11 +124,31 @@ def test_environment__production_env_files__never_debug_or_demo(services: dict[s
         if name in ("postgres", "redis"):
             assert files == ["production.env.example", "production.env"], name
             continue
+        if name == "proxy":
+            # nginx reads none of them: it would only hold the secrets.
+            assert files == [], name
+            continue
         assert files == ["production.env.example", "production.env"], name
         environment = spec.get("environment") or {}
         assert environment.get("DJANGO_DEBUG", "0") == "0", name
         assert environment.get("SAS_DEMO", "0") == "0", name
         assert "demo_setup" not in str(spec.get("command", "")), name
+
+
+def test_proxy__the_sites_port__nginx_conf_mounted__in_front_of_the_web(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    proxy = services["proxy"]
+    mounts = [str(volume) for volume in proxy["volumes"]]
+    conf = (REPO / "docker" / "nginx" / "nginx.conf").read_text()
+
+    assert proxy["ports"] == ["127.0.0.1:8000:8080"]
+    assert mounts == ["./nginx/nginx.conf:/etc/nginx/nginx.conf:ro"]
+    assert proxy["depends_on"]["web"]["condition"] == "service_healthy"
+    assert "/healthz" in str(proxy["healthcheck"]["test"])
+    # The config's upstream is the web service on the port gunicorn binds in compose.
+    assert "server web:8000;" in conf and services["web"]["environment"]["WEB_PORT"] == "8000"
+    assert "listen 8080;" in conf
 
 
 def test_redis__requires_the_password_and_refuses_to_start_without_one(
