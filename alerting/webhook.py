@@ -11,10 +11,12 @@ row, it never waits on a receiver. The URL passes an egress policy at every atte
 - a customer's rule's URL the order callbacks' policy (webhooks/destinations.py), signed with
   the customer's own webhook secret, exactly like their order callbacks.
 Signature: `X-SAS-Signature: t=<unix>,v1=<HMAC-SHA256 of "<t>.<body>">` (webhooks/signing.py).
+Dedupe key: `X-SAS-Event-Id`, the body's `event_id` (the same on every retry of a delivery).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,11 +27,19 @@ from django.conf import settings
 from agents.egress import EgressPolicy, egress_policy_register
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
 from webhooks.destinations import CALLBACK_POLICY
+from webhooks.signing import EVENT_ID_HEADER
 from webhooks.tasks import WebhookAgent
 
 ALERT_WEBHOOK_POLICY = egress_policy_register(EgressPolicy(name="alert webhooks", prefix="SAS_ALERT_WEBHOOK"))
 ALERT_WEBHOOK_WORKFLOW = "alert_webhook"
 ALERT_WEBHOOK_OPERATION = "agents.webhook.alert"
+
+
+def _is_uuid(value: object) -> bool:
+    try:
+        return isinstance(value, str) and str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
 
 
 def validate_alert_webhook_input(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,9 +50,15 @@ def validate_alert_webhook_input(data: Mapping[str, Any]) -> dict[str, Any]:
     owner_id = data.get("owner_id")
     if owner_id is not None and (not isinstance(owner_id, int) or isinstance(owner_id, bool)):
         errors["owner_id"] = ["must be an integer or null"]
+    # The announcement's dedupe key (alerting.services.alert_event_id), sent as X-SAS-Event-Id
+    # like order webhooks'; runs queued before it existed have none.
+    event_id = data.get("event_id")
+    if event_id is not None and not _is_uuid(event_id):
+        errors["event_id"] = ["must be a UUID or null"]
     if errors:
         raise WorkflowInputError(errors)
-    return {"url": data["url"], "body": data["body"], "owner_id": owner_id, "headers": {}}
+    headers = {EVENT_ID_HEADER: event_id} if event_id else {}
+    return {"url": data["url"], "body": data["body"], "owner_id": owner_id, "headers": headers}
 
 
 def _payload(ctx: StepContext) -> dict[str, Any]:
