@@ -142,7 +142,8 @@ def test_order_callback_and_http_call_refusals__in_the_customers_terms(settings:
     (callback_message,) = callback.value.messages  # type: ignore[attr-defined]
     (url_message,) = http_call.value.errors["url"]
     assert callback_message == (
-        "Not an allowed callback URL: 10.0.0.5:80 is not a public address: use one reachable from the internet."
+        "Not an allowed callback URL: 10.0.0.5:80 is not a public address: "
+        "use one reachable from the internet."
     )
     assert url_message == "elsewhere.example.org:443 is not an address this service may call"
     for text in (callback_message, url_message):

@@ -62,7 +62,7 @@ def test_page__asia_kolkata__header_last_and_next_run_in_that_zone_labelled(alic
     text = _text(html)
 
     # The window as asked, in Kolkata (not 12:00 UTC labelled Kolkata).
-    assert "Sun 4 Jan 17:30 – Mon 5 Jan 17:30 (Asia/Kolkata)" in text
+    assert "Sun 4 Jan 17:30 \u2013 Mon 5 Jan 17:30 (Asia/Kolkata)" in text
     nightly = _cells(html, "nightly")
     assert nightly[1] == "5 Jan 17:29 running"  # 11:59:59.999 UTC
     assert nightly[2] == "6 Jan 09:30"  # 04:00 UTC, the job's 09:30 in its own Kolkata cron
@@ -76,7 +76,7 @@ def test_page__asia_kolkata__header_last_and_next_run_in_that_zone_labelled(alic
 def test_page__utc__the_same_moments_in_utc(alice: Any) -> None:
     html = _page(alice, {"start": "2026-01-04 12:00", "end": "2026-01-05 12:00", "tz": "UTC"})
 
-    assert "Sun 4 Jan 12:00 – Mon 5 Jan 12:00 (UTC)" in _text(html)
+    assert "Sun 4 Jan 12:00 \u2013 Mon 5 Jan 12:00 (UTC)" in _text(html)
     nightly = _cells(html, "nightly")
     assert (nightly[1], nightly[2]) == ("5 Jan 11:59 running", "6 Jan 04:00")
 
@@ -97,7 +97,7 @@ def test_api__asia_kolkata__every_time_with_the_zones_offset(alice: Any) -> None
 
 def test_page__missed_deadlines_tile__its_breakdown_adds_up_to_it__every_kind_listed(alice: Any) -> None:
     tile = _tile(_page(alice, KOLKATA), "missed_deadlines")
-    figure = int(re.search(r'data-figure="missed_deadlines">(\d+)<', tile).group(1))  # type: ignore[union-attr]
+    figure = int(re.search(r'data-figure="missed_deadlines">(\d+)<', tile).group(1))
     note = _text(tile.split('class="tile-note">', 1)[1])
     parts = [int(n) for n in re.findall(r"(\d+) [a-z]", note)]
 
