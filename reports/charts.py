@@ -237,7 +237,9 @@ def _x_ticks(buckets: Sequence[Bucket], window: Window, centres: list[float], ba
     for i, b in enumerate(buckets):
         start = window.local(b.start)
         slot = (start.hour * 3600 + start.minute * 60) // seconds if seconds < 86400 else start.toordinal()
-        if slot % every and i:
+        # The first bucket is always labelled (a window cut mid-hour starts there); a round
+        # tick closer to it than `every` buckets would print over it.
+        if i and (slot % every or i < every):
             continue
         day = f"{start.day} {start.strftime('%b')}"
         if bucket >= timedelta(days=1):
