@@ -65,7 +65,14 @@ METADATA_NAMES = frozenset(
 
 
 class UrlRefused(ValueError):
-    """The URL may not be called; the message says why, for the person who wrote it."""
+    """The URL may not be called. `str(exc)` says why in full, for the operator (it may name
+    the setting that decides); `exc.customer` says why in the terms of the person who typed
+    the URL - what to change in it, never an operator's setting. Customer-facing forms and API
+    answers show `customer` (issue 28)."""
+
+    def __init__(self, detail: str, *, customer: str | None = None) -> None:
+        super().__init__(detail)
+        self.customer = customer or detail
 
 
 @dataclass(frozen=True)
@@ -308,22 +315,37 @@ class EgressPolicy:
         if host in METADATA_NAMES or (ip is not None and _unmapped(ip) in METADATA_ADDRESSES):
             raise UrlRefused(f"{where} is a cloud metadata endpoint (never allowed)")
         if _denied(host, port, path, is_ip=is_ip) is not None:
-            raise UrlRefused(f"{where}{path} is on the deny list (setting {DENIED_SETTING})")
+            raise UrlRefused(
+                f"{where}{path} is on the deny list (setting {DENIED_SETTING})",
+                customer=f"{where}{path} is reserved by this service and cannot be called",
+            )
         matching = [p for p in self._allowed() if p.host_matches(host, port, is_ip=is_ip)]
         if not matching:
-            raise UrlRefused(f"{where} is not on the allowlist (setting {self.allowed_setting})")
+            raise UrlRefused(
+                f"{where} is not on the allowlist (setting {self.allowed_setting})",
+                customer=f"{where} is not an address this service may call",
+            )
         scoped = [p for p in matching if p.path_under(path)]
         if not scoped:
-            raise UrlRefused(f"{where}: path {path} is not allowed (setting {self.allowed_setting})")
+            raise UrlRefused(
+                f"{where}: path {path} is not allowed (setting {self.allowed_setting})",
+                customer=f"{where}: path {path} is not an address this service may call",
+            )
         # An address listed by itself is allowed as written; a name (or an address matched only
         # by `*`) may be private only if it is listed as such.
         private_ok = (is_ip and any(not p.any_host for p in scoped)) or any(
             p.host_matches(host, port, is_ip=is_ip) for p in self._private()
         )
         if not private_ok and ip is not None and not is_public(ip):
-            raise UrlRefused(f"{where} is not a public address (allow it in {self.private_setting})")
+            raise UrlRefused(
+                f"{where} is not a public address (allow it in {self.private_setting})",
+                customer=f"{where} is not a public address: use one reachable from the internet",
+            )
         if not private_ok and (host == "localhost" or host.endswith(".localhost")):
-            raise UrlRefused(f"{host} is a loopback name (allow it in {self.private_setting})")
+            raise UrlRefused(
+                f"{host} is a loopback name (allow it in {self.private_setting})",
+                customer=f"{host} is a loopback name: use a public host name",
+            )
         query = f"?{parts.query}" if parts.query else ""
         return Target(
             url=f"{parts.scheme}://{parts.netloc.lower()}{path}{query}",
@@ -357,14 +379,17 @@ class EgressPolicy:
             if _denied(str(plain), target.port, target.path, is_ip=True) is not None:
                 raise UrlRefused(
                     f"{target.host} resolves to {plain}, whose {target.path} is on the deny list "
-                    f"(setting {DENIED_SETTING})"
+                    f"(setting {DENIED_SETTING})",
+                    customer=f"{target.host}{target.path} is reserved by this service and cannot be called",
                 )
         if not target.private_ok:
             private = [str(a) for a in addresses if not is_public(a)]
             if private:
                 raise UrlRefused(
                     f"{target.host} resolves to a non-public address ({', '.join(private)}); "
-                    f"allow it in {self.private_setting} if that is intended"
+                    f"allow it in {self.private_setting} if that is intended",
+                    customer=f"{target.host} resolves to a non-public address: use one reachable "
+                    "from the internet",
                 )
         return addresses
 

@@ -166,7 +166,7 @@ def validate_http_call_input(data: Mapping[str, Any]) -> dict[str, Any]:
     try:
         url = HTTP_JOB_POLICY.url_check(data.get("url")).url
     except UrlRefused as exc:
-        errors["url"] = [str(exc)]
+        errors["url"] = [exc.customer]
         url = ""
     headers = _clean_headers(data.get("headers"), errors)
     body = _clean_body(data.get("body"), method, errors)

@@ -2,8 +2,8 @@
 else: a customer reads, creates and deletes rules on their own jobs only, of the kinds in
 CUSTOMER_RULE_KINDS, and is notified alone - by e-mail to their account's address (never an
 address they type: a rule must not make the platform mail strangers) and/or a webhook to their
-URL, which passes the order callbacks' egress policy now and at every delivery, signed with
-their own webhook secret.
+https URL, which passes the order callbacks' egress policy now and at every delivery, signed
+with their own webhook secret (webhooks/destinations.py, `alert_webhook_url_check`).
 
 Every number is bounded (a rule is evaluated every few seconds: its cost is the platform's),
 and a customer has at most SAS_ALERT_RULES_PER_USER rules; none is added past the platform's
@@ -26,7 +26,7 @@ from scheduler.dispatcher.selectors import job_get
 from scheduler.models import Job
 from supervisor.models import CUSTOMER_RULE_KINDS, Alert, AlertRule, AlertState, RuleKind
 from supervisor.rules import alert_rules_enable_refusal
-from webhooks.destinations import UrlRefused, webhook_url_check
+from webhooks.destinations import UrlRefused, alert_webhook_url_check
 
 # kind -> (threshold minimum, maximum, what the threshold is)
 THRESHOLD_LIMITS: dict[str, tuple[float, float, str]] = {
@@ -124,9 +124,9 @@ def customer_rule_create(*, owner_id: int, data: CustomerRuleInput) -> AlertRule
     url = ""
     if data.webhook_url not in ("", None):
         try:
-            url = webhook_url_check(url=data.webhook_url)
+            url = alert_webhook_url_check(url=data.webhook_url)
         except UrlRefused as refused:
-            errors["webhook_url"] = [str(refused)]
+            errors["webhook_url"] = [refused.customer]
         if len(str(data.webhook_url)) > 500:
             errors["webhook_url"] = ["at most 500 characters"]
     if data.notify_email is False and not url and "webhook_url" not in errors:

@@ -37,7 +37,11 @@ class AlertRuleWriteSerializer(ClosedSerializer):
     )
     notify_email = StrictBooleanField(required=False, help_text="E-mail your account's address.")
     webhook_url = StrictCharField(
-        max_length=500, allow_blank=True, required=False, help_text="A public https URL, signed deliveries."
+        max_length=500,
+        allow_blank=True,
+        required=False,
+        help_text="An https:// URL on the public internet (http:// is refused); deliveries are "
+        "signed and carry an event id (X-SAS-Event-Id).",
     )
     name = StrictCharField(
         max_length=100,

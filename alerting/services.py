@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
@@ -168,7 +169,12 @@ def _notify(*, alert: Alert, rule: AlertRule, state: str) -> None:
     elif rule.notify_webhook and url:
         run_submit(
             workflow=ALERT_WEBHOOK_WORKFLOW,
-            input={"url": url, "body": alert_body(alert=alert, state=state), "owner_id": rule.owner_id},
+            input={
+                "url": url,
+                "body": alert_body(alert=alert, state=state),
+                "owner_id": rule.owner_id,
+                "event_id": alert_event_id(alert=alert, state=state),
+            },
             priority=-1,
             # The agent reads whose secret signs from this alert (alerting/webhook.py).
             correlation_id=f"{ALERT_CORRELATION_PREFIX}{alert.pk}",
@@ -185,11 +191,26 @@ def alert_recipients(*, rule: AlertRule) -> list[str]:
     return listed or [address for _, address in settings.ADMINS]
 
 
+# The namespace of alert event ids (uuid5 of it and the announcement).
+ALERT_EVENT_NAMESPACE = uuid.UUID("6f3c2a9e-5b1d-4c8e-9a0f-2d7e8b4c1a53")
+
+
+def alert_event_id(*, alert: Alert, state: str) -> str:
+    """The receiver's dedupe key of one announcement (the `event_id` of the body and the
+    `X-SAS-Event-Id` header): a UUID derived from the alert, the transition announced and when
+    it was claimed (`announced_at`: an alert resolved and reopened is announced again, under a
+    new id). Every retry of a delivery sends the same body, so the same id; two announcements
+    never share one."""
+    claimed = alert.announced_at.isoformat() if alert.announced_at else ""
+    return str(uuid.uuid5(ALERT_EVENT_NAMESPACE, f"alert:{alert.pk}:{state}:{claimed}"))
+
+
 def alert_document(*, alert: Alert, state: str) -> dict[str, Any]:
     rule = alert.rule
     runs = [str(r) for r in alert.links.order_by("-linked_at").values_list("run_id", flat=True)[:50]]
     return {
         "event": f"alert.{state}",
+        "event_id": alert_event_id(alert=alert, state=state),
         "alert": {
             "id": alert.pk,
             "rule": rule.name if rule else "",

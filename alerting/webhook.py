@@ -18,10 +18,12 @@ Whose secret signs is read from the alert the run was made for (the run's correl
 `alert:<id>`, set by `alert_announce`) and its rule's owner - never from the run's input or
 the message (issue 26); the URL and body are the run's stored input. The workflow is never a
 job (`job_target=False`): only the evaluator starts one.
+Dedupe key: `X-SAS-Event-Id`, the body's `event_id` (the same on every retry of a delivery).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +37,7 @@ from scheduler.models import Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
 from supervisor.models import Alert
 from webhooks.destinations import CALLBACK_POLICY
+from webhooks.signing import EVENT_ID_HEADER
 from webhooks.tasks import WebhookAgent
 
 ALERT_WEBHOOK_POLICY = egress_policy_register(EgressPolicy(name="alert webhooks", prefix="SAS_ALERT_WEBHOOK"))
@@ -53,6 +56,13 @@ def alert_webhook_secret() -> str:
     return str(settings.SAS_ALERT_WEBHOOK_SECRET or "")
 
 
+def _is_uuid(value: object) -> bool:
+    try:
+        return isinstance(value, str) and str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
 def validate_alert_webhook_input(data: Mapping[str, Any]) -> dict[str, Any]:
     errors: dict[str, list[str]] = {}
     for key in ("url", "body"):
@@ -61,9 +71,15 @@ def validate_alert_webhook_input(data: Mapping[str, Any]) -> dict[str, Any]:
     owner_id = data.get("owner_id")
     if owner_id is not None and (not isinstance(owner_id, int) or isinstance(owner_id, bool)):
         errors["owner_id"] = ["must be an integer or null"]
+    # The announcement's dedupe key (alerting.services.alert_event_id), sent as X-SAS-Event-Id
+    # like order webhooks'; runs queued before it existed have none.
+    event_id = data.get("event_id")
+    if event_id is not None and not _is_uuid(event_id):
+        errors["event_id"] = ["must be a UUID or null"]
     if errors:
         raise WorkflowInputError(errors)
-    return {"url": data["url"], "body": data["body"], "owner_id": owner_id, "headers": {}}
+    headers = {EVENT_ID_HEADER: event_id} if event_id else {}
+    return {"url": data["url"], "body": data["body"], "owner_id": owner_id, "headers": headers}
 
 
 def _payload(ctx: StepContext) -> dict[str, Any]:

@@ -385,7 +385,8 @@ class AlertRuleForm(forms.Form):
         label="Webhook URL (optional)",
         required=False,
         max_length=500,
-        help_text="https only, a public address; signed with your webhook secret.",
+        help_text="An https:// address on the public internet (other addresses are refused); "
+        "each alert is signed with your webhook secret and carries an event id.",
         widget=forms.URLInput(attrs={"placeholder": "https://example.com/alerts"}),
     )
     name = forms.CharField(

@@ -42,7 +42,8 @@ def callback_url_validator(value: str) -> None:
     try:
         webhook_url_check(url=value)
     except UrlRefused as exc:
-        raise ValidationError(f"Not an allowed callback URL: {exc}.", code="callback_refused") from None
+        message = f"Not an allowed callback URL: {exc.customer}."
+        raise ValidationError(message, code="callback_refused") from None
 
 
 class AmountError(ValueError):

@@ -41,7 +41,10 @@ from .windows import MAX_RANGE, WINDOW_CHOICES, window_parse
             "end", str, description="With window=custom: exclusive; a date includes that whole day."
         ),
         OpenApiParameter(
-            "tz", str, description="IANA time zone for the buckets and naive dates. Default UTC."
+            "tz",
+            str,
+            description="IANA time zone for the buckets, naive dates and every time in the answer "
+            "(written with its offset). Default UTC.",
         ),
         OpenApiParameter("user", str, description="Staff only: another user's username."),
     ],
@@ -63,4 +66,8 @@ def report_api(request: Request) -> Response:
         raise exceptions.NotFound("No such user.") from None
     now = timezone.now()
     window = window_parse(params, now=now)  # WorkflowInputError -> 400 (orders.api_base handler)
-    return Response(ReportSerializer(user_report(user=subject, window=window, now=now).as_dict()).data)
+    report = user_report(user=subject, window=window, now=now)
+    # Every time in the answer on the window's wall clock (`2026-01-05T17:30:00+05:30`), as the
+    # page shows them: the serializer writes datetimes in the current zone.
+    with timezone.override(window.tz):
+        return Response(ReportSerializer(report.as_dict()).data)

@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .selectors import OUTCOME_LABELS, OUTCOMES, Bucket
 from .timeline import Timeline
+from .windows import Window
 
 OUTCOME_COLOURS = {
     "completed": "#15803d",
@@ -160,10 +161,12 @@ def _bucket_word(bucket: timedelta) -> str:
     return {300: "5 minutes", 3600: "hour", 86400: "day"}.get(int(bucket.total_seconds()), "bucket")
 
 
-def _bucket_range(bucket: Bucket) -> str:
-    same_day = bucket.start.date() == bucket.end.date() or bucket.end.time().isoformat() == "00:00:00"
-    end = bucket.end.strftime("%H:%M") if same_day else bucket.end.strftime("%d %b %H:%M")
-    return f"{bucket.start.strftime('%a %d %b %H:%M')}\u2013{end}"
+def _bucket_range(bucket: Bucket, window: Window) -> str:
+    """ "Mon 5 Jan 17:30-18:30 (Asia/Kolkata)": on the window's wall clock, the zone named."""
+    start, end = window.local(bucket.start), window.local(bucket.end)
+    same_day = start.date() == end.date() or end.time().isoformat() == "00:00:00"
+    end_text = end.strftime("%H:%M") if same_day else window.text(end)
+    return f"{window.text(start, weekday=True)}\u2013{end_text} ({window.tz_name})"
 
 
 def _mark_shape(kind: str, x: float, y: float, colour: str) -> str:
@@ -226,22 +229,24 @@ def _label_every(buckets: Sequence[Bucket]) -> int:
     return next((n for n in (1, 2, 3, 4, 6, 8, 12, 24, 48) if n >= every), every)
 
 
-def _x_ticks(buckets: Sequence[Bucket], bucket: timedelta, centres: list[float], baseline: float) -> str:
+def _x_ticks(buckets: Sequence[Bucket], window: Window, centres: list[float], baseline: float) -> str:
     parts = []
+    bucket = window.bucket
     every, seconds = _label_every(buckets), int(bucket.total_seconds())
     first = True
     for i, b in enumerate(buckets):
-        slot = (
-            (b.start.hour * 3600 + b.start.minute * 60) // seconds if seconds < 86400 else b.start.toordinal()
-        )
-        if slot % every and i:
+        start = window.local(b.start)
+        slot = (start.hour * 3600 + start.minute * 60) // seconds if seconds < 86400 else start.toordinal()
+        # The first bucket is always labelled (a window cut mid-hour starts there); a round
+        # tick closer to it than `every` buckets would print over it.
+        if i and (slot % every or i < every):
             continue
-        day = f"{b.start.day} {b.start.strftime('%b')}"
+        day = f"{start.day} {start.strftime('%b')}"
         if bucket >= timedelta(days=1):
-            line1, line2 = b.start.strftime("%a"), day
+            line1, line2 = start.strftime("%a"), day
         else:
-            line1 = b.start.strftime("%H:%M")
-            line2 = day if first or (b.start.hour == 0 and b.start.minute == 0) else ""
+            line1 = start.strftime("%H:%M")
+            line2 = day if first or (start.hour == 0 and start.minute == 0) else ""
         first = False
         x = centres[i]
         parts.append(_el("line", x1=x, y1=baseline, x2=x, y2=baseline + 4, stroke=AXIS))
@@ -261,8 +266,10 @@ def _y_grid(y_max: float, step: float, *, top: float, plot_h: float, unit: str =
     return "".join(parts)
 
 
-def runs_chart(buckets: Sequence[Bucket], *, bucket: timedelta, tz_name: str) -> SafeString:
-    """Runs per bucket, stacked by outcome, with a y axis of run counts."""
+def runs_chart(buckets: Sequence[Bucket], *, window: Window) -> SafeString:
+    """Runs per bucket, stacked by outcome, with a y axis of run counts; times on the window's
+    wall clock."""
+    bucket = window.bucket
     height, top, bottom = 280, 40, 46
     plot_w, plot_h = WIDTH - LEFT - RIGHT, height - top - bottom
     baseline = top + plot_h
@@ -289,7 +296,7 @@ def runs_chart(buckets: Sequence[Bucket], *, bucket: timedelta, tz_name: str) ->
     for i, b in enumerate(buckets):
         if not b.runs:
             continue
-        summary = [f"{_bucket_range(b)} ({tz_name})", f"{b.runs} run{'s' if b.runs != 1 else ''}"]
+        summary = [_bucket_range(b, window), f"{b.runs} run{'s' if b.runs != 1 else ''}"]
         summary += [f"{OUTCOME_LABELS[o]}: {b.outcomes[o]}" for o in OUTCOMES if b.outcomes[o]]
         y, segments = float(baseline), []
         for outcome in OUTCOMES:
@@ -316,19 +323,21 @@ def runs_chart(buckets: Sequence[Bucket], *, bucket: timedelta, tz_name: str) ->
                 *segments,
                 title="\n".join(summary),
                 class_="bar",
-                data_start=b.start.isoformat(),
+                data_start=window.local(b.start).isoformat(),
                 data_runs=b.runs,
             )
         )
     if not largest:
         parts.append(_axis_text(LEFT + plot_w / 2, top + plot_h / 2, "No runs in this window", size=14))
     parts.append(_el("line", x1=LEFT, y1=baseline, x2=WIDTH - RIGHT, y2=baseline, stroke=AXIS))
-    parts.append(_x_ticks(buckets, bucket, centres, baseline))
+    parts.append(_x_ticks(buckets, window, centres, baseline))
     return _svg("runs", height, f"Runs per {_bucket_word(bucket)} by outcome", *parts)
 
 
-def durations_chart(buckets: Sequence[Bucket], *, bucket: timedelta, tz_name: str) -> SafeString:
-    """p50 and p95 of the run durations per bucket; no point where no run finished."""
+def durations_chart(buckets: Sequence[Bucket], *, window: Window) -> SafeString:
+    """p50 and p95 of the run durations per bucket; no point where no run finished; times on
+    the window's wall clock."""
+    bucket = window.bucket
     height, top, bottom = 250, 40, 46
     plot_w, plot_h = WIDTH - LEFT - RIGHT, height - top - bottom
     baseline = top + plot_h
@@ -378,7 +387,7 @@ def durations_chart(buckets: Sequence[Bucket], *, bucket: timedelta, tz_name: st
             continue
         x = centres[i]
         tip = (
-            f"{_bucket_range(b)} ({tz_name})\n{b.finished} finished run{'s' if b.finished != 1 else ''}\n"
+            f"{_bucket_range(b, window)}\n{b.finished} finished run{'s' if b.finished != 1 else ''}\n"
             f"p50 {format_duration(b.p50)} \u00b7 p95 {format_duration(b.p95)}"
         )
         parts.append(
@@ -391,7 +400,7 @@ def durations_chart(buckets: Sequence[Bucket], *, bucket: timedelta, tz_name: st
                 _el("rect", x=x - band / 2, y=top, width=band, height=plot_h, fill="transparent"),
                 title=tip,
                 class_="point",
-                data_start=b.start.isoformat(),
+                data_start=window.local(b.start).isoformat(),
             )
         )
     if not values:
@@ -399,7 +408,7 @@ def durations_chart(buckets: Sequence[Bucket], *, bucket: timedelta, tz_name: st
             _axis_text(LEFT + plot_w / 2, top + plot_h / 2, "No finished runs in this window", size=14)
         )
     parts.append(_el("line", x1=LEFT, y1=baseline, x2=WIDTH - RIGHT, y2=baseline, stroke=AXIS))
-    parts.append(_x_ticks(buckets, bucket, centres, baseline))
+    parts.append(_x_ticks(buckets, window, centres, baseline))
     return _svg("durations", height, f"Run duration percentiles per {_bucket_word(bucket)}", *parts)
 
 

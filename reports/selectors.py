@@ -15,7 +15,6 @@ from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -43,6 +42,15 @@ OUTCOME_LABELS = {
     "in_progress": "In progress",
 }
 MISSED_KINDS = ("attempt_start", "attempt_complete", "step_close", "run")
+# Each kind of missed deadline as the page names it: (short, in the tile's breakdown; long, on
+# hover). The tile's figure is the sum of these kinds (`Figures.missed_deadlines`), and its
+# breakdown lists every kind, so the two always add up.
+MISSED_LABELS = {
+    "attempt_start": ("not started", "Attempts not started by their start-by"),
+    "attempt_complete": ("timed out", "Attempts with no reply by their complete-by"),
+    "step_close": ("steps", "Steps past their whole-step deadline"),
+    "run": ("runs", "Runs past their deadline"),
+}
 
 
 @cache
@@ -125,7 +133,13 @@ class Figures:
 
     @property
     def missed_deadlines(self) -> int:
-        return sum(self.missed.values())
+        """Every missed deadline, of every kind: the sum of `missed_breakdown`."""
+        return sum(count for _, _, _, count in self.missed_breakdown)
+
+    @property
+    def missed_breakdown(self) -> list[tuple[str, str, str, int]]:
+        """(kind, short label, long label, count) of every kind of MISSED_KINDS, in order."""
+        return [(kind, *MISSED_LABELS[kind], self.missed[kind]) for kind in MISSED_KINDS]
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Figures:
@@ -334,15 +348,14 @@ def user_report(*, user: Any, window: Window, now: datetime) -> Report:
 def _fill_buckets(window: Window, rows: Sequence[dict[str, Any]]) -> list[Bucket]:
     """Every bucket of the window, empty ones included (a gap in the chart is a real zero)."""
     found = {row["bucket"]: row for row in rows}
-    zone = window.tz
     filled = []
     for start in window.bucket_starts():
         row = found.get(start)
         outcomes = {name: int(row[name]) if row else 0 for name in OUTCOMES}
         filled.append(
             Bucket(
-                start=_aware(start, zone),
-                end=_aware(start + window.bucket, zone),
+                start=window.local(start),
+                end=window.local(start + window.bucket),
                 outcomes=outcomes,
                 finished=int(row["finished"]) if row else 0,
                 p50=row["p50"] if row else None,
@@ -350,7 +363,3 @@ def _fill_buckets(window: Window, rows: Sequence[dict[str, Any]]) -> list[Bucket
             )
         )
     return filled
-
-
-def _aware(local: datetime, zone: ZoneInfo) -> datetime:
-    return local.replace(tzinfo=zone)

@@ -46,8 +46,8 @@ def report_view(request: HttpRequest) -> HttpResponse:
     context.update(
         report=report,
         window=window,
-        runs_svg=runs_chart(report.buckets, bucket=window.bucket, tz_name=window.tz_name),
-        durations_svg=durations_chart(report.buckets, bucket=window.bucket, tz_name=window.tz_name),
+        runs_svg=runs_chart(report.buckets, window=window),
+        durations_svg=durations_chart(report.buckets, window=window),
         p50=format_duration(report.total.p50),
         p95=format_duration(report.total.p95),
         api_query=request.GET.urlencode(),

@@ -5,6 +5,10 @@ zone. One parser serves the web page and the API, so both refuse the same input 
 A window is half-open, [start, end): a run submitted exactly at `start` is in it, one at `end`
 is not. Its chart buckets are aligned on the wall clock of its time zone (a bucket of Asia/Kolkata
 starts at :00 there, which is :30 in UTC); the first and last bucket may be cut by the window.
+
+Every time a report shows - the page's header, its table's last and next runs, the charts'
+buckets and ticks, the API's times - is on the window's wall clock, through one conversion,
+`zone_time` (`Window.local`), and labelled with the zone's name where it is shown.
 """
 
 from __future__ import annotations
@@ -49,6 +53,14 @@ class Window:
     def tz_name(self) -> str:
         return self.tz.key
 
+    def local(self, moment: datetime) -> datetime:
+        """`moment` on this window's wall clock (see `zone_time`)."""
+        return zone_time(moment, self.tz)
+
+    def text(self, moment: datetime, *, weekday: bool = False) -> str:
+        """`moment` as the report writes it, in this window's zone (see `zone_text`)."""
+        return zone_text(moment, self.tz, weekday=weekday)
+
     @property
     def bucket_label(self) -> str:
         return {300: "5 minutes", 3600: "hour", 86400: "day"}.get(int(self.bucket.total_seconds()), "bucket")
@@ -69,6 +81,20 @@ class Window:
             starts.append(cursor)
             cursor += self.bucket
         return starts
+
+
+def zone_time(moment: datetime, zone: ZoneInfo) -> datetime:
+    """The report's one time conversion: an aware `moment` on `zone`'s wall clock. A naive
+    `moment` is a wall-clock time of `zone` already (a bucket's start) and is only marked so."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=zone)
+    return moment.astimezone(zone)
+
+
+def zone_text(moment: datetime, zone: ZoneInfo, *, weekday: bool = False) -> str:
+    """`moment` in `zone` as the report writes it: "5 Jan 17:30" ("Mon 5 Jan 17:30")."""
+    local = zone_time(moment, zone)
+    return f"{local:%a} " * weekday + f"{local.day} {local:%b %H:%M}"
 
 
 def _bucket_for(span: timedelta) -> timedelta:

@@ -2,16 +2,22 @@
 
 {% run_timeline timeline %}   draws a `reports.timeline.Timeline` (any page that shows a run:
                               the order page, the admin's run page, later a job-run page)
+{% local_time moment window %} a moment on the report window's wall clock, in a <time> element
+                              (`Window.text`: the one conversion the header, table and charts use)
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from ..charts import format_duration, timeline_chart
 from ..timeline import Timeline
+from ..windows import Window
 
 register = template.Library()
 
@@ -19,6 +25,18 @@ register = template.Library()
 @register.inclusion_tag("reports/_timeline.html")
 def run_timeline(timeline: Timeline | None, live_url: str = "") -> dict[str, Any]:
     return {"timeline": timeline, "svg": timeline_chart(timeline) if timeline else "", "live_url": live_url}
+
+
+@register.simple_tag
+def local_time(moment: datetime, window: Window, weekday: bool = False) -> SafeString:
+    """`moment` as the report shows it, on `window`'s wall clock: "5 Jan 17:30" (with the
+    weekday, "Mon 5 Jan 17:30"), the exact moment with its offset in the element's datetime."""
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        window.local(moment).isoformat(),
+        window.tz_name,
+        window.text(moment, weekday=weekday),
+    )
 
 
 @register.filter

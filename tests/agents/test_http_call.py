@@ -194,7 +194,7 @@ def test_input__good__cleaned() -> None:
     [
         ({"method": "TRACE"}, "method", "must be one of"),
         ({"method": None}, "method", "must be one of"),
-        ({"url": "http://127.0.0.1:22/"}, "url", "not on the allowlist"),
+        ({"url": "http://127.0.0.1:22/"}, "url", "is not an address this service may call"),
         ({"headers": ["X-A: 1"]}, "headers", "must be an object"),
         ({"headers": {"Host": "simulator.test"}}, "headers", "Host: set by"),
         ({"headers": {"connection": "close"}}, "headers", "set by"),

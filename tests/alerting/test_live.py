@@ -3,8 +3,10 @@ thread), a webhook agent worker (e-mails and alert webhooks), celery beat - on t
 prefix, so the session engine (paused meanwhile) never takes their messages.
 
 - A workflow's failure rate fires one alert: an e-mail lands in the file backend's folder and
-  the alert webhook is received with a valid signature; when the failures leave the window the
-  alert resolves and the resolution is mailed and posted too.
+  the alert webhook is received with a valid signature - its first attempt answered 503, so the
+  agent retries it, with the same event id (body `event_id`, `X-SAS-Event-Id`); when the
+  failures leave the window the alert resolves and the resolution is mailed and posted too,
+  under another event id.
 - Beat killed and the webhook worker killed: the watchdog (not beat) evaluates, the dead man's
   switch fires ("supervisor not running"), its e-mail waits in agent.webhook with no consumer, so
   "a queue with work and no consumer" fires; a new webhook worker resolves that one and delivers
@@ -27,7 +29,7 @@ from django.utils import timezone
 
 from scheduler.models import Run
 from supervisor.models import Alert, AlertRule
-from webhooks.signing import SIGNATURE_HEADER, signature_verify
+from webhooks.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_verify
 
 from ..harness import Proc, celery_beat, celery_worker, wait_for
 from .conftest import run
@@ -39,13 +41,15 @@ CONTROL = "scheduler,supervisor,jobs,default"
 class Receiver:
     def __init__(self) -> None:
         self.posts: list[tuple[dict[str, str], bytes]] = []
+        self.fail_first = 0  # answer this many POSTs 503 (a receiver briefly down)
         received = self.posts
+        receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 received.append(({k: v for k, v in self.headers.items()}, body))
-                self.send_response(204)
+                self.send_response(503 if len(received) <= receiver.fail_first else 204)
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
@@ -127,13 +131,17 @@ def test_failure_rate__email_in_folder_and_signed_webhook__then_resolution_annou
     )
     failed = [run(workflow="wf-live", state="compensated") for _ in range(4)]
     run(workflow="wf-live", state="completed")
+    receiver.fail_first = 1
     procs["worker"]("control", CONTROL)
     procs["worker"]("webhook", "agent.webhook", pool="threads")
     procs["beat"]()
 
     wait_for(lambda: "FIRING: Payments failing" in mails(tmp_path), timeout=60, what="the firing e-mail")
-    wait_for(lambda: receiver.posts, timeout=60, what="the firing webhook")
-    headers, body = receiver.posts[0]
+    wait_for(lambda: len(receiver.posts) >= 2, timeout=60, what="the firing webhook and its retry")
+    (first_headers, first_body), (headers, body) = receiver.posts[:2]
+    assert first_body == body  # the retry sends the same bytes: the same event id
+    event_id = json.loads(body)["event_id"]
+    assert first_headers[EVENT_ID_HEADER] == headers[EVENT_ID_HEADER] == event_id
     assert signature_verify(secret=SECRET, body=body, header=headers[SIGNATURE_HEADER])
     assert not signature_verify(secret="another", body=body, header=headers[SIGNATURE_HEADER])
     event = json.loads(body)
@@ -145,8 +153,10 @@ def test_failure_rate__email_in_folder_and_signed_webhook__then_resolution_annou
     wait_for(
         lambda: "RESOLVED: Payments failing" in mails(tmp_path), timeout=60, what="the resolution e-mail"
     )
-    wait_for(lambda: len(receiver.posts) >= 2, timeout=60, what="the resolution webhook")
-    assert [e["event"] for e in receiver.events()] == ["alert.firing", "alert.resolved"]
+    wait_for(lambda: len(receiver.posts) >= 3, timeout=60, what="the resolution webhook")
+    assert [e["event"] for e in receiver.events()] == ["alert.firing", "alert.firing", "alert.resolved"]
+    resolved_headers, resolved_body = receiver.posts[2]
+    assert json.loads(resolved_body)["event_id"] == resolved_headers[EVENT_ID_HEADER] != event_id
     (alert,) = Alert.objects.filter(rule=rule)  # one incident, one alert
     assert alert.state == "resolved" and alert.count == 4
     assert mails(tmp_path).count("Subject:") == 2
