@@ -129,11 +129,16 @@ def alert_webhook_for_step(*, step_id: int) -> dict[str, Any] | None:
     stored = run["run__input"]
     if rule is None or not isinstance(stored, dict):
         return None
+    # The run's input is the validated one (`validate_alert_webhook_input`): the event id is
+    # already in its headers.
+    stored_headers = stored.get("headers")
+    event_id = stored_headers.get(EVENT_ID_HEADER) if isinstance(stored_headers, dict) else None
     return {
         "url": stored.get("url"),
         "body": stored.get("body"),
         "owner_id": rule["rule__owner_id"],
-        "headers": {},
+        # The dedupe key, from the run's stored input (validated as a UUID at submit).
+        "headers": {EVENT_ID_HEADER: event_id} if _is_uuid(event_id) else {},
     }
 
 
