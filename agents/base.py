@@ -279,6 +279,7 @@ class AgentTask(Task):
         step_id, lease = kwargs["step_id"], kwargs["lease"]
         held = _loaded(lambda: step_request_held(step_id=step_id, lease=lease, operation=self.name))
         if held is None:
+            agent_request_refused(operation=self.name, reason="not_held")
             logger.warning(
                 "agent request to %s for step %s refused: no step of this operation is Processing"
                 " under lease %s (forged, replayed, or taken back); nothing called",
@@ -286,7 +287,6 @@ class AgentTask(Task):
                 message_step_label(kwargs),
                 str(lease)[:40],
             )
-            agent_request_refused(operation=self.name, reason="not_held")
             return None
         return {**kwargs, **held.request()}
 
