@@ -128,8 +128,8 @@ def test_forged_requests__no_step_wrong_lease_wrong_operation__no_remote_call(en
         timeout=60,
         what="the agents to refuse the forged requests",
     )
-    wait_for(lambda: _refused(engine, at) >= 4, timeout=30, what="four refusals logged")
     assert engine.sim.ledger() == ledger
+    wait_for(lambda: _refused(engine, at) >= 4, timeout=30, what="four refusals logged")
     # Counted (before it is logged), per operation: a metric an operator can alert on
     # (sas_agent_requests_refused).
     after = _refused_counts()
