@@ -212,8 +212,10 @@ def test_reply_for_unknown_step__dropped_and_logged__worker_keeps_going(engine, 
         )
 
     wait_for(
-        lambda: engine.control.log()[at:].count(f"reply for step {NO_STEP} dropped: no such step") >= 4
-        or "raised unexpected" in engine.control.log()[at:],
+        lambda: (
+            engine.control.log()[at:].count(f"reply for step {NO_STEP} dropped: no such step") >= 4
+            or "raised unexpected" in engine.control.log()[at:]
+        ),
         timeout=60,
         what="the four replies to be dropped",
     )
@@ -264,7 +266,9 @@ def procfile_flower(engine: Any, tmp_path: Path) -> Any:
         proc.stop()
 
 
-def test_flower__cannot_send_tasks_or_stop_workers__metrics_need_the_login(engine, demo_user, procfile_flower):
+def test_flower__cannot_send_tasks_or_stop_workers__metrics_need_the_login(
+    engine, demo_user, procfile_flower
+):
     base = procfile_flower
     order = wait_run(submit_order(demo_user).run_id, (Run.State.COMPLETED,), timeout=60)
     charge = step(order.id, "charge_payment")
