@@ -149,7 +149,7 @@ def lookup_cost(lookups: int) -> float:
             if step is None:  # the submit did not claim (CLAIM_ON_SUBMIT off): claim it here
                 (claim,) = transitions.step_claim_many(instance="bench", limit=1, run_id=order.run_id).claims
                 step = Step.objects.get(pk=claim.step_id)
-            held = {"step_id": step.pk, "lease": str(step.lease), "operation": step.operation}
+            held: dict[str, Any] = {"step_id": step.pk, "lease": str(step.lease), "operation": step.operation}
             if step_request_held(**held) is None:
                 raise RuntimeError("the claimed step is not held under its own lease")
             started = time.perf_counter()
@@ -208,7 +208,8 @@ def main() -> None:
         return statistics.median(r[key] for r in results[name])
 
     throughput = [
-        c["orders_per_s"] / u["orders_per_s"] for c, u in zip(results["checked"], results["unchecked"], strict=True)
+        c["orders_per_s"] / u["orders_per_s"]
+        for c, u in zip(results["checked"], results["unchecked"], strict=True)
     ]
     p50 = [c["p50"] / u["p50"] for c, u in zip(results["checked"], results["unchecked"], strict=True)]
     print(

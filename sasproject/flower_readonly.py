@@ -68,7 +68,7 @@ class ReadOnly(tornado.web.RequestHandler):
 
 
 def _metrics_behind_login(metrics: type[Any]) -> type[Any]:
-    class Metrics(metrics):  # type: ignore[misc, valid-type]
+    class Metrics(metrics):
         """Flower's /metrics, answered only to a logged-in client (basic auth or OAuth)."""
 
         async def get(self) -> None:

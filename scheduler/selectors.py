@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Now
 

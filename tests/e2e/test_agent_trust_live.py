@@ -118,7 +118,7 @@ def test_forged_requests__no_step_wrong_lease_wrong_operation__no_remote_call(en
         "agents.payment.charge",
         step_id=charge.id,
         lease=str(charge.lease),
-        payload=charge.payload,
+        payload=charge.payload or {},
         key=charge.idempotency_key,
     )
 

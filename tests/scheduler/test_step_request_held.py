@@ -64,6 +64,9 @@ def test_not_held__once_the_run_is_cancelled__none(user):
 def test_not_held__once_its_reply_was_accepted__none(user):
     claim = _claimed(user)
 
-    assert step_reply(step_id=claim.step_id, lease=claim.lease, outcome="success", claim_next=False) == "accepted"
+    assert (
+        step_reply(step_id=claim.step_id, lease=claim.lease, outcome="success", claim_next=False)
+        == "accepted"
+    )
 
     assert step_request_held(step_id=claim.step_id, lease=claim.lease, operation=claim.operation) is None
