@@ -70,3 +70,27 @@ def test_not_held__once_its_reply_was_accepted__none(user):
     )
 
     assert step_request_held(step_id=claim.step_id, lease=claim.lease, operation=claim.operation) is None
+
+
+def test_lookup__by_primary_key_even_with_many_steps_in_flight(user):
+    """The real statement's plan (EXPLAIN): the primary key, never the partial index of
+    Processing steps filtered for the id (which the planner chose on small statistics, and
+    which costs a scan of every step in flight)."""
+    from django.db import connection
+
+    from scheduler.transitions import queries
+
+    claims = [_claimed(user) for _ in range(20)]
+    claim = claims[-1]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_step")
+        # A table this small is read whole; the question is which index a real one would take.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(
+            "EXPLAIN " + queries()["step_request_held"],
+            {"step_id": claim.step_id, "lease": claim.lease, "operation": claim.operation},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "scheduler_step_pkey" in plan, plan
+    assert "step_processing_deadline_idx" not in plan, plan
