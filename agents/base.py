@@ -288,7 +288,8 @@ class AgentTask(Task):
                 str(lease)[:40],
             )
             return None
-        return {**kwargs, **held.request()}
+        # The message's own `heartbeat` goes too: only a heartbeat step's stored window counts.
+        return {**{k: v for k, v in kwargs.items() if k != "heartbeat"}, **held.request()}
 
     def observed(self, attempt: Callable[..., str], kwargs: dict[str, Any]) -> str:
         """Run one attempt, `attempt(**request)`, and count it in the engine's metrics

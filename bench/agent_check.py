@@ -12,8 +12,9 @@ unchecked: the same code with the check taken out (`-A bench.agent_unchecked`: t
 
 Each variant runs bench/engine.py's measure: one worker consuming every queue (prefork,
 --concurrency processes) and beat; a warm-up; a burst of --orders 3-step orders (orders/s, first
-submit to last Completed, database clock); then --latency-samples orders one at a time (p50 / p99
-submit -> Completed). Before measuring, one forged request (a step that does not exist) is sent
+submit to last Completed, database clock; and the CPU the worker and the bench database's
+PostgreSQL backends spent on it, per order - the figure least moved by a shared machine's other
+load); then --latency-samples orders one at a time (p50 / p99 submit -> Completed). Before measuring, one forged request (a step that does not exist) is sent
 to each variant's worker: the checked one must refuse it, the unchecked one must call the
 simulator - so the switch is known to be what it says. Rounds alternate the order of the
 variants, so the machine's drift falls on both; the table shows per-round figures and the median
@@ -68,6 +69,32 @@ def _switch_verified(name: str, worker: Any, sim: Any) -> None:
         wait_for(lambda: sim.stats()["total"] > calls, timeout=60, what="the unchecked worker to call")
 
 
+def cpu_seconds(worker_pid: int) -> float:
+    """CPU (user + system) so far of the worker (its main process and pool) and of the bench
+    database's PostgreSQL backends: what an order costs where the check runs, less sensitive
+    than wall-clock figures to the rest of a shared machine's load (bench/monitoring.py)."""
+    import psutil
+
+    total = 0.0
+    try:
+        worker = psutil.Process(worker_pid)
+        for proc in [worker, *worker.children(recursive=True)]:
+            times = proc.cpu_times()
+            total += times.user + times.system
+    except psutil.NoSuchProcess:
+        pass
+    database = os.environ["SAS_BENCH_DB"]
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if (proc.info["name"] or "").startswith("postgres") and database in cmdline:
+                times = proc.cpu_times()
+                total += times.user + times.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
+
+
 def measure(
     env: dict[str, str], *, variant: str, concurrency: int, orders: int, samples: int, sim: Any
 ) -> dict:
@@ -97,9 +124,12 @@ def measure(
             order_submit(owner_id=user.id, data=ORDER)
         _wait_all_completed(5, timeout=60)
         truncate_engine()
+        assert worker.popen is not None
+        cpu_before = cpu_seconds(worker.popen.pid)
         for _ in range(orders):
             order_submit(owner_id=user.id, data=ORDER)
         _wait_all_completed(orders, timeout=600)
+        cpu = cpu_seconds(worker.popen.pid) - cpu_before
         span = Run.objects.aggregate(first=Min("created_at"), last=Max("finished_at"))
         elapsed = (span["last"] - span["first"]).total_seconds()
         truncate_engine()
@@ -115,7 +145,7 @@ def measure(
                 time.sleep(0.003)
             latencies.append((run.finished_at - run.created_at).total_seconds())
         lat = summary(latencies)
-        return {"orders_per_s": orders / elapsed, "p50": lat["p50"], "p99": lat["p99"]}
+        return {"orders_per_s": orders / elapsed, "p50": lat["p50"], "p99": lat["p99"], "cpu": cpu / orders}
     finally:
         beat.stop()
         worker.stop()
@@ -198,7 +228,8 @@ def main() -> None:
                 results[name].append(figures)
                 print(
                     f"round {index + 1} {name:9s} {figures['orders_per_s']:6.1f} orders/s  "
-                    f"p50 {fmt_ms(figures['p50'])}  p99 {fmt_ms(figures['p99'])}",
+                    f"p50 {fmt_ms(figures['p50'])}  p99 {fmt_ms(figures['p99'])}  "
+                    f"CPU/order {fmt_ms(figures['cpu'])} (worker + PostgreSQL)",
                     flush=True,
                 )
     finally:
@@ -212,6 +243,7 @@ def main() -> None:
         for c, u in zip(results["checked"], results["unchecked"], strict=True)
     ]
     p50 = [c["p50"] / u["p50"] for c, u in zip(results["checked"], results["unchecked"], strict=True)]
+    cpu = [c["cpu"] / u["cpu"] for c, u in zip(results["checked"], results["unchecked"], strict=True)]
     print(
         f"\n{args.rounds} rounds, {args.orders} orders + {args.latency_samples} one at a time, "
         f"1 worker x {args.concurrency} processes"
@@ -229,6 +261,12 @@ def main() -> None:
             (
                 "checked : unchecked p50, median [range]",
                 f"{statistics.median(p50):.3f} [{min(p50):.3f}-{max(p50):.3f}]",
+            ),
+            ("unchecked CPU per order, worker + PostgreSQL (median)", fmt_ms(med("unchecked", "cpu"))),
+            ("checked CPU per order, worker + PostgreSQL (median)", fmt_ms(med("checked", "cpu"))),
+            (
+                "checked : unchecked CPU/order, median [range]",
+                f"{statistics.median(cpu):.3f} [{min(cpu):.3f}-{max(cpu):.3f}]",
             ),
             ("one lookup (step_request_held), in-process", f"{per_lookup * 1e6:.0f} us"),
             (
