@@ -14,9 +14,10 @@ Each variant runs bench/engine.py's measure: one worker consuming every queue (p
 --concurrency processes) and beat; a warm-up; a burst of --orders 3-step orders (orders/s, first
 submit to last Completed, database clock; and the CPU the worker and the bench database's
 PostgreSQL backends spent on it, per order - the figure least moved by a shared machine's other
-load); then --latency-samples orders one at a time (p50 / p99 submit -> Completed). Before measuring, one forged request (a step that does not exist) is sent
-to each variant's worker: the checked one must refuse it, the unchecked one must call the
-simulator - so the switch is known to be what it says. Rounds alternate the order of the
+load); then --latency-samples orders one at a time (p50 / p99 submit -> Completed). Before
+measuring, one forged request (a step that does not exist) is sent to each variant's worker: the
+checked one must refuse it, the unchecked one must call the simulator - so the switch is known
+to be what it says. Rounds alternate the order of the
 variants, so the machine's drift falls on both; the table shows per-round figures and the median
 of the ratios. Also printed: the lookup's own cost, timed in this process (--lookups calls).
 """
