@@ -1,6 +1,12 @@
 """The agent: one Celery task per remote operation, all sharing this base.
 
 An agent request carries step id, lease, complete-by, idempotency key and payload. The agent:
+- trusts only the state store (issue 26): before anything else it loads the step's payload,
+  idempotency key and deadlines by (step id, lease), while the step is Processing under that
+  lease for this operation (`scheduler.selectors.step_request_held`), and acts on those; a
+  request for which no step is held - forged, replayed, altered, or its run cancelled or
+  deleted - is dropped, logged and counted, and nothing is called. The message's own payload
+  and deadlines are never used (they stay in it for older workers);
 - drops the request unread if complete-by has passed;
 - calls the remote service with the idempotency key, an HTTP timeout bounded by the time left;
 - retries transient faults (timeouts, connection errors, 5xx, 429) with exponential backoff and
@@ -40,7 +46,8 @@ from sasproject.json_input import json_parse
 from sasproject.logs import log_context
 from scheduler.attempts import StartMark, attempt_start_mark
 from scheduler.messages import agent_request_problem, message_step_label
-from scheduler.metrics import attempt_observe
+from scheduler.metrics import agent_request_refused, attempt_observe
+from scheduler.selectors import HeldRequest, step_request_held
 from scheduler.services import scheduler_instance_id, step_reply
 
 from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
@@ -179,6 +186,19 @@ def remote_post(
         raise TransientFault(f"{service} sent a body that is not JSON we take ({exc})") from exc
 
 
+def _loaded(read: Callable[[], HeldRequest | None]) -> HeldRequest | None:
+    """`read()` on the process's connection; once more on a new one if that connection died
+    while idle (PostgreSQL restarted: workers do not health-check it before every task)."""
+    try:
+        return read()
+    except (InterfaceError, OperationalError):
+        if connection.in_atomic_block or (connection.connection is not None and connection.is_usable()):
+            raise
+        logger.warning("database connection lost; loading the step again on a new one")
+        connection.close()
+        return read()
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Retries inside one attempt (one claim). Between attempts the scheduler's backoff applies."""
@@ -232,6 +252,7 @@ class AgentTask(Task):
             logger.error(
                 "agent request to %s for step %s dropped: %s", self.name, message_step_label(kwargs), problem
             )
+            agent_request_refused(operation=self.name, reason="malformed")
             return "invalid"
         if self.request.called_directly:
             return run_with_next_steps(self, super().__call__, args, kwargs)
@@ -254,12 +275,36 @@ class AgentTask(Task):
         """One attempt (`_perform`), observed (`observed`)."""
         return self.observed(self._perform, kwargs)
 
+    def held_request(self, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """The request as the state store holds it: the message's ids and fence, with the
+        payload, idempotency key, deadlines and attempt loaded from the step it names - or None
+        (logged and counted) when no step of this operation is Processing under that lease."""
+        step_id, lease = kwargs["step_id"], kwargs["lease"]
+        held = _loaded(lambda: step_request_held(step_id=step_id, lease=lease, operation=self.name))
+        if held is None:
+            agent_request_refused(operation=self.name, reason="not_held")
+            logger.warning(
+                "agent request to %s for step %s refused: no step of this operation is Processing"
+                " under lease %s (forged, replayed, or taken back); nothing called",
+                self.name,
+                message_step_label(kwargs),
+                str(lease)[:40],
+            )
+            return None
+        # The message's own `heartbeat` goes too: only a heartbeat step's stored window counts.
+        return {**{k: v for k, v in kwargs.items() if k != "heartbeat"}, **held.request()}
+
     def observed(self, attempt: Callable[..., str], kwargs: dict[str, Any]) -> str:
-        """Run one attempt, `attempt(**kwargs)`, and count it in the engine's metrics
+        """Run one attempt, `attempt(**request)`, and count it in the engine's metrics
         (scheduler/metrics.py): its outcome, its time at work and its time in the queue. Its
         outcome is the first attempt's of a task run by a worker, so the task's Celery state
         (Flower's) says whether it failed. Every kind of agent goes through here: the short ones
-        (`perform`) and the long steps' pages and heartbeat work (agents/long.py)."""
+        (`perform`) and the long steps' pages and heartbeat work (agents/long.py) - and so every
+        kind acts only on the request the state store holds (`held_request`), or not at all."""
+        request = self.held_request(kwargs)
+        if request is None:
+            return "refused"
+        kwargs = request
         record = _Attempt()
         token = _attempt.set(record)
         sent_at = _sent_at.get()

@@ -59,7 +59,9 @@ def bare_celery(env: dict[str, str], concurrency: int, tasks: int, samples: int)
         worker.stop()
 
 
-def engine(env: dict[str, str], concurrency: int, orders: int, samples: int) -> dict[str, float]:
+def engine(
+    env: dict[str, str], concurrency: int, orders: int, samples: int, *, app: str = "sasproject"
+) -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.db.models import Max, Min
 
@@ -76,6 +78,7 @@ def engine(env: dict[str, str], concurrency: int, orders: int, samples: int) -> 
         log_dir=logs,
         env=env,
         concurrency=concurrency,
+        app=app,
     ).start(ready_marker=" ready.")
     # Beat runs as in production: the supervisor sweep and the scheduler tick.
     beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting")

@@ -395,8 +395,20 @@ class EngineCollector(Collector):
         pipe.hgetall(engine_metrics.attempts_key())
         pipe.hgetall(engine_metrics.supervisor_key())
         pipe.hgetall(engine_metrics.periodic_key())
-        attempts, supervisor, periodic = (_decode(raw) for raw in pipe.execute())
+        pipe.hgetall(engine_metrics.refused_key())
+        attempts, supervisor, periodic, refused_counts = (_decode(raw) for raw in pipe.execute())
         yield from _attempt_families(attempts)
+        refused = CounterMetricFamily(
+            "sas_agent_requests_refused",
+            "Agent requests dropped before any remote call: not_held (no step of that operation "
+            "is Processing under the request's lease: forged, replayed, or its run cancelled), "
+            "malformed.",
+            labels=["operation", "reason"],
+        )
+        for field, value in sorted(refused_counts.items()):
+            operation, _, reason = field.rpartition("|")
+            refused.add_metric([operation, reason], float(value))
+        yield refused
         recoveries = CounterMetricFamily(
             "sas_supervisor_recoveries",
             "Steps the supervisor's sweep took back: retried (deadline passed), requeued (never "

@@ -8,8 +8,10 @@ traceback. Now each engine task checks its envelope first: a message that fails 
 line, naming the task, the step and the problem) and dropped - acknowledged, never requeued, so
 a poison message cannot loop - and nothing is read or written for it.
 
-A well-formed message with a forged or replayed lease passes this check; the lease fence in the
-reply service refuses it (one `late_reply` history row, no state change), as for any late reply.
+A well-formed message with a forged or replayed lease passes this check. An agent request then
+meets the agent's own: it acts only on the request the step holds, loaded by (step id, lease)
+before any call (`agents.base.AgentTask.held_request`, issue 26); a reply meets the lease fence
+in the reply service (one `late_reply` history row, no state change), as for any late reply.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ Layout (`<prefix>` is SAS_REDIS_PREFIX):
   `l|<operation>|<i>` / `q|<operation>|<i>` step latency / schedule-to-start observations in
   bucket i of LATENCY_BUCKETS (non-cumulative; i = len(buckets) is +Inf); `ls|<operation>` /
   `qs|<operation>` their sums in seconds.
+- `<prefix>sas:metrics:refused` - hash: `<operation>|<reason>` agent requests refused before
+  any remote call (issue 26): `not_held` (no step of that operation is Processing under the
+  request's lease - forged, replayed, or its run cancelled or deleted), `malformed`.
 - `<prefix>sas:metrics:supervisor` - hash: `retried`, `errored`, `requeued` recoveries.
 - `<prefix>sas:periodic:last_run` - hash: periodic task name -> epoch seconds of its last run,
   written by the task itself when it ran (not beat's `last_run_at`, which lags by minutes).
@@ -68,6 +71,14 @@ def attempts_key() -> str:
     return f"{settings.REDIS_PREFIX}sas:metrics:attempts"
 
 
+def refused_key() -> str:
+    return f"{settings.REDIS_PREFIX}sas:metrics:refused"
+
+
+# Why an agent refused a request without calling anything (agents/base.py).
+REFUSED_REASONS: tuple[str, ...] = ("not_held", "malformed")
+
+
 def supervisor_key() -> str:
     return f"{settings.REDIS_PREFIX}sas:metrics:supervisor"
 
@@ -104,6 +115,16 @@ def attempt_observe(*, operation: str, outcome: str, seconds: float, queued: flo
         pipe.execute()
     except Exception:
         logger.warning("metrics: could not count an attempt of %s (Redis)", operation, exc_info=True)
+
+
+def agent_request_refused(*, operation: str, reason: str) -> None:
+    """Count one agent request refused before any remote call (`REFUSED_REASONS`). Counted even
+    with SAS_METRICS off: it is a security signal (a forged message, a replay), not a rate.
+    `operation` is the agent's registered task name, never the message's: bounded."""
+    try:
+        get_redis().hincrby(refused_key(), f"{operation}|{reason}", 1)
+    except Exception:
+        logger.warning("metrics: could not count a refused request of %s (Redis)", operation, exc_info=True)
 
 
 def supervisor_recoveries_add(counts: Mapping[str, int]) -> None:

@@ -8,14 +8,19 @@ for the rows on the page (PostgreSQL evaluates select-list subqueries after LIMI
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Now
 
 from .models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
+from .transitions import queries
 from .workflows import get_workflow, registered_workflows
 
 # Forward steps whose work was done (and maybe undone since): they count as progress.
@@ -26,6 +31,66 @@ def count_per_run(queryset: QuerySet[Any]) -> Coalesce:
     """`(SELECT count(*) ... )` correlated on `run_id = OuterRef("pk")`, 0 when there is none."""
     counted = queryset.order_by().values("run_id").annotate(n=Count("pk")).values("n")
     return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
+
+
+@dataclass(frozen=True)
+class HeldRequest:
+    """What an agent may act on for one step: its operation's payload, idempotency key and
+    deadlines as the engine stored them at the claim (issue 26, "agents trust only the state
+    store"). `start_by` is None once the attempt was seen started; `heartbeat` only for a
+    heartbeat step (its window, seconds)."""
+
+    payload: dict[str, Any]
+    idempotency_key: str
+    complete_by: datetime
+    start_by: datetime | None
+    timeout: float
+    attempt: int
+    heartbeat: float | None
+
+    def request(self) -> dict[str, Any]:
+        """The agent request's fields these replace, in the message's own shape (JSON types)."""
+        fields: dict[str, Any] = {
+            "payload": self.payload,
+            "idempotency_key": self.idempotency_key,
+            "complete_by": self.complete_by.isoformat(),
+            "start_by": None if self.start_by is None else self.start_by.isoformat(),
+            "timeout": self.timeout,
+            "attempt": self.attempt,
+        }
+        if self.heartbeat:
+            fields["heartbeat"] = self.heartbeat
+        return fields
+
+
+def step_request_held(*, step_id: int, lease: str, operation: str) -> HeldRequest | None:
+    """The request of the step `step_id` while it is Processing under `lease` for `operation`,
+    or None: no such step, another lease (a forged or replayed one, or the step was taken back),
+    another state (done, cancelled, its run deleted) or another operation (a real lease sent to
+    another agent). One primary-key lookup (queries.sql `step_request_held`, run as a static
+    statement: the ORM's query building cost six times the query on a loaded machine, and every
+    agent attempt asks this before its remote call)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            queries()["step_request_held"], {"step_id": step_id, "lease": lease, "operation": operation}
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    payload, key, complete_by, start_by, timeout, attempts, heartbeat = row
+    if complete_by is None:
+        return None  # a Processing step always has one (its claim set it): never act without
+    if isinstance(payload, str):  # Django's jsonb loader hands text to JSONField (transitions._json)
+        payload = json.loads(payload)
+    return HeldRequest(
+        payload=payload or {},
+        idempotency_key=key,
+        complete_by=complete_by,
+        start_by=start_by,
+        timeout=float(timeout),
+        attempt=int(attempts),
+        heartbeat=float(heartbeat) if heartbeat else None,
+    )
 
 
 def run_list_annotated(*, queryset: QuerySet[Run] | None = None) -> QuerySet[Run]:

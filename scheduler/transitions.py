@@ -280,6 +280,9 @@ def step_succeed(
         if getattr(getattr(exc, "__cause__", None), "sqlstate", None) == SQLSTATE_RUN_OBSERVED:
             raise RunObserved(str(exc)) from exc
         raise
+    if data is None:
+        # No such step (forged, or its run deleted): sas_reply_ignored had no row to record.
+        return Succeeded(step_id=step_id)
     base = _transitioned(data)
     return Succeeded(
         claims=base.claims,
@@ -451,7 +454,8 @@ def step_mark_done(*, step_id: int, actor: str, reason: str) -> Succeeded:
 
 
 def reply_ignored(*, step_id: int, lease: str, outcome: str, worker: str, error: str, result: Any) -> None:
-    """A reply the fence refused: one late_reply history row; no state changes."""
+    """A reply the fence refused: one late_reply history row (none for a step that does not
+    exist); no state changes."""
     _one(
         "reply_ignored",
         {
@@ -535,7 +539,7 @@ def step_continue(*, step_id: int, lease: str, instance: str, claim: bool) -> Tr
     data = _scalar_json(
         "step_continue", {"step_id": step_id, "lease": lease, "instance": instance, "claim": claim}
     )
-    if data["outcome"] != "accepted":
+    if data is None or data["outcome"] != "accepted":  # None: no such step
         return None
     return _transitioned(data)
 
@@ -552,7 +556,7 @@ def step_extend_by_heartbeat(*, step_id: int, lease: str, worker: str) -> Heartb
     """Processing -> Processing with complete_by = now + heartbeat window, fenced by the lease.
     A refused heartbeat extends nothing and is recorded (late_reply, outcome heartbeat)."""
     data = _scalar_json("step_heartbeat", {"step_id": step_id, "lease": lease, "worker": worker})
-    if data.get("outcome") != "extended":
+    if data is None or data.get("outcome") != "extended":  # None: no such step
         return Heartbeat(extended=False)
     return Heartbeat(extended=True, complete_by=datetime.fromisoformat(data["complete_by"]))
 

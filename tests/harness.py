@@ -100,14 +100,23 @@ class Proc:
 
 
 def celery_worker(
-    *, name: str, queues: str, log_dir: Path, env: dict[str, str], concurrency: int = 2, pool: str = "prefork"
+    *,
+    name: str,
+    queues: str,
+    log_dir: Path,
+    env: dict[str, str],
+    concurrency: int = 2,
+    pool: str = "prefork",
+    app: str = "sasproject",
 ) -> Proc:
+    """A Celery worker of `app` (the project's; a bench may name a module of its own that
+    wraps it, e.g. bench/agent_unchecked.py)."""
     args = [
         sys.executable,
         "-m",
         "celery",
         "-A",
-        "sasproject",
+        app,
         "worker",
         "-Q",
         queues,

@@ -9,6 +9,7 @@ rows commit with it.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from django.db import connection, transaction
@@ -21,6 +22,8 @@ from scheduler.transitions import AttemptOutcome, RunObserved, Succeeded
 from .dispatch import claimed_settle, scheduler_instance_id
 from .failure import failures_settle, step_errored_settle
 from .submit import step_advance_built
+
+logger = logging.getLogger(__name__)
 
 Outcome = Literal["success", "permanent", "transient", "deferred", "continue"]
 ReplyResult = Literal["accepted", "ignored"]
@@ -108,6 +111,14 @@ def step_reply(
 
 
 def _ignored_logged(*, step_id: int, lease: str, outcome: str, run_id: str | None = None) -> None:
+    if not run_id and not Step.objects.filter(pk=step_id).exists():
+        # Not a late reply but one for no step at all (forged, or its run deleted since): the
+        # history has no row to record it on, so the log does (issue 26). Only on this path,
+        # which a healthy engine rarely takes: no cost to the accepted replies.
+        logger.warning(
+            "reply for step %s dropped: no such step (%s, lease %s)", step_id, outcome, str(lease)[:40]
+        )
+        return
     state_change(
         "reply_ignored",
         "step %s: %s reply ignored (the step is no longer this attempt's)",
@@ -126,6 +137,7 @@ def _reply_continue(*, step_id: int, lease: str, instance: str, claim: bool) -> 
     with transaction.atomic():
         done = transitions.step_continue(step_id=step_id, lease=lease, instance=instance, claim=claim)
         if done is None:
+            _ignored_logged(step_id=step_id, lease=lease, outcome="continue")
             return "ignored"
         claimed_settle(done)
     return "accepted"

@@ -193,9 +193,10 @@ def test_agent__result_not_json__stored_as_text(engine: Any, demo_user: Any, cal
 
 def test_agent__task_unknown_to_this_worker__permanent(engine: Any, demo_user: Any) -> None:
     _, claim = _run_claimed(demo_user, "ok")
-    message = {**claim.message(), "payload": {"task": "nope.gone", "args": [], "kwargs": {}}}
+    # The agent acts on the step's stored payload (issue 26), so that is where the task is gone.
+    Step.objects.filter(pk=claim.step_id).update(payload={"task": "nope.gone", "args": [], "kwargs": {}})
 
-    task_run_operation.perform(path="", **message)
+    task_run_operation.perform(path="", **claim.message())
 
     step = Step.objects.get(pk=claim.step_id)
     assert step.process_state == Step.State.ERROR and "not schedulable" in step.last_error

@@ -191,3 +191,12 @@ def test_compose_config__valid_for_docker_compose() -> None:
     )
 
     assert result.returncode == 0, result.stderr
+
+
+def test_flower__runs_read_only(services: dict[str, dict[str, Any]]) -> None:
+    """Issue 26: compose's Flower, like the Procfile's, runs through the read-only wrapper (its
+    task-sending and worker-control API refused; tests/e2e/test_agent_trust_live.py)."""
+    from tests.harness import procfile_commands
+
+    assert "exec python -m sasproject.flower_readonly -A sasproject flower" in services["flower"]["command"]
+    assert "python -m sasproject.flower_readonly -A sasproject flower" in procfile_commands()["flower"]

@@ -5,8 +5,8 @@ oversized payloads, a task name that does not exist, a body that is not JSON, a 
 Each reaches a real worker of the session engine and is refused with a log line; no worker
 crashes (a normal order completes afterwards on the same workers) and no row changes - except
 the one `late_reply` history row the lease fence writes for each well-formed reply it refuses,
-which is its audit trail. A replayed agent request whose deadline is still ahead repeats the
-remote call with the step's idempotency key: the simulator's ledger shows no second effect.
+which is its audit trail. A replayed agent request is refused by the agent before any call, its
+deadline past or not: no step holds its lease any more (issue 26, tests/e2e/test_agent_trust_live.py).
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def test_forged_messages__refused_and_logged__no_crash_no_state_change(engine, d
     _send(op, agent_q, **{**request, "payload": {"blob": "y" * (3 * 1024 * 1024)}})
     _send(op, agent_q, **{**request, "path": "/payment/charge"})
     _send(op, agent_q, **{**request, "complete_by": "2026-01-01T00:00:00"})  # no zone
-    # Replayed, expired: dropped unread. Replayed with a live deadline: the call repeats with
-    # the step's idempotency key (no second effect) and the fence refuses its reply.
+    # Replayed, expired or with a live deadline: refused by the agent, which finds no step held
+    # under that lease (issue 26) - no call, no reply.
     _send(op, agent_q, **{**request, "complete_by": (timezone.now() - timedelta(seconds=5)).isoformat()})
     _send(op, agent_q, **request)
 
@@ -153,7 +153,7 @@ def test_forged_messages__refused_and_logged__no_crash_no_state_change(engine, d
         ("dropped: payload: 3145740 bytes, over the limit of 2097152", 1),
         ("dropped: unknown fields ['path']", 1),
         ("dropped: complete_by: no time zone", 1),
-        ("request expired before it was read; dropped", 1),
+        ("refused: no step of this operation is Processing under lease", 2),
         ("Received unregistered task of type 'agents.inventory.steal'", 1),
     ]
 
@@ -178,9 +178,9 @@ def test_forged_messages__refused_and_logged__no_crash_no_state_change(engine, d
                 f"{exc}: not logged {seen(proc, at, expected)}\n{proc.log()[at:][-8000:]}"
             ) from None
     late = TaskExecutionHistory.Kind.LATE_REPLY
-    # The fence's audit rows: two forged replies on the real step, and the replayed request's reply.
+    # The fence's audit rows: the two forged replies on the real step.
     wait_for(
-        lambda: TaskExecutionHistory.objects.filter(kind=late).count() >= 3, timeout=30, what="fenced replies"
+        lambda: TaskExecutionHistory.objects.filter(kind=late).count() >= 2, timeout=30, what="fenced replies"
     )
 
     # No crash: both workers alive, and a normal order completes on them.
@@ -197,7 +197,7 @@ def test_forged_messages__refused_and_logged__no_crash_no_state_change(engine, d
     history = TaskExecutionHistory.objects.exclude(step__run_id=second.id).exclude(kind=late)
     assert history.count() == len(before["scheduler_taskexecutionhistory"])
     ignored = TaskExecutionHistory.objects.filter(kind=late).order_by("id")
-    assert ignored.count() == 3 and {row.status for row in ignored} == {TaskExecutionHistory.Status.IGNORED}
+    assert ignored.count() == 2 and {row.status for row in ignored} == {TaskExecutionHistory.Status.IGNORED}
     assert {row.step_id for row in ignored} == {reserve.id}
     # The remote service saw no second effect: the first order's ledger entries are unchanged.
     first_entries = [e for e in engine.sim.ledger() if str(e.get("key", "")).startswith(f"{first.id}:")]

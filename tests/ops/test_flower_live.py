@@ -45,10 +45,11 @@ def _get(url: str, *, auth: str | None = LOGIN) -> tuple[int, bytes]:
 @pytest.fixture
 def flower(engine: Any, tmp_path: Path) -> Iterator[str]:
     port = _free_port()
+    # As the Procfile and compose run it: read-only (issue 26, sasproject/flower_readonly.py).
     args = [
         sys.executable,
         "-m",
-        "celery",
+        "sasproject.flower_readonly",
         "-A",
         "sasproject",
         "flower",

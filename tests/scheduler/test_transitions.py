@@ -222,7 +222,7 @@ def test_queries__every_named_statement_is_loaded_once():
         "step_mark_compensating", "run_finish_compensation", "run_fail", "run_resume_compensation",
         "step_resume", "step_continue", "step_heartbeat", "checkpoint_page_begin", "checkpoint_advance",
         "heartbeat_complete", "runs_insert_many", "runs_cancel_unstarted", "run_skip_unstarted",
-        "step_resubmit", "step_resubmit_in_place", "step_compensation_retry",
+        "step_resubmit", "step_resubmit_in_place", "step_compensation_retry", "step_request_held",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
