@@ -34,6 +34,7 @@ from agents.breaker import CLOSED, OPEN
 from scheduler.admin import OPERATE_PERMISSION
 from scheduler.models import Run, Step
 from scheduler.permissions import staff_may
+from scheduler.workflows import run_step_label
 from supervisor import operator
 from supervisor.models import OperatorAction
 from supervisor.operator import BULK_LIMIT, OperatorRefused
@@ -225,16 +226,19 @@ class OperatorToolsMixin:
     # -- buttons on the run page ---------------------------------------------------------------
 
     def operator_buttons(self, request: HttpRequest, run: Run) -> list[dict[str, str]]:
-        """The actions this user may take on this run now, as links to their confirmation pages."""
+        """The actions this user may take on this run now, as links to their confirmation pages.
+        A step's button names the step by its workflow's label ("Resubmit: Refund the card"),
+        its engine name in `step` (the button's tooltip)."""
         buttons: list[dict[str, str]] = []
 
         def add(action: str, label: str, step: Step | None = None) -> None:
             if not _has(request, RUN_ACTIONS[action].permission):
                 return
             url = reverse("admin:scheduler_run_act", args=[run.pk, action])
-            buttons.append(
-                {"url": url + (f"?step={step.pk}" if step else ""), "label": label, "action": action}
-            )
+            if step is not None:
+                url += f"?step={step.pk}"
+                label = f"{label}: {run_step_label(workflow=run.workflow, step=step.name)}"
+            buttons.append({"url": url, "label": label, "action": action, "step": step.name if step else ""})
 
         if run.state in (Run.State.PENDING, Run.State.RUNNING):
             add("cancel", "Cancel run")
@@ -250,19 +254,19 @@ class OperatorToolsMixin:
             add("resubmit_run", "New run of this input")
         if run.state == Run.State.COMPENSATING and operator.forward_step_resubmittable(run=run):
             for step in run.steps.filter(kind=Step.Kind.FORWARD, process_state=Step.State.ERROR):
-                add("resubmit_step", f"Resubmit {step.name}", step)
+                add("resubmit_step", "Resubmit", step)
         for step in run.steps.filter(kind=Step.Kind.COMPENSATION).order_by("seq"):
             if step.process_state == Step.State.ERROR and run.state == Run.State.FAILED:
-                add("resubmit_step", f"Resubmit {step.name}", step)
+                add("resubmit_step", "Resubmit", step)
             if step.process_state == Step.State.PENDING and step.failure_count > 0:
-                add("retry_compensation", f"Retry {step.name} now", step)
+                add("retry_compensation", "Retry now", step)
             if run.state in (Run.State.COMPENSATING, Run.State.FAILED) and step.process_state in (
                 Step.State.WAITING,
                 Step.State.PENDING,
                 Step.State.PROCESSING,
                 Step.State.ERROR,
             ):
-                add("mark_done", f"Mark {step.name} done", step)
+                add("mark_done", "Mark done", step)
         return buttons
 
     # -- one action on a run or a step ---------------------------------------------------------
