@@ -40,6 +40,7 @@ from supervisor.models import OperatorAction
 from supervisor.operator import BULK_LIMIT, OperatorRefused
 from supervisor.services import step_expire_preview
 
+from .roles import permission_missing_words
 from .selectors import breaker_is_known, breaker_statuses
 from .services import BREAKER_HOLD_MAX_MINUTES, BREAKER_HOLD_MIN_MINUTES, breaker_operate
 
@@ -145,6 +146,12 @@ RUN_SERVICES: dict[str, Callable[..., OperatorAction]] = {
 
 def _has(request: HttpRequest, permission: str) -> bool:
     return staff_may(request.user, permission)
+
+
+def _require(request: HttpRequest, permission: str) -> None:
+    """403 unless this user holds `permission`; the page says which role gives it (issue 28)."""
+    if not _has(request, permission):
+        raise PermissionDenied(permission_missing_words(permission))
 
 
 def _operator(request: HttpRequest) -> AbstractBaseUser:
@@ -273,8 +280,9 @@ class OperatorToolsMixin:
 
     def run_action_view(self, request: HttpRequest, object_id: uuid.UUID, action: str) -> HttpResponse:
         spec = RUN_ACTIONS.get(action)
-        if spec is None or not _has(request, spec.permission):
-            raise PermissionDenied
+        if spec is None:
+            raise PermissionDenied("There is no such action on a run.")
+        _require(request, spec.permission)
         if request.method not in ("GET", "POST"):
             return HttpResponse(status=405)
         run = get_object_or_404(Run, pk=object_id)
@@ -367,8 +375,7 @@ class OperatorToolsMixin:
         the action's service per run (each its own transaction, its own audit entry), every
         outcome reported. A run changed since the page was shown is refused as stale."""
         spec = RUN_ACTIONS[action]
-        if not _has(request, spec.permission):
-            raise PermissionDenied
+        _require(request, spec.permission)
         runs = list(queryset.order_by("-created_at")[:BULK_LIMIT])
         error = ""
         if request.POST.get("confirm") == "yes":
@@ -403,8 +410,7 @@ class OperatorToolsMixin:
     # -- bulk resubmit: dry run, then do it ------------------------------------------------------
 
     def bulk_resubmit_view(self, request: HttpRequest) -> HttpResponse:
-        if not _has(request, P_BULK):
-            raise PermissionDenied
+        _require(request, P_BULK)
         if request.method == "POST":
             return self._bulk_do(request)
         now = timezone.now().replace(second=0, microsecond=0)
@@ -456,8 +462,7 @@ class OperatorToolsMixin:
     # -- the dry run of the next sweep -------------------------------------------------------------
 
     def sweep_preview_view(self, request: HttpRequest) -> HttpResponse:
-        if not _has(request, P_SWEEP_PREVIEW):
-            raise PermissionDenied
+        _require(request, P_SWEEP_PREVIEW)
         preview = step_expire_preview(limit=200)
         counts: dict[str, int] = {}
         for item in preview.items:
@@ -470,8 +475,9 @@ class OperatorToolsMixin:
     # -- a breaker held open or closed by hand ---------------------------------------------------
 
     def breaker_hold_view(self, request: HttpRequest, service: str) -> HttpResponse:
-        if not _has(request, P_BREAKER) or not breaker_is_known(name=service):
-            raise PermissionDenied
+        _require(request, P_BREAKER)
+        if not breaker_is_known(name=service):
+            raise PermissionDenied("There is no circuit breaker of that name.")
         form = BreakerForm(request.POST or None)
         status = 200
         if request.method == "POST":
