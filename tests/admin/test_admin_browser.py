@@ -316,7 +316,8 @@ _TOOLBAR_JS = """() => {
 
 
 def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
-    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+    across = a["left"] < b["right"] and b["left"] < a["right"]
+    return across and a["top"] < b["bottom"] and b["top"] < a["bottom"]
 
 
 @pytest.fixture
@@ -339,7 +340,7 @@ def refund_refused_data(live_db: None, engine_paused: None, manual_scheduler: No
     return {"failed": order_failed_refund(customer)}
 
 
-@pytest.mark.parametrize("width,height", [(1280, 800), (1400, 900)])
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (1400, 900)])
 def test_failed_run_page__at_laptop_widths__buttons_below_the_title_with_workflow_labels(
     admin_server: str, refund_refused_data: dict[str, Any], artifacts_dir: Path, width: int, height: int
 ) -> None:
@@ -364,9 +365,7 @@ def test_failed_run_page__at_laptop_widths__buttons_below_the_title_with_workflo
             browser.close()
 
     assert len(boxes["titles"]) == 2, boxes["titles"]  # the h1 and the run under it
-    covering = [
-        (b["label"], t) for b in boxes["buttons"] for t in boxes["titles"] if _overlap(b, t)
-    ]
+    covering = [(b["label"], t) for b in boxes["buttons"] for t in boxes["titles"] if _overlap(b, t)]
     assert covering == [], covering
     labels = [b["label"] for b in boxes["buttons"]]
     assert labels == [
@@ -377,5 +376,45 @@ def test_failed_run_page__at_laptop_widths__buttons_below_the_title_with_workflo
         "Engine health",
         "History",
     ], labels
-    assert all(0 <= b["left"] and b["right"] <= boxes["width"] for b in boxes["buttons"]), boxes
+    assert all(b["left"] >= 0 and b["right"] <= boxes["width"] for b in boxes["buttons"]), boxes
     assert boxes["overflow"] == 0
+
+
+def test_no_role_staff__run_page__styled_403_in_chromium_naming_the_role(
+    admin_server: str, refund_refused_data: dict[str, Any], artifacts_dir: Path
+) -> None:
+    """Issue 28: a staff account in no role opening a run (a link in an alert) got a bare
+    "403 Forbidden" with no way back. Now the admin's page, what is missing, and a link home."""
+    from playwright.sync_api import sync_playwright
+
+    run_id = str(refund_refused_data["failed"].run_id)
+    shots = artifacts_dir / "admin"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{admin_server}/admin/login/?next=/admin/")
+            page.fill("#id_username", "staff-norole")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_selector("#content")
+            response = page.goto(f"{admin_server}/admin/scheduler/run/{run_id}/change/")
+            status = response.status if response else 0
+            page.screenshot(path=str(shots / "21-no-role-403.png"))
+            reason = page.locator("#forbidden-reason").inner_text()
+            styled = page.evaluate(
+                "() => [...document.styleSheets].some("
+                "s => (s.href || '').includes('admin/css/base.css') && s.cssRules.length > 0)"
+            )
+            header = page.locator("#site-name").inner_text()
+            page.click("#forbidden-home")
+            page.wait_for_load_state()
+            back_at = page.url
+        finally:
+            browser.close()
+
+    assert status == 403
+    assert reason == "This needs the Operators (read-only) role (permission: Can view run)."
+    assert styled and header == "sasproject operations"
+    assert back_at == f"{admin_server}/admin/"
