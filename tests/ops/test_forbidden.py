@@ -6,6 +6,7 @@ traceback."""
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import pytest
@@ -140,3 +141,28 @@ def test_role_holding__the_shipped_roles() -> None:
     assert role_holding("scheduler.change_run") == OPERATOR_GROUP
     assert role_holding("auth.view_user") is None
     assert role_holding("scheduler.delete_run") is None
+
+
+def test_log_filter__only_a_permission_denied_403_loses_its_traceback() -> None:
+    """A 500's traceback (or a 403 answered for another reason) is kept: only the expected
+    refusal is shortened to one line."""
+    from sasproject.logs import ExpectedForbiddenFilter
+
+    def record(status: int, exc: BaseException) -> logging.LogRecord:
+        try:
+            raise exc
+        except BaseException:
+            made = logging.LogRecord(
+                "django.request", logging.ERROR, __file__, 1, "%s", ("/x/",), sys.exc_info()
+            )
+        made.status_code = status
+        return made
+
+    crash = record(500, ValueError("boom"))
+    other = record(403, ValueError("not a refusal"))
+    refusal = record(403, PermissionDenied("This needs the Operators role (permission: x)."))
+    for r in (crash, other, refusal):
+        assert ExpectedForbiddenFilter().filter(r) is True
+    assert crash.exc_info is not None and other.exc_info is not None
+    assert refusal.exc_info is None
+    assert refusal.getMessage() == "/x/ - This needs the Operators role (permission: x)."
