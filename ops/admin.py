@@ -38,7 +38,8 @@ from scheduler.models import Run
 from supervisor.operator import run_operator_actions
 
 from . import beat_admin, selectors  # noqa: F401  (beat_admin registers the periodic tasks' admin)
-from .operator_admin import P_BREAKER, P_BULK, P_SWEEP_PREVIEW, OperatorToolsMixin, _has
+from .operator_admin import P_BREAKER, P_BULK, P_OPERATE, P_SWEEP_PREVIEW, OperatorToolsMixin, _has
+from .roles import permission_missing_words
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
 
     def health_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
-            raise PermissionDenied
+            raise PermissionDenied(permission_missing_words("scheduler.view_run"))
         health = selectors.engine_health()
         changelist = reverse("admin:scheduler_run_changelist")
         states = [
@@ -201,9 +202,9 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
 
     def breaker_reset_view(self, request: HttpRequest, service: str) -> HttpResponse:
         if not self.has_operate_permission(request):
-            raise PermissionDenied
+            raise PermissionDenied(permission_missing_words(P_OPERATE))
         if not selectors.breaker_is_known(name=service):
-            raise PermissionDenied
+            raise PermissionDenied("There is no circuit breaker of that name.")
         CircuitBreaker(service).reset()
         logger.warning("breaker %s reset by %s", service, actor_name(request))
         self.message_user(

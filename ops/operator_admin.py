@@ -34,11 +34,13 @@ from agents.breaker import CLOSED, OPEN
 from scheduler.admin import OPERATE_PERMISSION
 from scheduler.models import Run, Step
 from scheduler.permissions import staff_may
+from scheduler.workflows import run_step_label
 from supervisor import operator
 from supervisor.models import OperatorAction
 from supervisor.operator import BULK_LIMIT, OperatorRefused
 from supervisor.services import step_expire_preview
 
+from .roles import permission_missing_words
 from .selectors import breaker_is_known, breaker_statuses
 from .services import BREAKER_HOLD_MAX_MINUTES, BREAKER_HOLD_MIN_MINUTES, breaker_operate
 
@@ -146,6 +148,12 @@ def _has(request: HttpRequest, permission: str) -> bool:
     return staff_may(request.user, permission)
 
 
+def _require(request: HttpRequest, permission: str) -> None:
+    """403 unless this user holds `permission`; the page says which role gives it (issue 28)."""
+    if not _has(request, permission):
+        raise PermissionDenied(permission_missing_words(permission))
+
+
 def _operator(request: HttpRequest) -> AbstractBaseUser:
     """The acting staff user (the admin's login is checked before any view here runs)."""
     if not request.user.is_authenticated:
@@ -225,16 +233,19 @@ class OperatorToolsMixin:
     # -- buttons on the run page ---------------------------------------------------------------
 
     def operator_buttons(self, request: HttpRequest, run: Run) -> list[dict[str, str]]:
-        """The actions this user may take on this run now, as links to their confirmation pages."""
+        """The actions this user may take on this run now, as links to their confirmation pages.
+        A step's button names the step by its workflow's label ("Resubmit: Refund the card"),
+        its engine name in `step` (the button's tooltip)."""
         buttons: list[dict[str, str]] = []
 
         def add(action: str, label: str, step: Step | None = None) -> None:
             if not _has(request, RUN_ACTIONS[action].permission):
                 return
             url = reverse("admin:scheduler_run_act", args=[run.pk, action])
-            buttons.append(
-                {"url": url + (f"?step={step.pk}" if step else ""), "label": label, "action": action}
-            )
+            if step is not None:
+                url += f"?step={step.pk}"
+                label = f"{label}: {run_step_label(workflow=run.workflow, step=step.name)}"
+            buttons.append({"url": url, "label": label, "action": action, "step": step.name if step else ""})
 
         if run.state in (Run.State.PENDING, Run.State.RUNNING):
             add("cancel", "Cancel run")
@@ -250,27 +261,28 @@ class OperatorToolsMixin:
             add("resubmit_run", "New run of this input")
         if run.state == Run.State.COMPENSATING and operator.forward_step_resubmittable(run=run):
             for step in run.steps.filter(kind=Step.Kind.FORWARD, process_state=Step.State.ERROR):
-                add("resubmit_step", f"Resubmit {step.name}", step)
+                add("resubmit_step", "Resubmit", step)
         for step in run.steps.filter(kind=Step.Kind.COMPENSATION).order_by("seq"):
             if step.process_state == Step.State.ERROR and run.state == Run.State.FAILED:
-                add("resubmit_step", f"Resubmit {step.name}", step)
+                add("resubmit_step", "Resubmit", step)
             if step.process_state == Step.State.PENDING and step.failure_count > 0:
-                add("retry_compensation", f"Retry {step.name} now", step)
+                add("retry_compensation", "Retry now", step)
             if run.state in (Run.State.COMPENSATING, Run.State.FAILED) and step.process_state in (
                 Step.State.WAITING,
                 Step.State.PENDING,
                 Step.State.PROCESSING,
                 Step.State.ERROR,
             ):
-                add("mark_done", f"Mark {step.name} done", step)
+                add("mark_done", "Mark done", step)
         return buttons
 
     # -- one action on a run or a step ---------------------------------------------------------
 
     def run_action_view(self, request: HttpRequest, object_id: uuid.UUID, action: str) -> HttpResponse:
         spec = RUN_ACTIONS.get(action)
-        if spec is None or not _has(request, spec.permission):
-            raise PermissionDenied
+        if spec is None:
+            raise PermissionDenied("There is no such action on a run.")
+        _require(request, spec.permission)
         if request.method not in ("GET", "POST"):
             return HttpResponse(status=405)
         run = get_object_or_404(Run, pk=object_id)
@@ -363,8 +375,7 @@ class OperatorToolsMixin:
         the action's service per run (each its own transaction, its own audit entry), every
         outcome reported. A run changed since the page was shown is refused as stale."""
         spec = RUN_ACTIONS[action]
-        if not _has(request, spec.permission):
-            raise PermissionDenied
+        _require(request, spec.permission)
         runs = list(queryset.order_by("-created_at")[:BULK_LIMIT])
         error = ""
         if request.POST.get("confirm") == "yes":
@@ -399,8 +410,7 @@ class OperatorToolsMixin:
     # -- bulk resubmit: dry run, then do it ------------------------------------------------------
 
     def bulk_resubmit_view(self, request: HttpRequest) -> HttpResponse:
-        if not _has(request, P_BULK):
-            raise PermissionDenied
+        _require(request, P_BULK)
         if request.method == "POST":
             return self._bulk_do(request)
         now = timezone.now().replace(second=0, microsecond=0)
@@ -452,8 +462,7 @@ class OperatorToolsMixin:
     # -- the dry run of the next sweep -------------------------------------------------------------
 
     def sweep_preview_view(self, request: HttpRequest) -> HttpResponse:
-        if not _has(request, P_SWEEP_PREVIEW):
-            raise PermissionDenied
+        _require(request, P_SWEEP_PREVIEW)
         preview = step_expire_preview(limit=200)
         counts: dict[str, int] = {}
         for item in preview.items:
@@ -466,8 +475,9 @@ class OperatorToolsMixin:
     # -- a breaker held open or closed by hand ---------------------------------------------------
 
     def breaker_hold_view(self, request: HttpRequest, service: str) -> HttpResponse:
-        if not _has(request, P_BREAKER) or not breaker_is_known(name=service):
-            raise PermissionDenied
+        _require(request, P_BREAKER)
+        if not breaker_is_known(name=service):
+            raise PermissionDenied("There is no circuit breaker of that name.")
         form = BreakerForm(request.POST or None)
         status = 200
         if request.method == "POST":

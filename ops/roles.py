@@ -46,6 +46,32 @@ OPERATOR_EXTRA = (
 )
 
 
+def role_holding(permission: str) -> str | None:
+    """The least of the shipped roles whose permissions include `permission` ("app.codename"),
+    from the same lists `roles_ensure` gives the groups; None: no role has it (a superuser's)."""
+    app_label, _, codename = permission.partition(".")
+    if (app_label in VIEW_APPS and codename.startswith("view_")) or permission in READ_ONLY_EXTRA:
+        return READ_ONLY_GROUP
+    if permission in OPERATOR_EXTRA:
+        return OPERATOR_GROUP
+    return None
+
+
+def permission_missing_words(permission: str) -> str:
+    """What a refusal says is missing (issue 28: the 403 page and its log line), e.g. "This needs
+    the Operators role (permission: Can resubmit a step in Error...)". The permission by its
+    name where it exists, else as "app.codename"."""
+    from django.contrib.auth.models import Permission
+
+    app_label, _, codename = permission.partition(".")
+    found = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+    name = found.name if found is not None else permission
+    role = role_holding(permission)
+    if role is None:
+        return f"This needs a permission no role gives, only a superuser has it (permission: {name})."
+    return f"This needs the {role} role (permission: {name})."
+
+
 def _named(permission_model: Any, names: tuple[str, ...]) -> list[Any]:
     found = []
     for name in names:

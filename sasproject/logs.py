@@ -106,6 +106,27 @@ class QuietPeriodicFilter(logging.Filter):
         return True
 
 
+class ExpectedForbiddenFilter(logging.Filter):
+    """On `django.request`: a refusal (PermissionDenied, answered 403) is one WARNING line with
+    what was missing, not a traceback (issue 28) - Django logs it with `exc_info`, and a staff
+    account in the wrong role filled the log with stack traces that look like crashes. The
+    reason is the one the 403 page showed (ops/forbidden.py leaves it on the request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from django.core.exceptions import PermissionDenied
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if getattr(record, "status_code", None) != 403 or not isinstance(exc, PermissionDenied):
+            return True
+        record.exc_info = None
+        record.exc_text = None
+        reason = getattr(getattr(record, "request", None), "sas_forbidden_reason", "") or str(exc)
+        if reason and isinstance(record.args, tuple):
+            record.msg = f"{record.msg} - %s"
+            record.args = (*record.args, reason)
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line (no newline inside: a traceback is the `exc` field)."""
 
@@ -139,6 +160,7 @@ def logging_config(*, log_format: str, level: str, events: bool) -> dict[str, An
         "filters": {
             "context": {"()": "sasproject.logs.ContextFilter"},
             "quiet_periodic": {"()": "sasproject.logs.QuietPeriodicFilter"},
+            "expected_forbidden": {"()": "sasproject.logs.ExpectedForbiddenFilter"},
         },
         "formatters": {
             "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
@@ -159,6 +181,8 @@ def logging_config(*, log_format: str, level: str, events: bool) -> dict[str, An
             # One INFO line per HTTP request is noise at agent volume.
             "httpx": {"level": "WARNING"},
             "httpcore": {"level": "WARNING"},
+            # A 403 is one WARNING line naming what was missing, no traceback (issue 28).
+            "django.request": {"filters": ["expected_forbidden"]},
         },
     }
 

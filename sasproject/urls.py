@@ -51,6 +51,10 @@ def api_not_found(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"detail": "Not found."}, status=404)
 
 
+# The 403 page (issue 28): says which role is missing, in the admin's look under /admin/. By
+# name, as ops' URLs: sasproject never imports ops.
+handler403 = "ops.forbidden.permission_denied"
+
 urlpatterns = [
     # Pages link their icon; this answers clients that ask for /favicon.ico anyway.
     path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),

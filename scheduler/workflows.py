@@ -219,6 +219,16 @@ def get_workflow(name: str) -> Workflow:
         raise WorkflowInputError({"workflow": f"unknown workflow {name!r}"}) from None
 
 
+def run_step_label(*, workflow: str, step: str) -> str:
+    """What people read for step `step` of a run of `workflow`: the label its workflow declares
+    ("refund_payment" -> "Refund the card"); a workflow no longer registered, or a step it no
+    longer has, gets the default label of the name. The one label rule for every page."""
+    try:
+        return get_workflow(workflow).step_label(step)
+    except WorkflowInputError:
+        return step_label_default(step)
+
+
 def registered_workflows() -> list[str]:
     return sorted(_registry)
 

@@ -73,6 +73,20 @@ def order_failed(user: Any) -> Order:
     return order
 
 
+def order_failed_refund(user: Any) -> Order:
+    """Reserved and charged; the shipment refused for good, so the run compensates; the refund is
+    refused too (a 402): the run ends Failed with the refund in Error and the release waiting -
+    the page with the most buttons an operator meets (issue 28)."""
+    order = order_pending(user)
+    reply(claim(order.run_id), "success")
+    reply(claim(order.run_id), "success")
+    reply(claim(order.run_id), "permanent", error="address rejected by the carrier")
+    assert Run.objects.get(pk=order.run_id).state == Run.State.COMPENSATING
+    reply(claim(order.run_id), "permanent", error="payment answered 402: refund refused")
+    assert Run.objects.get(pk=order.run_id).state == Run.State.FAILED
+    return order
+
+
 def order_compensated(user: Any, error: str = OUTAGE) -> Order:
     """reserve done, charge refused (its last error `error`), release done: Compensated."""
     order = order_pending(user)

@@ -245,7 +245,7 @@ def test_operator_tools__in_chromium__resubmit_bulk_dry_run_and_sweep_preview(
 
             # 1. Resubmit a compensation step in Error: the button, the confirmation, the audit.
             page.goto(f"{admin_server}/admin/scheduler/run/{failed_run}/change/")
-            page.click("text=Resubmit release_inventory")
+            page.click("text=Resubmit: Release the items")
             page.wait_for_selector("#operator-form")
             page.screenshot(path=str(shots / "10-resubmit-confirm.png"), full_page=True)
             page.fill("#id_reason", "inventory fixed the reservation")
@@ -300,3 +300,121 @@ def test_operator_tools__in_chromium__resubmit_bulk_dry_run_and_sweep_preview(
     charge = Step.objects.get(run_id=operator_data["overdue"].run_id, name="charge_payment")
     assert charge.process_state == "processing"  # the dry run changed nothing
     assert overflow == {"page": 0, "box": 0}
+
+
+# The boxes of the run page's title (h1, and the run under it) and of its action links, and
+# how far the page is wider than the window.
+_TOOLBAR_JS = """() => {
+  const box = e => { const r = e.getBoundingClientRect();
+    return {left: r.left, top: r.top, right: r.right, bottom: r.bottom}; };
+  const titles = [...document.querySelectorAll('#content > h1, #content > h2')].map(box);
+  const buttons = [...document.querySelectorAll('ul.object-tools a, #sas-run-tools a')].map(
+    e => ({label: e.innerText.trim(), ...box(e)}));
+  return {titles, buttons, width: window.innerWidth,
+    overflow: Math.max(0, document.documentElement.scrollWidth - window.innerWidth)};
+}"""
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    across = a["left"] < b["right"] and b["left"] < a["right"]
+    return across and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+
+@pytest.fixture
+def refund_refused_data(live_db: None, engine_paused: None, manual_scheduler: None) -> dict[str, Any]:
+    """A Failed run whose refund was refused (the issue's page), a superuser, and a staff account
+    in no role."""
+    from django.contrib.auth import get_user_model
+
+    from .factories import order_failed_refund
+
+    user_model = get_user_model()
+    ops, _ = user_model.objects.get_or_create(username="ops-browser", defaults={"is_staff": True})
+    ops.is_staff = ops.is_superuser = True
+    ops.set_password(PASSWORD)
+    ops.save()
+    nobody, _ = user_model.objects.get_or_create(username="staff-norole", defaults={"is_staff": True})
+    nobody.set_password(PASSWORD)
+    nobody.save()
+    customer, _ = user_model.objects.get_or_create(username="alice")
+    return {"failed": order_failed_refund(customer)}
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (1400, 900)])
+def test_failed_run_page__at_laptop_widths__buttons_below_the_title_with_workflow_labels(
+    admin_server: str, refund_refused_data: dict[str, Any], artifacts_dir: Path, width: int, height: int
+) -> None:
+    """Issue 28: on a Failed run the action buttons were floated over the title (Django's
+    object-tools sit 48 px up, beside the h1), labelled with engine names ("Resubmit
+    refund_payment"). Now a toolbar row under the title that wraps, in the workflow's words."""
+    from playwright.sync_api import sync_playwright
+
+    run_id = str(refund_refused_data["failed"].run_id)
+    shots = artifacts_dir / "admin"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            _sign_in(page, admin_server)
+            page.goto(f"{admin_server}/admin/scheduler/run/{run_id}/change/")
+            page.wait_for_selector("#steps-group")
+            page.screenshot(path=str(shots / f"20-failed-run-toolbar-{width}.png"))
+            boxes = page.evaluate(_TOOLBAR_JS)
+        finally:
+            browser.close()
+
+    assert len(boxes["titles"]) == 2, boxes["titles"]  # the h1 and the run under it
+    covering = [(b["label"], t) for b in boxes["buttons"] for t in boxes["titles"] if _overlap(b, t)]
+    assert covering == [], covering
+    labels = [b["label"] for b in boxes["buttons"]]
+    assert labels == [
+        "Resume compensation",
+        "Resubmit: Refund the card",
+        "Mark done: Refund the card",
+        "Mark done: Release the items",
+        "Engine health",
+        "History",
+    ], labels
+    assert all(b["left"] >= 0 and b["right"] <= boxes["width"] for b in boxes["buttons"]), boxes
+    assert boxes["overflow"] == 0
+
+
+def test_no_role_staff__run_page__styled_403_in_chromium_naming_the_role(
+    admin_server: str, refund_refused_data: dict[str, Any], artifacts_dir: Path
+) -> None:
+    """Issue 28: a staff account in no role opening a run (a link in an alert) got a bare
+    "403 Forbidden" with no way back. Now the admin's page, what is missing, and a link home."""
+    from playwright.sync_api import sync_playwright
+
+    run_id = str(refund_refused_data["failed"].run_id)
+    shots = artifacts_dir / "admin"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{admin_server}/admin/login/?next=/admin/")
+            page.fill("#id_username", "staff-norole")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.wait_for_selector("#content")
+            response = page.goto(f"{admin_server}/admin/scheduler/run/{run_id}/change/")
+            status = response.status if response else 0
+            page.screenshot(path=str(shots / "21-no-role-403.png"))
+            reason = page.locator("#forbidden-reason").inner_text()
+            styled = page.evaluate(
+                "() => [...document.styleSheets].some("
+                "s => (s.href || '').includes('admin/css/base.css') && s.cssRules.length > 0)"
+            )
+            header = page.locator("#site-name").inner_text()
+            page.click("#forbidden-home")
+            page.wait_for_load_state()
+            back_at = page.url
+        finally:
+            browser.close()
+
+    assert status == 403
+    assert reason == "This needs the Operators (read-only) role (permission: Can view run)."
+    assert styled and header == "sasproject operations"
+    assert back_at == f"{admin_server}/admin/"

@@ -77,7 +77,7 @@ def test_resubmit_step__confirm_then_pending_same_key_budget_reset__audited_on_t
     key, failures = release.idempotency_key, release.failure_count
     assert release.process_state == "error"
     page = _run_page(staff_client, failed.run_id)
-    assert "Resubmit release_inventory" in page
+    assert "Resubmit: Release the items" in page
 
     confirm = staff_client.get(_act(failed.run_id, "resubmit_step") + f"?step={release.pk}")
     assert confirm.status_code == 200
@@ -167,7 +167,7 @@ def test_resubmit_forward_step__nothing_undone_yet__back_to_pending_in_place_run
     order, charge = order_declined_nothing_undone(customer)
     key = charge.idempotency_key
     page = _run_page(staff_client, order.run_id)
-    assert "Resubmit charge_payment" in page
+    assert "Resubmit: Charge the card" in page
     confirm = staff_client.get(_act(order.run_id, "resubmit_step") + f"?step={charge.pk}").content.decode()
     assert "compensation is called off" in confirm and key in confirm
 
@@ -207,7 +207,7 @@ def test_resubmit_forward_step__compensation_started__refused_nothing_written(
     order, charge = order_declined_nothing_undone(customer)
     claim(order.run_id)  # the release is being undone now
     before = {s.pk: (s.process_state, s.updated_at) for s in Step.objects.filter(run_id=order.run_id)}
-    assert "Resubmit charge_payment" not in _run_page(staff_client, order.run_id)
+    assert "Resubmit: Charge the card" not in _run_page(staff_client, order.run_id)
 
     refused = staff_client.post(
         _act(order.run_id, "resubmit_step"),
@@ -250,7 +250,7 @@ def test_resubmit_step__no_permission__403_on_page_and_post(
     )
 
     assert page.status_code == 403 and post.status_code == 403
-    assert "Resubmit release_inventory" not in _run_page(viewer, failed.run_id)
+    assert "Resubmit: Release the items" not in _run_page(viewer, failed.run_id)
     assert Step.objects.get(pk=release.pk).process_state == "error"
     assert not OperatorAction.objects.exists()
 
@@ -367,7 +367,7 @@ def test_compensate_on_purpose__running_run_compensating__completed_refused__sta
 def test_retry_compensation__due_now_count_reset__audited(staff_client: Client, customer: Any) -> None:
     order, release = order_compensation_struggling(customer)
     assert release.not_before > timezone.now() - timedelta(milliseconds=1) or release.failure_count == 1
-    assert "Retry release_inventory now" in _run_page(staff_client, order.run_id)
+    assert "Retry now: Release the items" in _run_page(staff_client, order.run_id)
 
     ok = staff_client.post(
         _act(order.run_id, "retry_compensation"),
@@ -549,7 +549,7 @@ def test_roles__read_only_sees_everything_and_cannot_act_by_any_post(
     # Sees: the run list, a run page, engine health, the sweep's dry run.
     assert reader.get(reverse("admin:scheduler_run_changelist")).status_code == 200
     page = _run_page(reader, failed.run_id)
-    assert "Resubmit" not in page and "Mark release_inventory done" not in page and "Cancel run" not in page
+    assert "Resubmit" not in page and "Mark done: Release the items" not in page and "Cancel run" not in page
     assert "Resume compensation" not in page
     assert reader.get(reverse("admin:scheduler_run_health")).status_code == 200
     assert reader.get(reverse("admin:scheduler_run_sweep_preview")).status_code == 200
