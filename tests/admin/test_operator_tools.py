@@ -681,3 +681,53 @@ def test_sweep_preview__retry_error_requeue_leave_with_why__changes_nothing(
         list(Step.objects.order_by("id").values_list("id", "process_state", "lease", "failure_count"))
         == before
     )
+
+
+def test_bulk_resubmit__declined_card_marked_and_left_out__the_checkbox_picks_it(
+    staff_client: Client, customer: Any
+) -> None:
+    declined = order_compensated(customer, error='payment refused (402): {"error":"card_declined"}')
+    outage = order_compensated(customer, error='payment refused (422): {"error":"rejected"}')
+    url = reverse("admin:scheduler_run_bulk_resubmit")
+    now = timezone.now()
+    window = {
+        "match": "payment refused",
+        "since": (now - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M"),
+        "until": (now + timedelta(minutes=5)).strftime("%Y-%m-%d %H:%M"),
+    }
+
+    dry = staff_client.get(url, window)
+    picked = staff_client.get(url, {**window, "include_repeats": "on"})
+
+    html = dry.content.decode()
+    assert "Dry run: 1 to resubmit, 2 found, 1 would be refused again" in html
+    assert "would be refused again (card_declined)" in html
+    assert "Include refusals that would be refused again" in html
+    assert [i.run_id for i in dry.context["planned"]] == [str(outage.run_id)]
+    assert {i.run_id for i in picked.context["planned"]} == {str(declined.run_id), str(outage.run_id)}
+    assert "would be refused again (card_declined)</strong>: included" in picked.content.decode()
+    assert not OperatorAction.objects.exists()  # dry runs write nothing
+
+
+def test_resume_compensation__confirm_page_shows_each_steps_key__history_says_generation_2(
+    staff_client: Client, customer: Any
+) -> None:
+    failed = order_failed(customer)
+    release = Step.objects.get(run_id=failed.run_id, name="release_inventory")
+    run = Run.objects.get(pk=failed.run_id)
+
+    page = staff_client.get(_act(failed.run_id, "resume")).content.decode()
+    done = staff_client.post(
+        _act(failed.run_id, "resume"), {"seen": run.updated_at.isoformat(), "reason": "inventory fixed"}
+    )
+
+    assert "new key, generation 2" in page and f"{release.idempotency_key}:g2" in page
+    assert done.status_code == 302
+    release.refresh_from_db()
+    assert (release.process_state, release.key_generation) == ("pending", 2)
+    history = release.history.get(kind="operator")
+    assert history.detail["note"] == (
+        "resubmitted under a new idempotency key (generation 2): the remote refused the last one, "
+        "so nothing had happened"
+    )
+    assert history.detail["note"] in _run_page(staff_client, failed.run_id)

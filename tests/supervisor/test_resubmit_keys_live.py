@@ -159,7 +159,9 @@ def test_refund_timed_out__operator_retries_now__same_key__the_remote_dedupes_on
     engine.sim.set_faults("payment", latency_ms=4500)
     engine.sim.set_faults("shipping", hang=False, permanent_rate=1.0)
     wait_for(
-        lambda: engine.sim.ledger(service="payment", operation="refund"), timeout=60, what="the refund applied"
+        lambda: engine.sim.ledger(service="payment", operation="refund"),
+        timeout=60,
+        what="the refund applied",
     )
     refund = wait_for(
         lambda: Step.objects.filter(run_id=order.run_id, name="refund_payment", failure_count__gte=1).first(),
@@ -186,7 +188,9 @@ def test_refund_timed_out__operator_retries_now__same_key__the_remote_dedupes_on
     assert done.state == Run.State.COMPENSATED, done.error
     assert [e["key"] for e in engine.sim.ledger(service="payment", operation="refund")] == [first_key]
     history = TaskExecutionHistory.objects.get(step=refund, kind=TaskExecutionHistory.Kind.OPERATOR)
-    assert history.detail.get("note", "").startswith("resubmitted with the same idempotency key (generation 1)")
+    assert history.detail.get("note", "").startswith(
+        "resubmitted with the same idempotency key (generation 1)"
+    )
     assert entry.detail == {"key_renewed": False, "key_generation": 1, "idempotency_key": first_key}
     refund.refresh_from_db()
     assert (refund.key_generation, refund.idempotency_key) == (1, first_key)
@@ -202,15 +206,20 @@ def test_bulk_dry_run__declined_card_marked_would_be_refused_again__left_out_unl
     wait_run(rejected.run_id, (Run.State.COMPENSATED,))
     engine.sim.set_faults("shipping", permanent_rate=0.0)
     now = timezone.now()
-    window = {"reason": "refused (4", "since": now - timedelta(hours=1), "until": now + timedelta(minutes=5)}
+    since, until = now - timedelta(hours=1), now + timedelta(minutes=5)
 
-    plan = {i.run_id: i for i in operator.bulk_resubmit_plan(**window)}
+    plan = {i.run_id: i for i in operator.bulk_resubmit_plan(reason="refused (4", since=since, until=until)}
 
     card, shipping = plan[str(declined.run_id)], plan[str(rejected.run_id)]
     assert card.plan == "skip" and "refused again" in card.why  # a declined card stays declined
     assert card.repeats == "card_declined"
     assert (shipping.plan, shipping.repeats) == ("resubmit_run", "")
-    picked = {i.run_id: i for i in operator.bulk_resubmit_plan(**window, include_repeats=True)}
+    picked = {
+        i.run_id: i
+        for i in operator.bulk_resubmit_plan(
+            reason="refused (4", since=since, until=until, include_repeats=True
+        )
+    }
     assert picked[str(declined.run_id)].plan == "resubmit_run"
     assert picked[str(declined.run_id)].repeats == "card_declined"
 
