@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from agents.breaker import CLOSED, OPEN
 from scheduler.admin import OPERATE_PERMISSION
+from scheduler.keys import step_key_choice
 from scheduler.models import Run, Step
 from scheduler.permissions import staff_may
 from scheduler.workflows import run_step_label
@@ -71,8 +72,10 @@ RUN_ACTIONS: dict[str, RunAction] = {
         P_RESUBMIT,
         True,
         "Resubmit a step in Error",
-        "The step goes back to Pending with its failure count reset and the same idempotency key "
-        "(the remote service deduplicates by it); the run goes back to Compensating.",
+        "The step goes back to Pending with its failure count reset; the run goes back to "
+        "Compensating. Its idempotency key is shown below: a new one if the remote refused the "
+        "last one (nothing happened, and the remote would replay its refusal for that key), the "
+        "same one otherwise (the remote deduplicates whatever may have happened).",
     ),
     "resubmit_run": RunAction(
         P_RESUBMIT,
@@ -115,7 +118,8 @@ RUN_ACTIONS: dict[str, RunAction] = {
         False,
         "Resume compensation",
         "The run's compensation steps in Error go back to Pending with a fresh failure budget and "
-        "the run back to Compensating. Fix the cause first.",
+        "the run back to Compensating; each sends the idempotency key shown below (a new one "
+        "where the remote refused the last one). Fix the cause first.",
     ),
     "give_up": RunAction(
         P_OPERATE,
@@ -128,8 +132,9 @@ RUN_ACTIONS: dict[str, RunAction] = {
 
 # A forward step's resubmission (in place, before anything was undone) says what else changes.
 FORWARD_RESUBMIT_EXPLAINS = (
-    "The step goes back to Pending with its failure count reset and the same idempotency key (the "
-    "remote service deduplicates by it). Nothing has been undone yet: the run's compensation is "
+    "The step goes back to Pending with its failure count reset, with the idempotency key shown "
+    "below (a new one if the remote refused the last one, else the same one, which the remote "
+    "deduplicates by). Nothing has been undone yet: the run's compensation is "
     "called off and the run goes on from this step. To change the input, let the run be compensated "
     "and start a new run of it instead: a changed request needs new idempotency keys."
 )
@@ -185,6 +190,12 @@ class BulkForm(forms.Form):
     )
     since = forms.DateTimeField(label="Failed from (UTC)", help_text="YYYY-MM-DD HH:MM")
     until = forms.DateTimeField(label="Failed until (UTC)", help_text="YYYY-MM-DD HH:MM")
+    include_repeats = forms.BooleanField(
+        required=False,
+        label="Include refusals that would be refused again",
+        help_text="Steps refused for a reason in their run's input (a declined card, an item out of "
+        "stock) are left out unless ticked: resubmitted as they are, they would be refused again.",
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -294,6 +305,13 @@ class OperatorToolsMixin:
             except ValueError:
                 return HttpResponse("choose a step of this run (step=<id>)", status=400)
         row = step if step is not None else run
+        # Which idempotency key each step would send (scheduler/keys.py decides; issue 28).
+        keys = [step_key_choice(step)] if step is not None else []
+        if action == "resume":
+            keys = [
+                step_key_choice(s)
+                for s in run.steps.filter(kind=Step.Kind.COMPENSATION, process_state=Step.State.ERROR)
+            ]
         explains = spec.explains
         if action == "resubmit_step" and step is not None and step.kind == Step.Kind.FORWARD:
             explains = FORWARD_RESUBMIT_EXPLAINS
@@ -306,6 +324,7 @@ class OperatorToolsMixin:
             run=run,
             step=step,
             seen=_iso(row.updated_at),
+            keys=keys,
             input_json=json.dumps(run.input, indent=2, sort_keys=True),
             reason="",
             error="",
@@ -424,16 +443,19 @@ class OperatorToolsMixin:
                     reason=form.cleaned_data["match"],
                     since=form.cleaned_data["since"],
                     until=form.cleaned_data["until"],
+                    include_repeats=form.cleaned_data["include_repeats"],
                 )
             except OperatorRefused as exc:
                 form.add_error(None, str(exc))
         planned = [i for i in items or [] if i.plan != "skip"]
+        repeats = [i for i in items or [] if i.repeats]
         context = self._context(
             request,
             title="Resubmit failed steps in bulk",
             form=form,
             items=items,
             planned=planned,
+            repeats=repeats,
             limit=BULK_LIMIT,
             at_limit=items is not None and len(items) >= BULK_LIMIT,
         )

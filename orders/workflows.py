@@ -217,6 +217,8 @@ def build_order_workflow() -> Workflow:
                 label="Reserve the items",
                 operation="agents.inventory.reserve",
                 payload=_reserve,
+                # The items in the input are what the stock refuses (docs/simulator.md).
+                input_refusals=("out_of_stock", "bad_request"),
                 compensation=StepDef(
                     name="release_inventory",
                     label="Release the items",
@@ -231,6 +233,8 @@ def build_order_workflow() -> Workflow:
                 label="Charge the card",
                 operation="agents.payment.charge",
                 payload=_charge,
+                # The card in the input is what the provider declines.
+                input_refusals=("card_declined", "bad_request"),
                 compensation=StepDef(
                     name="refund_payment",
                     label="Refund the card",
@@ -245,6 +249,7 @@ def build_order_workflow() -> Workflow:
                 label="Create the shipment",
                 operation="agents.shipping.create",
                 payload=_ship,
+                input_refusals=("bad_request",),
                 compensation=StepDef(
                     name="cancel_shipment",
                     label="Cancel the shipment",

@@ -21,13 +21,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import DatabaseError
 
 from scheduler.sqlfiles import bulk_rows, named_statements, sql_count, sql_rows
+
+if TYPE_CHECKING:
+    from scheduler.keys import KeyChoice
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
 FUNCTIONS_FILE = SQL_DIR / "functions.sql"
@@ -499,25 +502,44 @@ def step_mark_compensating(*, step_ids: Sequence[int]) -> int:
     return _count("step_mark_compensating", {"ids": list(step_ids)})
 
 
-def step_resume(*, run_id: uuid.UUID | str) -> list[tuple[int, str]]:
-    """Error -> Pending (fresh failure budget) for the run's compensation steps."""
-    return [(r[0], r[1]) for r in _rows("step_resume", {"run_id": str(run_id)})]
+def step_resume(*, run_id: uuid.UUID | str, renew: Sequence[KeyChoice] = ()) -> list[tuple[int, str]]:
+    """Error -> Pending (fresh failure budget) for the run's compensation steps; those in
+    `renew` (scheduler/keys.py's choices that renew) send under their new key and generation,
+    the others keep theirs."""
+    renewed = [c for c in renew if c.renewed]
+    params = {
+        "run_id": str(run_id),
+        "ids": [c.step_id for c in renewed],
+        "keys": [c.key for c in renewed],
+        "generations": [c.generation for c in renewed],
+    }
+    return [(r[0], r[1]) for r in _rows("step_resume", params)]
 
 
-def step_resubmit(*, step_id: int, seen: datetime) -> tuple[str, str] | None:
-    """Error -> Pending for a compensation step (fresh failure budget, same idempotency key), if
-    its row is still as an operator saw it (`seen`: its updated_at). (run id, name) or None."""
-    row = _one("step_resubmit", {"step_id": step_id, "seen": seen})
+def _key_params(key: KeyChoice | None) -> dict[str, Any]:
+    """The new key and generation of a renewing choice; NULLs (the key kept) otherwise."""
+    if key is None or not key.renewed:
+        return {"key": None, "generation": None}
+    return {"key": key.key, "generation": key.generation}
+
+
+def step_resubmit(*, step_id: int, seen: datetime, key: KeyChoice | None = None) -> tuple[str, str] | None:
+    """Error -> Pending for a compensation step (fresh failure budget; the idempotency key
+    renewed when `key` renews, else the same), if its row is still as an operator saw it
+    (`seen`: its updated_at). (run id, name) or None."""
+    row = _one("step_resubmit", {"step_id": step_id, "seen": seen, **_key_params(key)})
     return None if row is None else (str(row[0]), row[1])
 
 
-def step_resubmit_in_place(*, step_id: int, seen: datetime) -> tuple[str, str, int] | None:
+def step_resubmit_in_place(
+    *, step_id: int, seen: datetime, key: KeyChoice | None = None
+) -> tuple[str, str, int] | None:
     """Error -> Pending for a forward step whose run is Compensating with no compensation
     attempted yet: the run back to Running, its unattempted compensations dropped, its forward
-    steps as before the error; fresh failure budget, same idempotency key. Only the row as an
-    operator saw it (`seen`). The caller holds the run and its compensation steps locked.
-    (run id, step name, compensations dropped) or None."""
-    row = _one("step_resubmit_in_place", {"step_id": step_id, "seen": seen})
+    steps as before the error; fresh failure budget; the idempotency key renewed when `key`
+    renews, else the same. Only the row as an operator saw it (`seen`). The caller holds the run
+    and its compensation steps locked. (run id, step name, compensations dropped) or None."""
+    row = _one("step_resubmit_in_place", {"step_id": step_id, "seen": seen, **_key_params(key)})
     return None if row is None else (str(row[0]), row[1], int(row[2]))
 
 

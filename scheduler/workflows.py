@@ -101,6 +101,11 @@ class StepDef:
     # the heartbeat API while it works (agents.heartbeat), and each heartbeat moves the step's
     # complete-by to now + `heartbeat` seconds. `timeout` is the window before the first one.
     heartbeat: float | None = None
+    # Refusal codes of this step's remote service (the `error` of its 4xx body, e.g.
+    # "card_declined") whose cause is in the run's input: the same request is refused again,
+    # whatever its idempotency key. The bulk resubmission's dry run leaves such steps out
+    # unless the operator picks them (scheduler/keys.py, `step_refusal_repeats`; issue 28).
+    input_refusals: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.label:

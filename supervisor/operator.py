@@ -27,6 +27,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from scheduler import transitions
+from scheduler.keys import KeyChoice, step_key_choice, step_refusal_repeats
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.services import (
     RunNotCancellable,
@@ -153,9 +154,18 @@ def operator_action_record(
 
 
 def _history(
-    *, run_id: uuid.UUID | str, step_id: int, user: AbstractBaseUser, action: str, reason: str
+    *,
+    run_id: uuid.UUID | str,
+    step_id: int,
+    user: AbstractBaseUser,
+    action: str,
+    reason: str,
+    key: KeyChoice | None = None,
 ) -> None:
+    """The operator's row in the run's history; with `key`, which idempotency key the step
+    sends from now on and why (`KeyChoice.note`, issue 28)."""
     now = timezone.now()
+    extra: dict[str, Any] = {} if key is None else {**key.as_detail(), "note": key.note}
     TaskExecutionHistory.objects.create(
         step_id=step_id,
         run_id=run_id,
@@ -164,8 +174,14 @@ def _history(
         worker=actor_name(user),
         started_at=now,
         ended_at=now,
-        detail={"action": action, "reason": reason[:500]},
+        detail={"action": action, "reason": reason[:500], **extra},
     )
+
+
+def _step_locked(step_id: int) -> Step | None:
+    """The step's row, locked until the transaction ends (after its run's: the order every
+    transition takes), for the key rule to read as the transition will find it."""
+    return Step.objects.select_for_update().filter(pk=step_id).first()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,8 +190,10 @@ def _history(
 
 
 def step_resubmit(*, step_id: int, user: AbstractBaseUser, reason: str, seen: datetime) -> OperatorAction:
-    """Resubmit a step in Error: back to Pending, failure count reset, the same idempotency key
-    (the remote side deduplicates by it).
+    """Resubmit a step in Error: back to Pending, failure count reset. Its idempotency key:
+    `scheduler.keys.step_key_renewable` decides - after a definitive refusal (nothing happened)
+    the next key generation, else the same key (the remote side deduplicates whatever may have
+    happened). The history row, the run event and the audit entry say which (issue 28).
 
     - A compensation step of a Failed run: the run goes back to Compensating.
     - A forward step of a run that began compensating but has undone nothing yet (no
@@ -204,23 +222,28 @@ def step_resubmit(*, step_id: int, user: AbstractBaseUser, reason: str, seen: da
                 "state",
                 f"run is {run.get_state_display()}; only a failed run's compensation step can be resubmitted",
             )
-        moved = transitions.step_resubmit(step_id=step_id, seen=seen)
-        if moved is None:
-            raise _stale_or_state(
-                Step.objects.filter(pk=step_id).first(),
-                seen,
-                "only a compensation step in Error can be resubmitted",
-            )
+        locked = _step_locked(step_id)
+        key = step_key_choice(locked) if locked is not None and locked.updated_at == seen else None
+        moved = transitions.step_resubmit(step_id=step_id, seen=seen, key=key)
+        if moved is None or key is None:
+            raise _stale_or_state(locked, seen, "only a compensation step in Error can be resubmitted")
         transitions.run_reopen_compensation(run_id=run.pk)
-        _history(run_id=run.pk, step_id=step_id, user=user, action=Action.RESUBMIT_STEP, reason=why)
+        _history(run_id=run.pk, step_id=step_id, user=user, action=Action.RESUBMIT_STEP, reason=why, key=key)
         event_record(
             run_id=run.pk,
             type=RunEvent.Type.COMPENSATING,
             observed=run.observed,
-            reason=f"step {moved[1]} resubmitted by {actor_name(user)}",
+            reason=f"step {moved[1]} {key.note} (by {actor_name(user)})",
             steps=[moved[1]],
         )
-        entry = _audit(action=Action.RESUBMIT_STEP, user=user, reason=why, run_id=run.pk, step_id=step_id)
+        entry = _audit(
+            action=Action.RESUBMIT_STEP,
+            user=user,
+            reason=why,
+            run_id=run.pk,
+            step_id=step_id,
+            detail=key.as_detail(),
+        )
         transaction.on_commit(scheduler_kick_enqueue)
     return entry
 
@@ -257,18 +280,20 @@ def _forward_step_resubmit(
             )
         # Held until commit: the scheduler's claim (SKIP LOCKED) cannot start one meanwhile.
         list(Step.objects.select_for_update().filter(run_id=run.pk, kind=Step.Kind.COMPENSATION))
-        moved = transitions.step_resubmit_in_place(step_id=step_id, seen=seen)
-        if moved is None:
-            raise _stale_or_state(Step.objects.filter(pk=step_id).first(), seen, FORWARD_NOT_IN_PLACE)
+        locked = _step_locked(step_id)
+        key = step_key_choice(locked) if locked is not None and locked.updated_at == seen else None
+        moved = transitions.step_resubmit_in_place(step_id=step_id, seen=seen, key=key)
+        if moved is None or key is None:
+            raise _stale_or_state(locked, seen, FORWARD_NOT_IN_PLACE)
         _run_id, name, dropped = moved
-        _history(run_id=run.pk, step_id=step_id, user=user, action=Action.RESUBMIT_STEP, reason=why)
+        _history(run_id=run.pk, step_id=step_id, user=user, action=Action.RESUBMIT_STEP, reason=why, key=key)
         event_record(
             run_id=run.pk,
             type=RunEvent.Type.STEP_RETRYING,
             observed=run.observed,
             step_id=step_id,
             step=name,
-            reason=f"resubmitted by {actor_name(user)}; compensation called off",
+            reason=f"{key.note} (by {actor_name(user)}); compensation called off",
         )
         entry = _audit(
             action=Action.RESUBMIT_STEP,
@@ -276,7 +301,7 @@ def _forward_step_resubmit(
             reason=why,
             run_id=run.pk,
             step_id=step_id,
-            detail={"in_place": True, "compensations_dropped": dropped},
+            detail={"in_place": True, "compensations_dropped": dropped, **key.as_detail()},
         )
         transaction.on_commit(scheduler_kick_enqueue)
     return entry
@@ -436,7 +461,10 @@ def step_compensation_retry(
     """Retry a failing compensation step now: one waiting out its backoff after failures (the
     "compensation keeps failing" alert) is made due at once with a fresh failure count, after
     the operator fixed the cause. (A compensation step already in Error - its run Failed - is
-    resubmitted with `step_resubmit`.) Refused: no reason, wrong state, stale form."""
+    resubmitted with `step_resubmit`.) Its failures were ambiguous (timeouts, faults that may
+    have reached the service), so it keeps its idempotency key: `scheduler.keys` says so for
+    every step not refused for good, and the history row records it. Refused: no reason, wrong
+    state, stale form."""
     why = _reason(reason)
     with transaction.atomic():
         moved = transitions.step_compensation_retry(step_id=step_id, seen=seen)
@@ -447,9 +475,17 @@ def step_compensation_retry(
                 "only a compensation step waiting to retry after failures can be retried now",
             )
         run_id, _name = moved
-        _history(run_id=run_id, step_id=step_id, user=user, action=Action.RETRY_COMPENSATION, reason=why)
+        key = step_key_choice(Step.objects.get(pk=step_id))
+        _history(
+            run_id=run_id, step_id=step_id, user=user, action=Action.RETRY_COMPENSATION, reason=why, key=key
+        )
         entry = _audit(
-            action=Action.RETRY_COMPENSATION, user=user, reason=why, run_id=run_id, step_id=step_id
+            action=Action.RETRY_COMPENSATION,
+            user=user,
+            reason=why,
+            run_id=run_id,
+            step_id=step_id,
+            detail=key.as_detail(),
         )
         transaction.on_commit(scheduler_kick_enqueue)
     return entry
@@ -488,7 +524,11 @@ class BulkItem:
     "resubmit_step" (a compensation step of a Failed run, or a forward step of a run that has
     undone nothing yet: in place), "resubmit_run" (a forward step whose
     run is Compensated: a new run) or "skip" (with `why`). `token` names the row and its
-    updated_at as shown, for the confirmation (a row changed since is skipped as stale)."""
+    updated_at as shown, for the confirmation (a row changed since is skipped as stale).
+    `repeats`: the refusal code when the step was refused for a reason in the run's input (a
+    declined card): resubmitted as is, it would be refused again (`scheduler.keys`,
+    `step_refusal_repeats`); such rows are skipped unless the operator includes them. `key`:
+    which idempotency key a resubmitted step would send, in words."""
 
     step_id: int
     run_id: str
@@ -500,6 +540,8 @@ class BulkItem:
     plan: str
     why: str
     token: str
+    repeats: str = ""
+    key: str = ""
 
 
 def steps_failed_matching_queryset(*, reason: str, since: datetime, until: datetime) -> QuerySet[Step]:
@@ -555,9 +597,21 @@ def _bulk_plan_of(step: Step, resubmitted: set[uuid.UUID]) -> tuple[str, str, st
     return "skip", f"run is {run.get_state_display()}: resubmit its compensation first", ""
 
 
-def bulk_resubmit_plan(*, reason: str, since: datetime, until: datetime) -> list[BulkItem]:
+def _bulk_key_of(step: Step, plan: str) -> str:
+    if plan == "resubmit_step":
+        return step_key_choice(step).note
+    if plan == "resubmit_run":
+        return "a new run: new idempotency keys for every step"
+    return ""
+
+
+def bulk_resubmit_plan(
+    *, reason: str, since: datetime, until: datetime, include_repeats: bool = False
+) -> list[BulkItem]:
     """The dry run: what `bulk_resubmit` would do with every step that failed for `reason` in
-    the window, and why. Changes nothing. At most one new run per run."""
+    the window, and why. Changes nothing. At most one new run per run. A step refused for a
+    reason in its run's input (a declined card, an item out of stock: `step_refusal_repeats`)
+    would be refused again: it is marked, and skipped unless `include_repeats`."""
     if not reason.strip():
         raise OperatorRefused("reason", "give the error text to match (part of the steps' last error)")
     if until <= since:
@@ -572,6 +626,14 @@ def bulk_resubmit_plan(*, reason: str, since: datetime, until: datetime) -> list
     planned_runs: set[uuid.UUID] = set()
     for step in steps:
         plan, why, token = _bulk_plan_of(step, resubmitted)
+        repeats = step_refusal_repeats(step, workflow=step.run.workflow)
+        if repeats and plan != "skip" and not include_repeats:
+            plan, token = "skip", ""
+            why = (
+                f"would be refused again: refused for a reason in the input ({repeats}); include "
+                "refusals that would be refused again to resubmit it anyway, or start a new run "
+                "with an edited input from the run's page"
+            )
         if plan == "resubmit_run":
             if step.run_id in planned_runs:
                 plan, why, token = "skip", "another step of this run is resubmitted with it", ""
@@ -588,6 +650,8 @@ def bulk_resubmit_plan(*, reason: str, since: datetime, until: datetime) -> list
                 plan=plan,
                 why=why,
                 token=token,
+                repeats=repeats,
+                key=_bulk_key_of(step, plan),
             )
         )
     return items

@@ -202,6 +202,13 @@ class RunEventInline(ReadOnlyInline):
         )
 
 
+def history_note(row: TaskExecutionHistory) -> str:
+    """What an operator's row says beside its action: which idempotency key the step sends from
+    then on, and why (issue 28, scheduler/keys.py)."""
+    note = row.detail.get("note") if isinstance(row.detail, dict) else None
+    return note[:300] if isinstance(note, str) else ""
+
+
 class HistoryInline(ReadOnlyInline):
     model = TaskExecutionHistory
     verbose_name_plural = "execution history"
@@ -232,9 +239,9 @@ class HistoryInline(ReadOnlyInline):
     def ended(self, obj: TaskExecutionHistory) -> SafeString:
         return compact_time(obj.ended_at, INLINE_TIME)
 
-    @admin.display(description="error")
+    @admin.display(description="error / note")
     def error_short(self, obj: TaskExecutionHistory) -> str:
-        return obj.error[:200] or "-"
+        return obj.error[:200] or history_note(obj) or "-"
 
 
 # Not registered here: ops/admin.py registers the operators' run admin, a subclass that adds
@@ -617,9 +624,9 @@ class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
         # Job rows (kind "job") belong to a job occurrence, not to a step.
         return obj.step.name if obj.step is not None else "-"
 
-    @admin.display(description="error")
+    @admin.display(description="error / note")
     def error_short(self, obj: TaskExecutionHistory) -> str:
-        return obj.error[:120] or "-"
+        return obj.error[:120] or history_note(obj) or "-"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -203,6 +203,19 @@ class Step(models.Model):
     not_before = models.DateTimeField(db_default=Now())
     lease = models.UUIDField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, unique=True)
+    # Which key the step sends (issue 28): 1, the key it was submitted with; an operator's
+    # resubmit after a definitive refusal (the remote said no: nothing happened) sends under the
+    # next one, `<base key>:g<n>` (scheduler/keys.py, `step_key_renewable`). `idempotency_key`
+    # always holds the key of the current generation: the agents read it from the row.
+    # No CHECK of its own: adding one would scan the table at the migration (the column's fast
+    # default alone does not); only the renewal statements write it, always upwards.
+    key_generation = models.IntegerField(
+        default=1,
+        db_default=1,
+        validators=NON_NEGATIVE,
+        help_text="Idempotency key generation: 1 is the first key; each resubmit after a definitive "
+        "refusal sends under the next one.",
+    )
     # Time in the queue is not time at work (Temporal's schedule-to-start): a claimed step whose
     # agent has not started it by `start_by` is dispatched again, no failure counted. Null once
     # the supervisor has seen its agent start (the agent marks its start in Redis).

@@ -15,6 +15,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from scheduler import transitions
+from scheduler.keys import KeyChoice, step_key_choice
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.workflows import get_workflow
 
@@ -166,7 +167,10 @@ def _run_cancel_once(*, run_id: uuid.UUID | str, actor: str) -> Run:
 
 def run_resume_compensation(*, run_id: uuid.UUID | str, actor: str) -> int:
     """Operator action for a Failed run: put its failed compensation steps back to Pending with a
-    fresh failure budget, and the run back to Compensating. Returns the number of steps resumed."""
+    fresh failure budget, and the run back to Compensating. Each step refused for good sends
+    under a new idempotency key generation, the others keep theirs (`scheduler.keys`, issue
+    28); its history row says which. Returns the number of steps resumed. Transaction: one; the
+    run's row is held from its transition on, so its steps in Error cannot change meanwhile."""
     with transaction.atomic():
         if not transitions.run_reopen_compensation(run_id=run_id):
             run = Run.objects.get(pk=run_id)
@@ -174,7 +178,11 @@ def run_resume_compensation(*, run_id: uuid.UUID | str, actor: str) -> int:
                 f"run is {run.get_state_display()}; only failed runs can resume compensation"
             )
         run = Run.objects.get(pk=run_id)
-        resumed = transitions.step_resume(run_id=run.id)
+        errored = Step.objects.filter(
+            run_id=run.id, kind=Step.Kind.COMPENSATION, process_state=Step.State.ERROR
+        ).select_for_update()
+        choices = {s.pk: step_key_choice(s) for s in errored}
+        resumed = transitions.step_resume(run_id=run.id, renew=list(choices.values()))
         now = timezone.now()
         TaskExecutionHistory.objects.bulk_create(
             [
@@ -186,20 +194,26 @@ def run_resume_compensation(*, run_id: uuid.UUID | str, actor: str) -> int:
                     worker=actor,
                     started_at=now,
                     ended_at=now,
-                    detail={"action": "resume_compensation"},
+                    detail={"action": "resume_compensation", **_key_detail(choices.get(step_id))},
                 )
                 for step_id, _ in resumed
             ]
         )
+        renewed = [name for step_id, name in resumed if step_id in choices and choices[step_id].renewed]
         event_record(
             run_id=run.id,
             type=RunEvent.Type.COMPENSATING,
             observed=run.observed,
-            reason=f"resumed by {actor}",
+            reason=f"resumed by {actor}"
+            + (f"; under a new idempotency key: {', '.join(renewed)}" if renewed else ""),
             steps=[name for _, name in resumed],
         )
         transaction.on_commit(scheduler_kick_enqueue)
     return len(resumed)
+
+
+def _key_detail(choice: KeyChoice | None) -> dict[str, object]:
+    return {} if choice is None else {**choice.as_detail(), "note": choice.note}
 
 
 class StepNotMarkable(Exception):

@@ -202,22 +202,36 @@ WHERE id = %(run_id)s AND state = 'failed'
 
 -- name: step_resume
 -- Error -> Pending, with a fresh failure budget: the run's errored compensation steps, when an
--- operator resumes the run's compensation.
-UPDATE scheduler_step
+-- operator resumes the run's compensation. Those in %(ids)s (refused for good: the caller asked
+-- scheduler/keys.py's rule) send under the new key and generation given beside them; the others
+-- keep theirs (issue 28).
+UPDATE scheduler_step AS s
 SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL, complete_by = NULL,
-    not_before = statement_timestamp(), finished_at = NULL, updated_at = statement_timestamp()
-WHERE run_id = %(run_id)s AND kind = 'compensation' AND process_state = 'error'
-RETURNING id, name
+    not_before = statement_timestamp(), finished_at = NULL, updated_at = statement_timestamp(),
+    error_permanent = false,
+    idempotency_key = coalesce(
+        (SELECT r.key FROM unnest(%(ids)s::bigint[], %(keys)s::text[]) AS r(id, key) WHERE r.id = s.id),
+        s.idempotency_key),
+    key_generation = coalesce(
+        (SELECT r.generation FROM unnest(%(ids)s::bigint[], %(generations)s::int[]) AS r(id, generation)
+         WHERE r.id = s.id),
+        s.key_generation)
+WHERE s.run_id = %(run_id)s AND s.kind = 'compensation' AND s.process_state = 'error'
+RETURNING s.id, s.name
 
 -- name: step_resubmit
 -- Error -> Pending (an operator resubmits it): a compensation step of a Failed run, with a fresh
--- failure budget and the same idempotency key (the remote side deduplicates by it). Only the
+-- failure budget; its idempotency key renewed (%(key)s at %(generation)s) when the caller's rule
+-- says so (scheduler/keys.py: refused for good), else the same one (NULLs: the remote side
+-- deduplicates by it). Only the
 -- row the operator saw: `seen` is its updated_at on the confirmation page (a stale form changes
 -- nothing). The run's Failed -> Compensating is `run_resume_compensation`, in the same transaction.
 UPDATE scheduler_step
 SET process_state = 'pending', failure_count = 0, locked_by = NULL, lease = NULL, complete_by = NULL,
     start_by = NULL, not_before = statement_timestamp(), finished_at = NULL,
-    updated_at = statement_timestamp()
+    updated_at = statement_timestamp(), error_permanent = false,
+    idempotency_key = coalesce(%(key)s::text, idempotency_key),
+    key_generation = coalesce(%(generation)s::int, key_generation)
 WHERE id = %(step_id)s AND kind = 'compensation' AND process_state = 'error'
   AND updated_at = %(seen)s
 RETURNING run_id, name
@@ -228,7 +242,8 @@ RETURNING run_id, name
 -- no claim starts one meanwhile). In one statement: the run Compensating -> Running (its error
 -- cleared); its compensation steps, never attempted, removed; the forward steps marked for undo
 -- (Compensating) back to Processed, those cancelled after the errored one back to Waiting; the
--- errored step Pending with a fresh failure budget and the same idempotency key. Only the row
+-- errored step Pending with a fresh failure budget and its idempotency key renewed when the
+-- caller's rule says so (%(key)s at %(generation)s; NULLs: the same key). Only the row
 -- the operator saw (`seen`: its updated_at). Once a compensation was attempted the run is
 -- undone instead, and then run again as a new run (new keys: the old ones' effects were undone,
 -- and a remote service would answer them from its idempotency record).
@@ -261,6 +276,10 @@ WITH target AS (
         END,
         failure_count = CASE WHEN f.id = t.id THEN 0 ELSE f.failure_count END,
         error_permanent = CASE WHEN f.id = t.id THEN false ELSE f.error_permanent END,
+        idempotency_key = CASE WHEN f.id = t.id THEN coalesce(%(key)s::text, f.idempotency_key)
+                               ELSE f.idempotency_key END,
+        key_generation = CASE WHEN f.id = t.id THEN coalesce(%(generation)s::int, f.key_generation)
+                              ELSE f.key_generation END,
         not_before = CASE WHEN f.id = t.id THEN statement_timestamp() ELSE f.not_before END,
         finished_at = CASE WHEN f.process_state = 'compensating' THEN f.finished_at END,
         locked_by = NULL, lease = NULL, complete_by = NULL, start_by = NULL,

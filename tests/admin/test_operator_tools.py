@@ -69,7 +69,7 @@ def _staff_with(django_user_model: Any, name: str, *perms: str) -> Client:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_resubmit_step__confirm_then_pending_same_key_budget_reset__audited_on_the_run(
+def test_resubmit_step__refused_for_good__confirm_then_pending_new_key_budget_reset__audited_on_the_run(
     staff_client: Client, customer: Any
 ) -> None:
     failed = order_failed(customer)
@@ -82,7 +82,10 @@ def test_resubmit_step__confirm_then_pending_same_key_budget_reset__audited_on_t
     confirm = staff_client.get(_act(failed.run_id, "resubmit_step") + f"?step={release.pk}")
     assert confirm.status_code == 200
     html = confirm.content.decode()
-    assert "same idempotency key" in html and key in html and release.updated_at.isoformat() in html
+    # The release was refused for good: nothing happened under its key, and the remote would
+    # replay the refusal for it - it is resubmitted under the next key generation (issue 28).
+    assert "new key, generation 2" in html and f"{key}:g2" in html and release.updated_at.isoformat() in html
+    assert "the remote refused the last one, so nothing had happened" in html
 
     done = staff_client.post(
         _act(failed.run_id, "resubmit_step"),
@@ -95,7 +98,12 @@ def test_resubmit_step__confirm_then_pending_same_key_budget_reset__audited_on_t
 
     assert done.status_code == 302
     release.refresh_from_db()
-    assert (release.process_state, release.failure_count, release.idempotency_key) == ("pending", 0, key)
+    assert (release.process_state, release.failure_count, release.idempotency_key) == (
+        "pending",
+        0,
+        f"{key}:g2",
+    )
+    assert (release.key_generation, release.error_permanent) == (2, False)
     assert failures >= 0
     assert Run.objects.get(pk=failed.run_id).state == Run.State.COMPENSATING
     entry = OperatorAction.objects.get(run_id=failed.run_id)
@@ -184,16 +192,23 @@ def test_resubmit_forward_step__nothing_undone_yet__back_to_pending_in_place_run
     assert steps["reserve_inventory"].process_state == "processed"
     assert steps["create_shipment"].process_state == "waiting"
     charge = steps["charge_payment"]
-    assert (charge.process_state, charge.failure_count, charge.idempotency_key) == ("pending", 0, key)
+    # Declined for good: the card's refusal is stored under the old key, so the next generation.
+    assert (charge.process_state, charge.failure_count, charge.idempotency_key) == ("pending", 0, f"{key}:g2")
     entry = OperatorAction.objects.get(run_id=order.run_id)
     assert (entry.action, entry.step_id, entry.reason) == (
         "resubmit_step",
         charge.pk,
         "customer updated the card",
     )
-    assert entry.detail == {"in_place": True, "compensations_dropped": 1}
+    assert entry.detail == {
+        "in_place": True,
+        "compensations_dropped": 1,
+        "key_renewed": True,
+        "key_generation": 2,
+        "idempotency_key": f"{key}:g2",
+    }
     assert "customer updated the card" in _run_page(staff_client, order.run_id)
-    # The run goes on from the resubmitted step, with the same key, to the end.
+    # The run goes on from the resubmitted step, under its new key, to the end.
     again = claim(order.run_id)
     assert again.step_id == charge.pk
     reply(again, "success")
@@ -666,3 +681,53 @@ def test_sweep_preview__retry_error_requeue_leave_with_why__changes_nothing(
         list(Step.objects.order_by("id").values_list("id", "process_state", "lease", "failure_count"))
         == before
     )
+
+
+def test_bulk_resubmit__declined_card_marked_and_left_out__the_checkbox_picks_it(
+    staff_client: Client, customer: Any
+) -> None:
+    declined = order_compensated(customer, error='payment refused (402): {"error":"card_declined"}')
+    outage = order_compensated(customer, error='payment refused (422): {"error":"rejected"}')
+    url = reverse("admin:scheduler_run_bulk_resubmit")
+    now = timezone.now()
+    window = {
+        "match": "payment refused",
+        "since": (now - timedelta(hours=1)).strftime("%Y-%m-%d %H:%M"),
+        "until": (now + timedelta(minutes=5)).strftime("%Y-%m-%d %H:%M"),
+    }
+
+    dry = staff_client.get(url, window)
+    picked = staff_client.get(url, {**window, "include_repeats": "on"})
+
+    html = dry.content.decode()
+    assert "Dry run: 1 to resubmit, 2 found, 1 would be refused again" in html
+    assert "would be refused again (card_declined)" in html
+    assert "Include refusals that would be refused again" in html
+    assert [i.run_id for i in dry.context["planned"]] == [str(outage.run_id)]
+    assert {i.run_id for i in picked.context["planned"]} == {str(declined.run_id), str(outage.run_id)}
+    assert "would be refused again (card_declined)</strong>: included" in picked.content.decode()
+    assert not OperatorAction.objects.exists()  # dry runs write nothing
+
+
+def test_resume_compensation__confirm_page_shows_each_steps_key__history_says_generation_2(
+    staff_client: Client, customer: Any
+) -> None:
+    failed = order_failed(customer)
+    release = Step.objects.get(run_id=failed.run_id, name="release_inventory")
+    run = Run.objects.get(pk=failed.run_id)
+
+    page = staff_client.get(_act(failed.run_id, "resume")).content.decode()
+    done = staff_client.post(
+        _act(failed.run_id, "resume"), {"seen": run.updated_at.isoformat(), "reason": "inventory fixed"}
+    )
+
+    assert "new key, generation 2" in page and f"{release.idempotency_key}:g2" in page
+    assert done.status_code == 302
+    release.refresh_from_db()
+    assert (release.process_state, release.key_generation) == ("pending", 2)
+    history = release.history.get(kind="operator")
+    assert history.detail["note"] == (
+        "resubmitted under a new idempotency key (generation 2): the remote refused the last one, "
+        "so nothing had happened"
+    )
+    assert history.detail["note"] in _run_page(staff_client, failed.run_id)
