@@ -28,7 +28,7 @@ from alerting.customer import (
 from reports.timeline import run_timeline
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs
 from scheduler.limits import LimitExceeded, RateLimited
-from scheduler.models import Job, Run
+from scheduler.models import Job, Run, TaskExecutionHistory
 from scheduler.permissions import staff_may
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.throttles import page_rate_refusal
@@ -36,7 +36,16 @@ from scheduler.workflows import WorkflowInputError
 from supervisor.models import AlertRule
 
 from .forms import AlertRuleForm, JobForm, job_save, time_zone_names
-from .presenters import alert_rule_data, history_data, job_data, run_data
+from .presenters import (
+    ACTIVE,
+    alert_rule_data,
+    attempt_data,
+    history_data,
+    job_data,
+    repeats_grouped,
+    run_data,
+    step_data,
+)
 
 PAGE_SIZE = 20
 HISTORY_PAGE_SIZE = 25
@@ -60,6 +69,15 @@ def _actor(request: HttpRequest) -> str:
 def _staff(request: HttpRequest) -> bool:
     """May the person do staff work (the one rule, scheduler/permissions.py; not `is_staff`)."""
     return staff_may(request.user)
+
+
+def _job_live(data: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """How the job page refreshes itself (jobs/static/jobs/live.js): "fast" while a run it
+    shows is going, "slow" while the job is active (a run may start), "off" otherwise (paused
+    or finished with nothing going: nothing will change without the user)."""
+    if any(not r["terminal"] for r in runs):
+        return "fast"
+    return "slow" if data["state"] == ACTIVE else "off"
 
 
 def _job_or_404(request: HttpRequest, job_id: int) -> Job:
@@ -139,17 +157,24 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
     history = Paginator(job_history(owner_id=owner_id, job_id=job.pk), HISTORY_PAGE_SIZE).get_page(
         request.GET.get("history")
     )
+    data = job_data(job)
+    rows = [run_data(r) for r in runs.object_list]
     return render(
         request,
         "jobs/job_detail.html",
         {
             "job": job,
-            "data": job_data(job),
+            "data": data,
             "input_json": json.dumps(job.input, sort_keys=True, ensure_ascii=False),
             "runs_page": runs,
-            "runs": [run_data(r) for r in runs.object_list],
+            "runs": rows,
             "history_page": history,
-            "history": [history_data(h) for h in history.object_list],
+            # The same error again and again (a retried call answering 500) is one row, "7 times".
+            "history": repeats_grouped(
+                [history_data(h, workflow=job.workflow) for h in history.object_list],
+                key=("shown_status", "error", "reason"),
+            ),
+            "live": _job_live(data, rows),
             "alert_rules": [
                 alert_rule_data(r) for r in customer_rules_with_state(owner_id=owner_id, job_id=job.pk)
             ],
@@ -168,19 +193,28 @@ def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpRe
         run = job_runs(owner_id=_user_id(request), job_id=job.pk).get(pk=run_id)
     except Run.DoesNotExist:
         raise Http404("No such run of this job.") from None
-    steps = list(run.steps.order_by("seq"))
-    history = list(run.history.select_related("step").order_by("started_at", "id"))
+    steps = [step_data(s, workflow=run.workflow) for s in run.steps.order_by("seq")]
+    # The attempts (the decisions between them - retry, give up - are on the timeline).
+    history = run.history.select_related("step").filter(kind=TaskExecutionHistory.Kind.ATTEMPT)
+    history = history.order_by("started_at", "id")
+    data = run_data(run)
     return render(
         request,
         "jobs/job_run.html",
         {
             "job": job,
-            "run": run_data(run),
+            "run": data,
             "run_obj": run,
             "steps": steps,
-            "attempts": history,
-            # Every attempt, wait and recovery on one time axis (raw errors: see above).
-            "timeline": run_timeline(run=run, now=timezone.now()),
+            # Consecutive attempts of a step that ended the same way, as one row ("3 times").
+            "attempts": repeats_grouped(
+                [attempt_data(a, workflow=run.workflow) for a in history], key=("step", "status", "error")
+            ),
+            # Every attempt, wait and recovery on one time axis, in the job's zone as the rest
+            # of the page (raw errors in its hover texts: see above).
+            "timeline": run_timeline(run=run, now=timezone.now(), zone=job.timezone),
+            # Refreshed while the run goes (jobs/static/jobs/live.js), as the order page is.
+            "live": "off" if data["terminal"] else "fast",
         },
     )
 
