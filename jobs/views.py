@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -26,11 +27,18 @@ from alerting.customer import (
     customer_rules_with_state,
 )
 from reports.timeline import run_timeline
-from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs
+from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.limits import LimitExceeded, RateLimited
 from scheduler.models import Job, Run, TaskExecutionHistory
 from scheduler.permissions import staff_may
-from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
+from scheduler.services.jobs import (
+    JobStateError,
+    job_delete,
+    job_pause,
+    job_preview,
+    job_resume,
+    job_run_now,
+)
 from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
 from supervisor.models import AlertRule
@@ -95,11 +103,45 @@ def job_list_view(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/job_list.html", {"page": page, "jobs": rows})
 
 
+PREVIEW_EMPTY = "Type a cron expression to see when it runs."
+
+
+def _wall_clock(moment: datetime) -> str:
+    """ "Mon 2026-11-30 06:15 +01:00": what jobs/static/jobs/job_form.js writes for a time."""
+    offset = moment.strftime("%z")
+    return f"{moment:%a %Y-%m-%d %H:%M} {offset[:3]}:{offset[3:]}"
+
+
+def _form_preview(form: JobForm) -> dict[str, Any]:
+    """The preview beside the cron field, drawn with the page (issue 28: after a refused form it
+    said "Type a cron expression" beside the expression typed until - or unless - the script's
+    answer came). The expression and zone as typed (bound form) or saved (edit); the script asks
+    again on load and on every key (with the "not before" / "not after" window, which this
+    leaves to it: with one typed, the page says it is working the times out)."""
+    cron = str(form["cron"].value() or "").strip()
+    zone = str(form["timezone"].value() or "").strip() or "UTC"
+    if not cron:
+        return {"state": "empty", "text": PREVIEW_EMPTY, "times": []}
+    if form["start_at"].value() or form["end_at"].value():
+        return {"state": "loading", "text": f"Working out when “{cron}” runs…", "times": []}
+    try:
+        times = job_preview(cron=cron, timezone_name=zone, count=5)
+    except WorkflowInputError as exc:
+        errors = [f"{key}: {value}" for key, value in exc.errors.items()]
+        return {"state": "error", "text": " · ".join(errors), "times": []}
+    text = job_schedule_text(Job(is_recurring=True, cron=" ".join(cron.split()), timezone=zone))
+    return {
+        "state": "ok",
+        "text": f"{text}:" if times else f"{text}: no run between the times given.",
+        "times": [{"iso": t.isoformat(), "text": _wall_clock(t)} for t in times],
+    }
+
+
 def _form_page(request: HttpRequest, form: JobForm, job: Job | None, status: int = 200) -> HttpResponse:
     return render(
         request,
         "jobs/job_form.html",
-        {"form": form, "job": job, "time_zones": time_zone_names()},
+        {"form": form, "job": job, "time_zones": time_zone_names(), "preview": _form_preview(form)},
         status=status,
     )
 

@@ -82,8 +82,13 @@ def _reply(run: Run, outcome: str, error: str = "") -> None:
     claim = _claim(run)
     result = {} if outcome == "success" else None
     step_reply(
-        step_id=claim.step_id, lease=claim.lease, outcome=outcome, result=result, error=error, claim_next=False
-    )  # type: ignore[arg-type]
+        step_id=claim.step_id,
+        lease=claim.lease,
+        outcome=outcome,  # type: ignore[arg-type]
+        result=result,
+        error=error,
+        claim_next=False,
+    )
 
 
 def _due_now(run: Run) -> None:
@@ -144,7 +149,8 @@ def _states(web: Client, job: Job, run: Run) -> dict[str, str]:
     job_page = web.get(f"/jobs/{job.pk}/").content.decode()
     listed = web.get("/jobs/").content.decode()
     head = re.search(r'id="run-state" data-state="(\w+)"><span class="badge[^"]*">([^<]+)<', run_page)
-    row = re.search(rf'data-run="{run.pk}" data-state="(\w+)">.*?<span class="badge[^"]*">([^<]+)<', job_page, re.S)
+    badge = r'<span class="badge[^"]*">([^<]+)<'
+    row = re.search(rf'data-run="{run.pk}" data-state="(\w+)">.*?{badge}', job_page, re.S)
     history = re.search(r'<tr data-status="(\w+)"[^>]*>.*?<span class="badge[^"]*">([^<]+)<', job_page, re.S)
     last = re.search(
         rf'<tr data-job="{job.pk}".*?class="last-run"><span class="badge badge-(\w+)">([^<]+)<', listed, re.S
@@ -208,14 +214,14 @@ def test_history_and_run_page__sentences__raw_detail_on_demand__repeats_grouped_
 
     sentence = "The service at api.example.test had a server error (HTTP 500 Internal Server Error)."
     # The history: the run's error in a sentence, which step (by its label), how often tried.
-    assert f"The step “Fetch the stock levels” failed: the service at api.example.test had a server" in history
+    assert "The step “Fetch the stock levels” failed: the service at api.example.test had a" in history
     assert "Gave up after 3 failed attempts." in history
     # The raw words on demand only: inside a <details>, never as the row's text.
     raw = "failed_transient 3 times (limit 3): GET https://api.example.test/v1/stock answered 500"
     before_details = history.split("<details")[0]
     assert raw not in before_details
-    assert re.search(r"<details class=\"raw-error\"><summary>Details</summary><pre class=\"raw\">step call failed: "
-                     + re.escape(raw), history)
+    details = '<details class="raw-error"><summary>Details</summary><pre class="raw">step call failed: '
+    assert details + raw in history
     # The run page: three identical attempts are one row, "3 times"; the sentence, raw under it.
     assert attempts.count("<tr data-step=") == 1 and 'data-times="3"' in attempts and "3 times" in attempts
     assert sentence in attempts and attempts.count(sentence) == 1
@@ -276,3 +282,21 @@ def test_edit__a_one_off_that_ran__saves_without_its_past_time_refused(web: Clie
 
     assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
     assert Job.objects.get(pk=job.pk).name == "renamed"
+
+
+def test_refused_form__preview_drawn_for_the_expression_typed(web: Client, user: Any) -> None:
+    typed = {**FORM, "name": "", "cron": "15 6 * * 1-5", "timezone": "Europe/Berlin"}
+
+    refused = web.post("/jobs/new/", typed)
+    bad_cron = web.post("/jobs/new/", {**typed, "cron": "61 * * * *"})
+    empty = web.get("/jobs/new/")
+
+    html = refused.content.decode()
+    preview = html[html.index('id="preview"') : html.index("</ol>", html.index('id="preview"'))]
+    assert refused.status_code == 400 and refused.context["form"].errors["name"]
+    assert "Type a cron expression" not in preview
+    assert 'data-state="ok"' in preview and "Monday through Friday" in preview
+    assert len(re.findall(r"<li data-time=", preview)) == 5
+    assert re.search(r"<li data-time=\"[^\"]+\">Mon \d{4}-\d\d-\d\d 06:15 \+0[12]:00</li>", preview)
+    assert 'data-state="error"' in bad_cron.content.decode()
+    assert "Type a cron expression to see when it runs." in empty.content.decode()
