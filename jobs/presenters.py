@@ -53,11 +53,10 @@ def job_data(job: Job) -> dict[str, Any]:
     last_state = getattr(job, "last_run_state", None)
     last_at = getattr(job, "last_run_at", None)
     state = job_state(job)
-    last_shown = (
-        None
-        if last_state is None
-        else run_shown(state=last_state, undone=run_undone_of(job, "last_run_undone"))
-    )
+    last_run = None
+    if last_state is not None:
+        shown, label = run_shown(state=last_state, undone=run_undone_of(job, "last_run_undone"))
+        last_run = {"state": last_state, "shown_state": shown, "label": label, "at": last_at}
     return {
         "id": job.pk,
         "name": job.name,
@@ -87,9 +86,7 @@ def job_data(job: Job) -> dict[str, Any]:
         "paused_at": job.paused_at,
         "finished_at": job.finished_at,
         "next_run_at": getattr(job, "next_run_at", None),
-        "last_run": None
-        if last_state is None
-        else {"state": last_state, "shown_state": last_shown[0], "label": last_shown[1], "at": last_at},
+        "last_run": last_run,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
     }

@@ -80,7 +80,7 @@ def _claim(run: Run) -> Any:
 
 def _reply(run: Run, outcome: str, error: str = "") -> None:
     claim = _claim(run)
-    result = {} if outcome == "success" else None
+    result: dict[str, Any] | None = {} if outcome == "success" else None
     step_reply(
         step_id=claim.step_id,
         lease=claim.lease,
