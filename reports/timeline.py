@@ -19,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
+from scheduler.outcomes import run_shown
 from scheduler.workflows import step_label_of
 
 History = TaskExecutionHistory
@@ -140,7 +141,11 @@ def run_timeline(
     rows = list(History.objects.filter(run_id=run.pk, step__isnull=False).order_by("started_at", "id"))
     events = list(RunEvent.objects.filter(run_id=run.pk).order_by("id"))
 
-    lanes = [Lane(label="Run", kind="run", state=run.state)]
+    # The run's state as people read it (scheduler/outcomes.py): Failed, not Compensated, when
+    # nothing was undone.
+    undone = any(s.kind == Step.Kind.COMPENSATION and s.process_state == Step.State.PROCESSED for s in steps)
+    run_state, run_label = run_shown(state=run.state, undone=undone)
+    lanes = [Lane(label="Run", kind="run", state=run_state)]
     lane_of: dict[int, int] = {}
     for step in steps:
         lane_of[step.pk] = len(lanes)
@@ -202,11 +207,11 @@ def run_timeline(
         Span(
             lane=0,
             kind="run",
-            status=run.state,
+            status=run_state,
             start=run.created_at,
             end=end_of_run,
             open=run.finished_at is None,
-            title=f"Run {run.get_state_display()}\n{_clock(run.created_at, tz)} \u2192 "
+            title=f"Run {run_label}\n{_clock(run.created_at, tz)} \u2192 "
             + (_clock(run.finished_at, tz) if run.finished_at else "now")
             + f" ({_duration((end_of_run - run.created_at).total_seconds())})",
         ),
@@ -230,7 +235,7 @@ def run_timeline(
     end = max(latest, run.created_at + timedelta(milliseconds=50))
     return Timeline(
         run_id=str(run.pk),
-        run_state=run.state,
+        run_state=run_state,
         start=run.created_at,
         end=end,
         lanes=lanes,

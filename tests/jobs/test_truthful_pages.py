@@ -187,6 +187,11 @@ def test_run_failed_with_nothing_to_undo__reads_failed__one_that_undid_a_step__c
     assert Run.objects.get(pk=undid_run.pk).state == Run.State.COMPENSATED
     assert set(_states(web, nothing, nothing_run).values()) == {"Failed"}
     assert set(_states(web, undid, undid_run).values()) == {"Compensated"}
+    # The timeline's run lane says the same (its hover text and its colour's status).
+    nothing_page = web.get(f"/jobs/{nothing.pk}/runs/{nothing_run.pk}/").content.decode()
+    timeline = nothing_page[nothing_page.index('id="timeline"') :]
+    assert "Run Failed" in timeline and 'data-status="failed"' in timeline
+    assert "Run Compensated" not in timeline
     # The report: the failed one counted failed, the other undone.
     report = web.get("/reports/")
     assert report.status_code == 200, report.content[:500]
