@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     bench_environment()
 
-    from datetime import timedelta
+    from datetime import datetime, timedelta
 
     from django.contrib.auth import get_user_model
     from django.db import connection
@@ -64,17 +64,18 @@ def main() -> None:
     )
     now = db_now()
     error = "step call failed: failed_transient 3 times (limit 3): " + ERROR
+    ats: list[datetime] = [now - timedelta(minutes=5 * n) for n in range(1, args.runs + 1)]
     runs = [
         Run(
             workflow="http.call",
             owner=user,
             state=Run.State.COMPENSATED,
             job=job,
-            scheduled_for=now - timedelta(minutes=5 * n),
+            scheduled_for=at,
             job_settled=True,
             error=error,
         )
-        for n in range(1, args.runs + 1)
+        for at in ats
     ]
     Run.objects.bulk_create(runs, batch_size=2000)
     steps = [
@@ -100,12 +101,12 @@ def main() -> None:
             worker="bench",
             error=ERROR,
             detail={"attempt": a},
-            started_at=r.scheduled_for + timedelta(seconds=2 * a),
-            ended_at=r.scheduled_for + timedelta(seconds=2 * a + 1),
+            started_at=at + timedelta(seconds=2 * a),
+            ended_at=at + timedelta(seconds=2 * a + 1),
             run=r,
             step=s,
         )
-        for r, s in zip(runs, steps, strict=True)
+        for r, s, at in zip(runs, steps, ats, strict=True)
         for a in (1, 2, 3)
     ] + [
         H(
@@ -114,13 +115,13 @@ def main() -> None:
             worker="bench",
             error=error,
             detail={"reason": "schedule"},
-            started_at=r.scheduled_for,
-            ended_at=r.scheduled_for + timedelta(seconds=9),
+            started_at=at,
+            ended_at=at + timedelta(seconds=9),
             run=r,
             job=job,
-            scheduled_for=r.scheduled_for,
+            scheduled_for=at,
         )
-        for r in runs
+        for r, at in zip(runs, ats, strict=True)
     ]
     H.objects.bulk_create(history, batch_size=5000)
     Run.objects.filter(job=job).update(finished_at=now)
