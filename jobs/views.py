@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -26,17 +27,33 @@ from alerting.customer import (
     customer_rules_with_state,
 )
 from reports.timeline import run_timeline
-from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs
+from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.limits import LimitExceeded, RateLimited
-from scheduler.models import Job, Run
+from scheduler.models import Job, Run, TaskExecutionHistory
 from scheduler.permissions import staff_may
-from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
+from scheduler.services.jobs import (
+    JobStateError,
+    job_delete,
+    job_pause,
+    job_preview,
+    job_resume,
+    job_run_now,
+)
 from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
 from supervisor.models import AlertRule
 
 from .forms import AlertRuleForm, JobForm, job_save, time_zone_names
-from .presenters import alert_rule_data, history_data, job_data, run_data
+from .presenters import (
+    ACTIVE,
+    alert_rule_data,
+    attempt_data,
+    history_data,
+    job_data,
+    repeats_grouped,
+    run_data,
+    step_data,
+)
 
 PAGE_SIZE = 20
 HISTORY_PAGE_SIZE = 25
@@ -62,6 +79,15 @@ def _staff(request: HttpRequest) -> bool:
     return staff_may(request.user)
 
 
+def _job_live(data: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """How the job page refreshes itself (jobs/static/jobs/live.js): "fast" while a run it
+    shows is going, "slow" while the job is active (a run may start), "off" otherwise (paused
+    or finished with nothing going: nothing will change without the user)."""
+    if any(not r["terminal"] for r in runs):
+        return "fast"
+    return "slow" if data["state"] == ACTIVE else "off"
+
+
 def _job_or_404(request: HttpRequest, job_id: int) -> Job:
     try:
         return job_get(owner_id=_user_id(request), job_id=job_id)
@@ -77,11 +103,45 @@ def job_list_view(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/job_list.html", {"page": page, "jobs": rows})
 
 
+PREVIEW_EMPTY = "Type a cron expression to see when it runs."
+
+
+def _wall_clock(moment: datetime) -> str:
+    """ "Mon 2026-11-30 06:15 +01:00": what jobs/static/jobs/job_form.js writes for a time."""
+    offset = moment.strftime("%z")
+    return f"{moment:%a %Y-%m-%d %H:%M} {offset[:3]}:{offset[3:]}"
+
+
+def _form_preview(form: JobForm) -> dict[str, Any]:
+    """The preview beside the cron field, drawn with the page (issue 28: after a refused form it
+    said "Type a cron expression" beside the expression typed until - or unless - the script's
+    answer came). The expression and zone as typed (bound form) or saved (edit); the script asks
+    again on load and on every key (with the "not before" / "not after" window, which this
+    leaves to it: with one typed, the page says it is working the times out)."""
+    cron = str(form["cron"].value() or "").strip()
+    zone = str(form["timezone"].value() or "").strip() or "UTC"
+    if not cron:
+        return {"state": "empty", "text": PREVIEW_EMPTY, "times": []}
+    if form["start_at"].value() or form["end_at"].value():
+        return {"state": "loading", "text": f"Working out when “{cron}” runs…", "times": []}
+    try:
+        times = job_preview(cron=cron, timezone_name=zone, count=5)
+    except WorkflowInputError as exc:
+        errors = [f"{key}: {value}" for key, value in exc.errors.items()]
+        return {"state": "error", "text": " · ".join(errors), "times": []}
+    text = job_schedule_text(Job(is_recurring=True, cron=" ".join(cron.split()), timezone=zone))
+    return {
+        "state": "ok",
+        "text": f"{text}:" if times else f"{text}: no run between the times given.",
+        "times": [{"iso": t.isoformat(), "text": _wall_clock(t)} for t in times],
+    }
+
+
 def _form_page(request: HttpRequest, form: JobForm, job: Job | None, status: int = 200) -> HttpResponse:
     return render(
         request,
         "jobs/job_form.html",
-        {"form": form, "job": job, "time_zones": time_zone_names()},
+        {"form": form, "job": job, "time_zones": time_zone_names(), "preview": _form_preview(form)},
         status=status,
     )
 
@@ -139,17 +199,24 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
     history = Paginator(job_history(owner_id=owner_id, job_id=job.pk), HISTORY_PAGE_SIZE).get_page(
         request.GET.get("history")
     )
+    data = job_data(job)
+    rows = [run_data(r) for r in runs.object_list]
     return render(
         request,
         "jobs/job_detail.html",
         {
             "job": job,
-            "data": job_data(job),
+            "data": data,
             "input_json": json.dumps(job.input, sort_keys=True, ensure_ascii=False),
             "runs_page": runs,
-            "runs": [run_data(r) for r in runs.object_list],
+            "runs": rows,
             "history_page": history,
-            "history": [history_data(h) for h in history.object_list],
+            # The same error again and again (a retried call answering 500) is one row, "7 times".
+            "history": repeats_grouped(
+                [history_data(h, workflow=job.workflow) for h in history.object_list],
+                key=("shown_status", "error", "reason"),
+            ),
+            "live": _job_live(data, rows),
             "alert_rules": [
                 alert_rule_data(r) for r in customer_rules_with_state(owner_id=owner_id, job_id=job.pk)
             ],
@@ -168,19 +235,28 @@ def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpRe
         run = job_runs(owner_id=_user_id(request), job_id=job.pk).get(pk=run_id)
     except Run.DoesNotExist:
         raise Http404("No such run of this job.") from None
-    steps = list(run.steps.order_by("seq"))
-    history = list(run.history.select_related("step").order_by("started_at", "id"))
+    steps = [step_data(s, workflow=run.workflow) for s in run.steps.order_by("seq")]
+    # The attempts (the decisions between them - retry, give up - are on the timeline).
+    history = run.history.select_related("step").filter(kind=TaskExecutionHistory.Kind.ATTEMPT)
+    history = history.order_by("started_at", "id")
+    data = run_data(run)
     return render(
         request,
         "jobs/job_run.html",
         {
             "job": job,
-            "run": run_data(run),
+            "run": data,
             "run_obj": run,
             "steps": steps,
-            "attempts": history,
-            # Every attempt, wait and recovery on one time axis (raw errors: see above).
-            "timeline": run_timeline(run=run, now=timezone.now()),
+            # Consecutive attempts of a step that ended the same way, as one row ("3 times").
+            "attempts": repeats_grouped(
+                [attempt_data(a, workflow=run.workflow) for a in history], key=("step", "status", "error")
+            ),
+            # Every attempt, wait and recovery on one time axis, in the job's zone as the rest
+            # of the page (raw errors in its hover texts: see above).
+            "timeline": run_timeline(run=run, now=timezone.now(), zone=job.timezone),
+            # Refreshed while the run goes (jobs/static/jobs/live.js), as the order page is.
+            "live": "off" if data["terminal"] else "fast",
         },
     )
 

@@ -35,7 +35,7 @@ from scheduler.admin import OPERATE_PERMISSION
 from scheduler.keys import step_key_choice
 from scheduler.models import Run, Step
 from scheduler.permissions import staff_may
-from scheduler.workflows import run_step_label
+from scheduler.workflows import step_label_of
 from supervisor import operator
 from supervisor.models import OperatorAction
 from supervisor.operator import BULK_LIMIT, OperatorRefused
@@ -255,7 +255,7 @@ class OperatorToolsMixin:
             url = reverse("admin:scheduler_run_act", args=[run.pk, action])
             if step is not None:
                 url += f"?step={step.pk}"
-                label = f"{label}: {run_step_label(workflow=run.workflow, step=step.name)}"
+                label = f"{label}: {step_label_of(run.workflow, step.name)}"
             buttons.append({"url": url, "label": label, "action": action, "step": step.name if step else ""})
 
         if run.state in (Run.State.PENDING, Run.State.RUNNING):

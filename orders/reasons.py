@@ -8,8 +8,7 @@ or stock.
 
 from __future__ import annotations
 
-import re
-
+from agents import error_texts
 from sasproject.json_input import json_parse
 from scheduler.models import Run
 
@@ -24,15 +23,13 @@ REFUSALS: dict[str, str] = {
     "voided": "This step had already been undone.",
 }
 
-# The agents' error texts (agents/base.py) and the supervisor's (supervisor/services.py).
-_REFUSED = re.compile(r"^\S+ refused \((?P<status>\d+)\): (?P<body>.*)$", re.DOTALL)
-_UNAVAILABLE = re.compile(
-    r"^\S+ (answered \d+|unreachable|timed out|sent a body)"
-    r"|^circuit open for |^probe failed, circuit open for "
-)
-_NO_REPLY = re.compile(r"^no reply before complete_by")
-_NOT_STARTED = re.compile(r"^not started by ")
-_CANCELLED = re.compile(r"^cancelled by ")
+# The agents' error texts (agents/base.py) and the supervisor's (supervisor/services.py): read
+# as agents/error_texts.py says, shared with the job pages (jobs/reasons.py).
+_REFUSED = error_texts.REFUSED
+_UNAVAILABLE = error_texts.UNAVAILABLE
+_NO_REPLY = error_texts.NO_REPLY
+_NOT_STARTED = error_texts.NOT_STARTED
+_CANCELLED = error_texts.CANCELLED
 
 
 def service_of(operation: str) -> str:

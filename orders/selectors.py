@@ -13,7 +13,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
-from scheduler.workflows import WorkflowInputError, get_workflow, step_label_default
+from scheduler.workflows import step_label_default, step_label_of
 
 from .models import Order
 from .reasons import customer_reason, order_banner
@@ -97,10 +97,7 @@ class OrderStatus:
         return self.run.state in (Run.State.PENDING, Run.State.RUNNING)
 
     def step_label(self, name: str) -> str:
-        try:
-            return get_workflow(self.run.workflow).step_label(name)
-        except WorkflowInputError:  # a workflow no longer registered
-            return step_label_default(name)
+        return step_label_of(self.run.workflow, name)
 
     @property
     def progress(self) -> dict[str, int]:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.utils.safestring import SafeString, mark_safe
 
@@ -511,7 +512,10 @@ def timeline_chart(timeline: Timeline) -> SafeString:
         parts.append(_el("line", x1=x, y1=top, x2=x, y2=plot_bottom, stroke=GRID))
         parts.append(_axis_text(x, plot_bottom + 16, _time_tick_label(tick, step), anchor=anchor))
         tick = round(tick + step, 6)
-    since = f"since {timeline.start.strftime('%H:%M:%S')} UTC"
+    # The page's zone, named (issue 28: one time zone per page, labelled).
+    zone = ZoneInfo(timeline.zone)
+    start = timeline.start.astimezone(zone)
+    since = f"since {start.strftime('%H:%M:%S')} {start.tzname() or timeline.zone}"
     parts.append(_axis_text(LANE_LABEL_W - 10, plot_bottom + 16, since, anchor="end"))
     # A step with nothing on the time axis says why (not reached yet, or never run).
     busy = {span.lane for span in timeline.spans} | {mark.lane for mark in timeline.marks}
@@ -557,7 +561,7 @@ def timeline_chart(timeline: Timeline) -> SafeString:
             _el(
                 "g",
                 shape,
-                title=f"{mark.title}\n{mark.at.strftime('%H:%M:%S.%f')[:-3]}",
+                title=f"{mark.title}\n{mark.at.astimezone(zone).strftime('%H:%M:%S.%f')[:-3]}",
                 class_="mark",
                 data_lane=timeline.lanes[mark.lane].name or "run",
                 data_kind=mark.kind,

@@ -36,8 +36,10 @@ SQL_FILE = Path(__file__).resolve().parent / "sql" / "report.sql"
 OUTCOMES = ("completed", "compensated", "failed", "cancelled", "in_progress")
 OUTCOME_LABELS = {
     "completed": "Completed",
+    # Undone: some work of the run was undone. Failed: it failed with nothing to undo, or
+    # undoing it needs an operator (scheduler/outcomes.py; issue 28).
     "compensated": "Undone (compensated)",
-    "failed": "Failed (needs operator)",
+    "failed": "Failed",
     "cancelled": "Cancelled",
     "in_progress": "In progress",
 }

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
-from scheduler.workflows import WorkflowInputError, get_workflow, step_label_default
+from scheduler.outcomes import run_shown
+from scheduler.workflows import step_label_of
 
 History = TaskExecutionHistory
+UTC_ZONE = ZoneInfo("UTC")
 # error_text(operation, raw error) -> what this page may show (the order page shows customer
 # reasons, never the remote services' own words; the admin shows them raw).
 ErrorText = Callable[[str, str], str]
@@ -87,14 +90,18 @@ class Timeline:
     lanes: list[Lane]
     spans: list[Span]
     marks: list[Mark]
+    # The zone every time on it is shown in (its axis, its hover texts): the page's own zone,
+    # named on the chart (issue 28: the job's run page header in the job's zone, the axis in UTC).
+    zone: str = "UTC"
 
     @property
     def seconds(self) -> float:
         return max((self.end - self.start).total_seconds(), 0.001)
 
 
-def _clock(moment: datetime) -> str:
-    return moment.strftime("%H:%M:%S.%f")[:-3]
+def _clock(moment: datetime, zone: ZoneInfo = UTC_ZONE) -> str:
+    """A moment's wall-clock time in the page's zone (the timeline's `zone`)."""
+    return moment.astimezone(zone).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _duration(seconds: float) -> str:
@@ -107,10 +114,7 @@ def _duration(seconds: float) -> str:
 
 
 def _step_label(run: Run, step: Step) -> str:
-    try:
-        label = get_workflow(run.workflow).step_label(step.name)
-    except WorkflowInputError:  # a workflow no longer registered
-        label = step_label_default(step.name)
+    label = step_label_of(run.workflow, step.name)
     return f"\u21ba {label}" if step.kind == Step.Kind.COMPENSATION else label
 
 
@@ -119,18 +123,29 @@ def _raw(operation: str, error: str) -> str:
 
 
 def run_timeline(
-    *, run: Run, now: datetime, error_text: ErrorText = _raw, group_repeats: bool = False
+    *,
+    run: Run,
+    now: datetime,
+    error_text: ErrorText = _raw,
+    group_repeats: bool = False,
+    zone: str = "UTC",
 ) -> Timeline:
     """The timeline of `run` as of `now` (the database clock's now, for bars still open). With
     `group_repeats` (the customer's order page), consecutive attempts of a step that ended the
     same way with the same (shown) error are one bar, "attempts 1-18 ... 18 tries", and the
-    waits between them are inside it."""
+    waits between them are inside it. `zone`: the page's time zone (an IANA name the caller has
+    checked, e.g. the job's), for every time the timeline shows."""
+    tz = ZoneInfo(zone)
     steps = list(Step.objects.filter(run_id=run.pk).order_by("seq"))
     # A step's rows only: a job's attempt rows (kind "job", no step) are the run itself.
     rows = list(History.objects.filter(run_id=run.pk, step__isnull=False).order_by("started_at", "id"))
     events = list(RunEvent.objects.filter(run_id=run.pk).order_by("id"))
 
-    lanes = [Lane(label="Run", kind="run", state=run.state)]
+    # The run's state as people read it (scheduler/outcomes.py): Failed, not Compensated, when
+    # nothing was undone.
+    undone = any(s.kind == Step.Kind.COMPENSATION and s.process_state == Step.State.PROCESSED for s in steps)
+    run_state, run_label = run_shown(state=run.state, undone=undone)
+    lanes = [Lane(label="Run", kind="run", state=run_state)]
     lane_of: dict[int, int] = {}
     for step in steps:
         lane_of[step.pk] = len(lanes)
@@ -163,11 +178,11 @@ def run_timeline(
         label = label_of[row.step_id]
         error = error_text(operation_of[row.step_id], row.error) if row.error else ""
         if row.kind == History.Kind.ATTEMPT:
-            span = _attempt_span(row, lane=lane, label=label, error=error, now=now, replier=replier)
+            span = _attempt_span(row, lane=lane, label=label, error=error, now=now, replier=replier, tz=tz)
             attempt_of[id(span)] = (str(row.detail.get("attempt") or "?"), error)
             spans.append(span)
         elif row.kind in (History.Kind.SCHEDULER, History.Kind.SUPERVISOR):
-            wait = _wait_span(row, lane=lane, label=label, starts=attempt_starts.get(row.step_id, []))
+            wait = _wait_span(row, lane=lane, label=label, starts=attempt_starts.get(row.step_id, []), tz=tz)
             if wait is not None:
                 spans.append(wait)
             if row.kind == History.Kind.SUPERVISOR or row.status == History.Status.ERRORED:
@@ -185,19 +200,19 @@ def run_timeline(
             marks.append(Mark(lane=lane, kind="operator", at=row.started_at, status=row.status, title=text))
 
     if group_repeats:
-        spans = _group_repeats(spans, attempt_of, lanes)
+        spans = _group_repeats(spans, attempt_of, lanes, tz=tz)
     end_of_run = run.finished_at or now
     spans.insert(
         0,
         Span(
             lane=0,
             kind="run",
-            status=run.state,
+            status=run_state,
             start=run.created_at,
             end=end_of_run,
             open=run.finished_at is None,
-            title=f"Run {run.get_state_display()}\n{_clock(run.created_at)} \u2192 "
-            + (_clock(run.finished_at) if run.finished_at else "now")
+            title=f"Run {run_label}\n{_clock(run.created_at, tz)} \u2192 "
+            + (_clock(run.finished_at, tz) if run.finished_at else "now")
             + f" ({_duration((end_of_run - run.created_at).total_seconds())})",
         ),
     )
@@ -220,17 +235,18 @@ def run_timeline(
     end = max(latest, run.created_at + timedelta(milliseconds=50))
     return Timeline(
         run_id=str(run.pk),
-        run_state=run.state,
+        run_state=run_state,
         start=run.created_at,
         end=end,
         lanes=lanes,
         spans=spans,
         marks=marks,
+        zone=zone,
     )
 
 
 def _attempt_span(
-    row: Any, *, lane: int, label: str, error: str, now: datetime, replier: dict[str, str]
+    row: Any, *, lane: int, label: str, error: str, now: datetime, replier: dict[str, str], tz: ZoneInfo
 ) -> Span:
     number = row.detail.get("attempt") or "?"
     status_label = STATUS_LABELS.get(row.status, row.get_status_display())
@@ -238,7 +254,7 @@ def _attempt_span(
     lines = [
         f"{label} \u00b7 attempt {number}",
         status_label,
-        f"{_clock(row.started_at)} \u2192 {_clock(row.ended_at) if row.ended_at else 'now'}"
+        f"{_clock(row.started_at, tz)} \u2192 {_clock(row.ended_at, tz) if row.ended_at else 'now'}"
         f" ({_duration((end - row.started_at).total_seconds())})",
     ]
     if row.worker:
@@ -260,7 +276,7 @@ def _attempt_span(
     )
 
 
-def _wait_span(row: Any, *, lane: int, label: str, starts: list[datetime]) -> Span | None:
+def _wait_span(row: Any, *, lane: int, label: str, starts: list[datetime], tz: ZoneInfo) -> Span | None:
     """The backoff after a retry decision: from the decision to the next attempt's start (or to
     the end of the backoff, when none has started yet)."""
     if row.status != History.Status.RETRY_SCHEDULED:
@@ -280,7 +296,7 @@ def _wait_span(row: Any, *, lane: int, label: str, starts: list[datetime]) -> Sp
         start=row.started_at,
         end=end,
         title=f"{label}: waiting to retry\n{who}: {cause}{counted}; retry after {backoff:g} s"
-        f"\n{_clock(row.started_at)} \u2192 {_clock(end)}",
+        f"\n{_clock(row.started_at, tz)} \u2192 {_clock(end, tz)}",
     )
 
 
@@ -300,7 +316,7 @@ def _decision_mark(row: Any, *, lane: int, label: str, error: str) -> Mark:
 
 
 def _group_repeats(
-    spans: list[Span], attempt_of: dict[int, tuple[str, str]], lanes: list[Lane]
+    spans: list[Span], attempt_of: dict[int, tuple[str, str]], lanes: list[Lane], *, tz: ZoneInfo
 ) -> list[Span]:
     """Consecutive finished attempts of one lane with the same outcome and shown error as one
     bar (its title says the attempts, the span of time and the tries); the waits between them
@@ -321,7 +337,7 @@ def _group_repeats(
             status_label = STATUS_LABELS.get(span.status, span.status)
             title = (
                 f"{label} \u00b7 attempts {group[1]}\u2013{number}\n{status_label}\n"
-                f"{_clock(head.start)} \u2192 {_clock(span.end)}, {group[3]} tries"
+                f"{_clock(head.start, tz)} \u2192 {_clock(span.end, tz)}, {group[3]} tries"
                 + (f"\nclaimed by {head.worker}" if head.worker else "")
             )
             out[group[0]] = Span(

@@ -63,6 +63,18 @@ def step_label_default(name: str) -> str:
     return words[:1].upper() + words[1:]
 
 
+def step_label_of(workflow: str, name: str) -> str:
+    """The label of step `name` of workflow `workflow`, as every page shows it (the order page,
+    the job's run page - its steps, attempts and timeline -, the admin's timeline): the
+    workflow's own label, or the default label of its name for a workflow (or a step) no
+    longer registered. The one label function (issue 28: a step was `call` in one table and
+    "HTTP call" in the timeline)."""
+    try:
+        return get_workflow(workflow).step_label(name)
+    except WorkflowInputError:  # a workflow no longer registered
+        return step_label_default(name)
+
+
 @dataclass(frozen=True)
 class StepDef:
     name: str
@@ -222,16 +234,6 @@ def get_workflow(name: str) -> Workflow:
         return _registry[name]
     except KeyError:
         raise WorkflowInputError({"workflow": f"unknown workflow {name!r}"}) from None
-
-
-def run_step_label(*, workflow: str, step: str) -> str:
-    """What people read for step `step` of a run of `workflow`: the label its workflow declares
-    ("refund_payment" -> "Refund the card"); a workflow no longer registered, or a step it no
-    longer has, gets the default label of the name. The one label rule for every page."""
-    try:
-        return get_workflow(workflow).step_label(step)
-    except WorkflowInputError:
-        return step_label_default(step)
 
 
 def registered_workflows() -> list[str]:

@@ -29,6 +29,9 @@
 --                                  going past it
 
 -- name: report_groups
+-- A run "compensated" that undid nothing (no compensation step of it reached processed: the
+-- failed step was the first to have any effect) is counted failed: scheduler/outcomes.py, the
+-- one rule the pages follow too (issue 28).
 -- Figures per job (the job's runs) and per workflow (runs not from a job, e.g. orders), and one
 -- total row over all of them (GROUPING SETS: `is_total`). The history is read per run, LATERAL:
 -- one probe of the run_id index per run (a plain join lets the planner hash the whole history
@@ -37,8 +40,8 @@ SELECT grouping(r.job_id, r.workflow) = 3 AS is_total,
        r.job_id, r.workflow,
        count(*) AS runs,
        count(*) FILTER (WHERE r.state = 'completed') AS completed,
-       count(*) FILTER (WHERE r.state = 'compensated') AS compensated,
-       count(*) FILTER (WHERE r.state = 'failed') AS failed,
+       count(*) FILTER (WHERE r.state = 'compensated' AND r.undone) AS compensated,
+       count(*) FILTER (WHERE r.state = 'failed' OR (r.state = 'compensated' AND NOT r.undone)) AS failed,
        count(*) FILTER (WHERE r.state = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE r.state IN ('pending', 'running', 'compensating')) AS in_progress,
        count(r.duration) AS finished,
@@ -53,7 +56,12 @@ SELECT grouping(r.job_id, r.workflow) = 3 AS is_total,
 FROM (
     SELECT run.id, run.job_id, CASE WHEN run.job_id IS NULL THEN run.workflow ELSE '' END AS workflow,
            run.state, run.deadline, run.finished_at,
-           extract(epoch FROM run.finished_at - run.created_at)::float8 AS duration
+           extract(epoch FROM run.finished_at - run.created_at)::float8 AS duration,
+           -- Only a compensated run is probed (one index probe by run id).
+           run.state = 'compensated' AND EXISTS (
+               SELECT 1 FROM scheduler_step AS s
+               WHERE s.run_id = run.id AND s.kind = 'compensation' AND s.process_state = 'processed'
+           ) AS undone
     FROM scheduler_run AS run
     WHERE run.owner_id = %(owner)s AND run.created_at >= %(start)s AND run.created_at < %(end)s
 ) AS r
@@ -76,14 +84,20 @@ ORDER BY is_total, r.job_id NULLS LAST, r.workflow
 -- Buckets are wall-clock times of the report's time zone (date_bin on the local timestamp).
 SELECT date_bin(%(bucket)s::interval, r.created_at AT TIME ZONE %(tz)s, TIMESTAMP '2000-01-01') AS bucket,
        count(*) FILTER (WHERE r.state = 'completed') AS completed,
-       count(*) FILTER (WHERE r.state = 'compensated') AS compensated,
-       count(*) FILTER (WHERE r.state = 'failed') AS failed,
+       count(*) FILTER (WHERE r.state = 'compensated' AND u.undone) AS compensated,
+       count(*) FILTER (WHERE r.state = 'failed' OR (r.state = 'compensated' AND NOT u.undone)) AS failed,
        count(*) FILTER (WHERE r.state = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE r.state IN ('pending', 'running', 'compensating')) AS in_progress,
        count(r.finished_at) AS finished,
        percentile_disc(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM r.finished_at - r.created_at)::float8) AS p50,
        percentile_disc(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM r.finished_at - r.created_at)::float8) AS p95
 FROM scheduler_run AS r
+CROSS JOIN LATERAL (
+    SELECT r.state = 'compensated' AND EXISTS (
+        SELECT 1 FROM scheduler_step AS s
+        WHERE s.run_id = r.id AND s.kind = 'compensation' AND s.process_state = 'processed'
+    ) AS undone
+) AS u
 WHERE r.owner_id = %(owner)s AND r.created_at >= %(start)s AND r.created_at < %(end)s
 GROUP BY 1
 ORDER BY 1
@@ -92,7 +106,11 @@ ORDER BY 1
 -- The user's jobs, each with its last run (any time, not only in the window): one probe of
 -- run_job_created_idx (job_id, created_at DESC) per job.
 SELECT j.id, j.name, j.workflow, j.cron, j.timezone, j.enabled,
-       last.id AS last_run_id, last.created_at AS last_run_at, last.state AS last_run_state
+       last.id AS last_run_id, last.created_at AS last_run_at,
+       CASE WHEN last.state = 'compensated' AND NOT EXISTS (
+                SELECT 1 FROM scheduler_step AS s
+                WHERE s.run_id = last.id AND s.kind = 'compensation' AND s.process_state = 'processed')
+            THEN 'failed' ELSE last.state END AS last_run_state
 FROM scheduler_job AS j
 LEFT JOIN LATERAL (
     SELECT r.id, r.created_at, r.state FROM scheduler_run AS r

@@ -9,22 +9,37 @@ from __future__ import annotations
 from typing import Any
 
 from cron_descriptor import ExpressionDescriptor, Options
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import BooleanField, Case, Exists, OuterRef, QuerySet, Subquery, Value, When
 
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.outcomes import run_undone
 
 from .cron import ALIASES, cron_normalise
 
 
 def job_annotate(queryset: QuerySet[Job]) -> QuerySet[Job]:
-    """`queryset` with each job's `next_run_at` (its next row's due time), `last_run_state` and
-    `last_run_at` (its latest run): subqueries that run per row fetched (a page) only."""
+    """`queryset` with each job's `next_run_at` (its next row's due time), `last_run_state`,
+    `last_run_at` and `last_run_undone` (its latest run, and whether any of its work was undone:
+    scheduler/outcomes.py) and `work_left` (a finished job whose run has not ended and been
+    settled, or with a retry or a buffered occurrence still to start: issue 28, a one-off job is
+    active until its run ends): subqueries that run per row fetched (a page) only, `work_left`
+    only for a finished job."""
     latest = Run.objects.filter(job_id=OuterRef("pk")).order_by("-created_at")
     nxt = ScheduledJob.objects.filter(job_id=OuterRef("pk"), kind=ScheduledJob.Kind.NEXT)
+    unsettled = Run.objects.filter(job_id=OuterRef("pk"), job_settled=False)
+    queued = ScheduledJob.objects.filter(job_id=OuterRef("pk"))
     return queryset.annotate(
         next_run_at=Subquery(nxt.values("next_execution_at")[:1]),
         last_run_state=Subquery(latest.values("state")[:1]),
         last_run_at=Subquery(latest.values("created_at")[:1]),
+        last_run_undone=Subquery(latest.annotate(undone=run_undone()).values("undone")[:1]),
+        work_left=Case(
+            When(finished_at__isnull=True, then=Value(False)),
+            When(Exists(unsettled), then=Value(True)),
+            When(Exists(queued), then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        ),
     )
 
 
@@ -41,7 +56,8 @@ def job_get(*, owner_id: int, job_id: int) -> Job:
 def job_runs(*, owner_id: int, job_id: int) -> QuerySet[Run]:
     """The job's runs, newest first (empty for someone else's job). The id breaks ties: runs
     fired in one batch share created_at, and without it pages overlapped (issue 20)."""
-    return Run.objects.filter(job_id=job_id, job__owner_id=owner_id).order_by("-created_at", "-id")
+    runs = Run.objects.filter(job_id=job_id, job__owner_id=owner_id).annotate(undone=run_undone())
+    return runs.order_by("-created_at", "-id")
 
 
 def job_history(*, owner_id: int, job_id: int) -> QuerySet[TaskExecutionHistory]:
@@ -49,7 +65,9 @@ def job_history(*, owner_id: int, job_id: int) -> QuerySet[TaskExecutionHistory]
     resumed or edited it), newest first."""
     kinds = (TaskExecutionHistory.Kind.JOB, TaskExecutionHistory.Kind.OPERATOR)
     rows = TaskExecutionHistory.objects.filter(job_id=job_id, job__owner_id=owner_id, kind__in=kinds)
-    return rows.order_by("-started_at", "-id")
+    # Whether the row's run undid anything (scheduler/outcomes.py): "compensated" reads Failed
+    # when nothing was.
+    return rows.annotate(undone=run_undone("run_id")).order_by("-started_at", "-id")
 
 
 def job_scheduled(*, owner_id: int, job_id: int) -> QuerySet[ScheduledJob]:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.db import transaction
 from django.forms.models import model_to_dict
@@ -181,6 +182,28 @@ def priority_error(value: Any, *, staff: bool) -> str | None:
     return None
 
 
+# A one-off time typed to the minute (the form's datetime-local) is the current minute for up to
+# a minute: that much in the past is "now", not a mistake.
+RUN_AT_PAST_GRACE = timedelta(seconds=60)
+
+
+def run_at_past_error(run_at: datetime, *, now: datetime, zone: str = "UTC") -> str:
+    """The one rule for a one-off job's time in the past (issue 28: it was accepted and run at
+    once without a word): refused, naming the time, unless within RUN_AT_PAST_GRACE of now. To
+    run at once, leave the time empty (a one-off job without a time runs now) or use "Run now".
+    The form and the API both ask it (through `_clean`); a time left as it was on an edit (the
+    job already ran at it) is not asked again. "" when the time is fine. The times are told in
+    `zone` (the job's, checked by the caller)."""
+    if run_at >= now - RUN_AT_PAST_GRACE:
+        return ""
+    tz = ZoneInfo(zone)
+    return (
+        f"the time is in the past ({run_at.astimezone(tz):%Y-%m-%d %H:%M} {zone}; now is "
+        f"{now.astimezone(tz):%Y-%m-%d %H:%M}): choose a later time, or leave it empty to run "
+        "the job at once"
+    )
+
+
 def _clean(
     *,
     owner_id: int,
@@ -188,6 +211,7 @@ def _clean(
     data: Mapping[str, Any],
     job_id: int | None = None,
     current_priority: int | None = None,
+    current_run_at: datetime | None = None,
 ) -> dict[str, Any]:
     """Every field checked; all errors at once, as a form does. Returns model field values.
     Raises WorkflowInputError; reads only (the name's uniqueness per owner). Staff-only work
@@ -289,6 +313,10 @@ def _clean(
                 errors[key] = "only a recurring job has this"
     elif run_at is not None:
         errors["run_at"] = "only a one-off job has a run time"
+    if not recurring and run_at is not None and run_at != current_run_at and "run_at" not in errors:
+        shown_in = "UTC" if "timezone" in errors else zone
+        if why := run_at_past_error(run_at, now=job_transitions.db_now(), zone=shown_in):
+            errors["run_at"] = why
     out.update(start_at=start_at, end_at=end_at, run_at=run_at, max_firings=max_firings)
     if "name" not in errors:
         clash = Job.objects.filter(owner_id=owner_id, name=name)
@@ -416,6 +444,7 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
             data={**current, **changes},
             job_id=job.pk,
             current_priority=job.priority,
+            current_run_at=job.run_at,
         )
         changed = {k: (getattr(job, k), v) for k, v in fields.items() if getattr(job, k) != v}
         if not changed:

@@ -135,6 +135,9 @@ def build_user_history(owner: Any) -> dict[str, Any]:
     # r2: job, compensated after 20 s: failed twice, then its whole-step deadline passed.
     r2 = make_run(owner, created=at("01-05 10:30:00"), state="compensated", seconds=20, job=job)
     s2 = make_step(r2, state="compensated")
+    # Its step was undone: a compensation step of it reached processed (a run that undid
+    # nothing reads failed: scheduler/outcomes.py).
+    make_step(r2, "undo_work", kind="compensation", seq=1000, state="processed")
     b1 = attempt(s2, 1, H.Status.FAILED_TRANSIENT, at("01-05 10:30:00.100"), 1, error="HTTP 503")
     decision(s2, kind=H.Kind.SCHEDULER, status=H.Status.RETRY_SCHEDULED, cause="failed_transient",
              when=at("01-05 10:30:01.100"), failed=b1)  # fmt: skip

@@ -1,9 +1,11 @@
-// Forms with data-confirm ask before they are sent (run now, pause, delete).
+// Forms with data-confirm ask before they are sent (run now, pause, delete). One listener on
+// the document, so a form the live page swapped in (jobs/static/jobs/live.js) asks too.
 (function () {
   "use strict";
-  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
-    form.addEventListener("submit", function (event) {
-      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
-    });
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form instanceof HTMLFormElement && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+      event.preventDefault();
+    }
   });
 })();
