@@ -82,7 +82,9 @@ def job_data(job: Job) -> dict[str, Any]:
     }
 
 
-def run_data(run: Run) -> dict[str, Any]:
+def run_data(run: Run, *, outputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A run as the API's `JobRunSerializer` and the pages read it; `outputs`: what its steps
+    returned (scheduler.outputs.runs_outputs, read by the caller for the page's runs)."""
     return {
         "id": run.pk,
         "state": run.state,
@@ -92,6 +94,7 @@ def run_data(run: Run) -> dict[str, Any]:
         "error": run.error,
         "created_at": run.created_at,
         "finished_at": run.finished_at,
+        "outputs": outputs or [],
     }
 
 

@@ -29,6 +29,7 @@ from reports.timeline import run_timeline
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs
 from scheduler.limits import LimitExceeded, RateLimited
 from scheduler.models import Job, Run
+from scheduler.outputs import runs_outputs
 from scheduler.permissions import staff_may
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.throttles import page_rate_refusal
@@ -136,6 +137,7 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     owner_id = _user_id(request)
     runs = Paginator(job_runs(owner_id=owner_id, job_id=job.pk), PAGE_SIZE).get_page(request.GET.get("runs"))
+    run_outputs = runs_outputs(owner_id=owner_id, runs=runs.object_list)
     history = Paginator(job_history(owner_id=owner_id, job_id=job.pk), HISTORY_PAGE_SIZE).get_page(
         request.GET.get("history")
     )
@@ -147,7 +149,7 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
             "data": job_data(job),
             "input_json": json.dumps(job.input, sort_keys=True, ensure_ascii=False),
             "runs_page": runs,
-            "runs": [run_data(r) for r in runs.object_list],
+            "runs": [run_data(r, outputs=run_outputs[r.pk]) for r in runs.object_list],
             "history_page": history,
             "history": [history_data(h) for h in history.object_list],
             "alert_rules": [
@@ -177,6 +179,8 @@ def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpRe
             "job": job,
             "run": run_data(run),
             "run_obj": run,
+            # What its steps returned (excerpts; the whole through the download).
+            "outputs": runs_outputs(owner_id=_user_id(request), runs=[run])[run.pk],
             "steps": steps,
             "attempts": history,
             # Every attempt, wait and recovery on one time axis (raw errors: see above).
