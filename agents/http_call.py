@@ -76,7 +76,15 @@ FORBIDDEN_HEADERS = frozenset(
 # The response headers kept in the step's result (and shown to the job's owner): what a caller
 # acts on, written once. Others (Set-Cookie, Server, vendor headers) are dropped: they may carry
 # the remote's secrets and are no part of the answer a customer asked for (issue 28).
-RESULT_HEADERS = ("content-type", "content-length", "location", "retry-after", "etag", "last-modified", "date")
+RESULT_HEADERS = (
+    "content-type",
+    "content-length",
+    "location",
+    "retry-after",
+    "etag",
+    "last-modified",
+    "date",
+)
 RESULT_HEADER_MAX = 512
 _FIELDS = ("method", "url", "headers", "body", "timeout", "expected_status")
 # The payload's key for the run's owner (set by the engine at submit, not an input field).

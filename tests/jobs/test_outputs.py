@@ -31,7 +31,7 @@ from exports.tasks import history_csv
 from scheduler.models import Job, Run, Step
 from scheduler.services import step_claim_due, step_reply
 from scheduler.services.jobs import job_create, job_run_now
-from tests.roles import ROLES, client_of, staff_in
+from tests.roles import ROLES, client_of, join_role, staff_in
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
@@ -52,7 +52,9 @@ def report(rows: int = 3, *, note: str = "") -> dict[str, Any]:
     return {"rows": rows, "note": note, "lines": ["é" * 10] * rows}
 
 
-schedulable(report, label="Report (test)", timeout=5, customer_schedulable=True)
+# Staff-only, as tasks are by default (a customer-schedulable one would be offered on every
+# customer's form in this test session): its jobs' owner is an operator.
+schedulable(report, label="Report (test)", timeout=5)
 
 
 class _Remote:
@@ -123,15 +125,18 @@ def _http_job_run(owner: Any, remote: _Remote, body: str) -> tuple[Job, Run]:
     assert firing.run_id is not None
     claim = _claim(firing.run_id)
     step = Step.objects.get(pk=claim.step_id)
+    assert step.payload is not None
     result = http_call(payload=step.payload, idempotency_key=step.idempotency_key, timeout=5)
     step_reply(step_id=step.pk, lease=str(claim.lease), outcome="success", result=result, claim_next=False)
     return job, Run.objects.get(pk=firing.run_id)
 
 
 def _task_job_run(owner: Any, rows: int) -> tuple[Job, Run]:
-    """A customer's job of the schedulable task `tests.outputs.report`, run now by its agent's code."""
+    """A job of the (staff-only) schedulable task `tests.outputs.report`, its owner made an
+    operator, run now by its agent's code."""
+    join_role(owner, ROLES["operator"])
     job = job_create(
-        by_staff=False,
+        by_staff=True,
         owner_id=owner.pk,
         name="report",
         workflow="task:tests.outputs.report",
@@ -139,7 +144,7 @@ def _task_job_run(owner: Any, rows: int) -> tuple[Job, Run]:
         cron="0 3 * * *",
         timezone_name="UTC",
     )
-    firing = job_run_now(job_id=job.pk, by_staff=False)
+    firing = job_run_now(job_id=job.pk, by_staff=True)
     assert firing.run_id is not None
     claim = _claim(firing.run_id)
     step = Step.objects.get(pk=claim.step_id)
@@ -169,7 +174,8 @@ def test_schema__runs_and_progress__document_the_outputs(db: None) -> None:
 
     components = schema["components"]["schemas"]
     output = components["StepOutput"]["properties"]
-    assert {"kind", "status", "headers", "value", "excerpt", "truncated", "size", "download_url"} <= set(output)
+    wanted = {"kind", "status", "headers", "value", "excerpt", "truncated", "size", "download_url"}
+    assert wanted <= set(output)
     assert components["JobRun"]["properties"]["outputs"]["items"]["$ref"].endswith("/StepOutput")
     assert components["RunProgress"]["properties"]["outputs"]["items"]["$ref"].endswith("/StepOutput")
     progress = schema["paths"]["/api/runs/{run_id}/progress/"]["get"]["responses"]["200"]
@@ -213,7 +219,8 @@ def test_runs_and_progress_api__schedulable_task__its_return_value(user: Any) ->
     for output in (_one_output(listed), _one_output(progress)):
         assert output["kind"] == "value" and output["status"] is None and output["headers"] is None
         assert output["value"] == expected and json.loads(output["excerpt"]) == expected
-        assert output["truncated"] is False and output["size"] == len(json.dumps(expected, ensure_ascii=False).encode())
+        assert output["truncated"] is False
+        assert output["size"] == len(json.dumps(expected, ensure_ascii=False).encode())
 
 
 def test_excerpt__over_the_bound__cut_on_a_character_and_marked(user: Any, settings: Any) -> None:
@@ -271,6 +278,11 @@ def test_download__owner_gets_all_of_it__others_and_staff_without_a_role_404(
     assert theirs.status_code == 404 and no_role.status_code == 404 and wrong_run.status_code == 404
     assert read_only.status_code == 200 and read_only.content == mine.content
     assert anonymous.status_code in (401, 403) and body.encode() not in anonymous.content
+    # Nor through the other answers: their job, its runs, the run's progress and page are not found.
+    stranger = _api(other_user)
+    assert stranger.get(f"/api/jobs/{job.pk}/runs/").status_code == 404
+    assert stranger.get(f"/api/runs/{run.pk}/progress/").status_code == 404
+    assert client_of(other_user).get(f"/jobs/{job.pk}/runs/{run.pk}/").status_code == 404
 
 
 def test_download__html_answer__served_as_plain_text_attachment(user: Any, remote: _Remote) -> None:
@@ -285,17 +297,6 @@ def test_download__html_answer__served_as_plain_text_attachment(user: Any, remot
 
     assert got["Content-Type"] == "text/plain; charset=utf-8" and got.content.decode() == SCRIPT
     assert got["Content-Disposition"].startswith("attachment;") and got["X-Content-Type-Options"] == "nosniff"
-
-
-def test_runs_api__another_users_job_and_run__404_and_no_output(
-    user: Any, other_user: Any, remote: _Remote
-) -> None:
-    job, run = _http_job_run(user, remote, json.dumps({"secret": "theirs"}))
-    stranger = _api(other_user)
-
-    assert stranger.get(f"/api/jobs/{job.pk}/runs/").status_code == 404
-    assert stranger.get(f"/api/runs/{run.pk}/progress/").status_code == 404
-    assert client_of(other_user).get(f"/jobs/{job.pk}/runs/{run.pk}/").status_code == 404
 
 
 # -- the pages ----------------------------------------------------------------------------------------
@@ -337,4 +338,3 @@ def test_history_export__the_outputs_in_an_output_column(user: Any, remote: _Rem
     assert {"content-type: application/json", 'etag: "v42"', "retry-after: 120"} <= set(lines)
     assert json.loads(outputs["task:tests.outputs.report"])["note"] == SCRIPT
     assert all(r["output"] == "" for r in rows if r["status"] != "succeeded")
-
