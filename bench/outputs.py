@@ -12,9 +12,10 @@ real reply); the others are copies of it in SQL with their own ids, keys and tim
 Then, warm cache, in this process through Django's test client (the whole view, template and
 serializer; no HTTP server), it times --samples requests of each of: the run page of a random run,
 the job page (its first runs page, and its last), the runs API (first page and last page, with a
-real API token) and the progress API, and prints p50 / p99. Last, the storage an output adds:
-pg_column_size of the stored result (and of its headers), and pg_total_relation_size of the step
-table with the results and after they are set NULL (VACUUM FULL), per run.
+real API token) and the progress API, and prints p50 / p99. Then the storage an output adds:
+pg_column_size of the stored result (and of its headers), and pg_total_relation_size of the
+results alone and of the step table, per run. Last, the same requests again with every result
+set NULL (nothing to show): the difference is what showing outputs costs.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_environment, fmt_ms, percentile, print_table
 
+
 def _columns(table: str) -> list[str]:
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = %s ORDER BY ordinal_position",
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+            "ORDER BY ordinal_position",
             [table],
         )
         return [row[0] for row in cursor.fetchall()]
@@ -63,7 +66,8 @@ def _clone(*, template_run: Any, copies: int, body_bytes: int) -> None:
         "finished_at": "m.at + interval '1 second'",
         # Each run its own body: incompressible hex (the worst case for TOAST's compression).
         "result": (
-            "jsonb_set(s.result, '{body}', to_jsonb(substr((SELECT string_agg(md5(m.n::text || ':' || g::text), '')"
+            "jsonb_set(s.result, '{body}', to_jsonb(substr((SELECT "
+            "string_agg(md5(m.n::text || ':' || g::text), '')"
             f" FROM generate_series(1, {body_bytes // 32 + 1}) AS g), 1, {body_bytes})))"
         ),
     }
@@ -161,7 +165,10 @@ def fill(*, runs: int, body_bytes: int) -> tuple[Any, Any, str]:
         "body": "x" * body_bytes,
         "body_truncated": False,
     }
-    step_reply(step_id=claim.step_id, lease=str(claim.lease), outcome="success", result=result, claim_next=False)
+    step_reply(
+        step_id=claim.step_id, lease=str(claim.lease), outcome="success", result=result, claim_next=False
+    )
+    assert firing.run_id is not None
     template = Run.objects.get(pk=firing.run_id)
     assert template.state == Run.State.COMPLETED, template.state
     assert Step.objects.get(run=template).result is not None
@@ -205,8 +212,12 @@ def storage() -> dict[str, float]:
         )
         count, result_size, headers_size, text_size = cursor.fetchone()
         cursor.execute("DROP TABLE IF EXISTS bench_results")
-        cursor.execute("CREATE TABLE bench_results AS SELECT result FROM scheduler_step WHERE result IS NOT NULL")
-        cursor.execute("SELECT pg_total_relation_size('bench_results'), pg_total_relation_size('scheduler_step')")
+        cursor.execute(
+            "CREATE TABLE bench_results AS SELECT result FROM scheduler_step WHERE result IS NOT NULL"
+        )
+        cursor.execute(
+            "SELECT pg_total_relation_size('bench_results'), pg_total_relation_size('scheduler_step')"
+        )
         results_table, step_table = cursor.fetchone()
         cursor.execute("DROP TABLE bench_results")
     return {
@@ -240,7 +251,8 @@ def main() -> None:
 
     began = time.perf_counter()
     user, job, key = fill(runs=args.runs, body_bytes=args.body_bytes)
-    print(f"filled {args.runs} runs with {args.body_bytes}-byte bodies in {time.perf_counter() - began:.1f} s")
+    took = time.perf_counter() - began
+    print(f"filled {args.runs} runs with {args.body_bytes}-byte bodies in {took:.1f} s")
     run_ids = list(Run.objects.filter(job=job).values_list("pk", flat=True))
     random.seed(28)
     picked = random.sample(run_ids, min(len(run_ids), 200))
@@ -266,6 +278,18 @@ def main() -> None:
     rows.append(("one output's excerpt, bytes", len(output["excerpt"].encode())))
     print_table(rows)
     print_table([(k, f"{v:,.0f}" if isinstance(v, int | float) else v) for k, v in storage().items()])
+    # The same requests with nothing to show (every result NULL): what showing outputs costs.
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE scheduler_step SET result = NULL")
+        cursor.execute("ANALYZE scheduler_step")
+    baseline: list[tuple[str, Any]] = []
+    for name, get, urls in cases:
+        times = time_requests(get, urls, samples=args.samples)
+        line = f"p50 {fmt_ms(percentile(times, 0.5))}  p99 {fmt_ms(percentile(times, 0.99))}"
+        baseline.append((f"{name}, no outputs", line))
+    print_table(baseline)
 
 
 if __name__ == "__main__":
