@@ -15,8 +15,10 @@ Input (all validated before anything is written; errors name the field):
      "expected_status": [200, 201]}          # optional; default: any 2xx is success
 
 Outcome: an expected status (any 2xx by default) is success, and the step's result is
-{"status", "content_type", "body" (first RESPONSE_MAX_BYTES, decoded), "body_truncated"}: the
-answer is read bounded (at most RESPONSE_MAX_BYTES, under the attempt's total deadline).
+{"status", "content_type", "headers" (those of RESULT_HEADERS the answer had), "body" (first
+RESPONSE_MAX_BYTES, decoded), "body_truncated"}: the answer is read bounded (at most
+RESPONSE_MAX_BYTES, under the attempt's total deadline). The customer sees it on the run page and
+in the API (scheduler/outputs.py, issue 28).
 5xx, 408, 425, 429, timeouts and connection errors are transient (the step retries per its
 policy); anything else (4xx, a redirect - never followed) is permanent: the step errors and
 the run ends Compensated, with the status and the first 200 characters of the body in the
@@ -71,6 +73,19 @@ FORBIDDEN_HEADERS = frozenset(
         "idempotency-key",
     }
 )
+# The response headers kept in the step's result (and shown to the job's owner): what a caller
+# acts on, written once. Others (Set-Cookie, Server, vendor headers) are dropped: they may carry
+# the remote's secrets and are no part of the answer a customer asked for (issue 28).
+RESULT_HEADERS = (
+    "content-type",
+    "content-length",
+    "location",
+    "retry-after",
+    "etag",
+    "last-modified",
+    "date",
+)
+RESULT_HEADER_MAX = 512
 _FIELDS = ("method", "url", "headers", "body", "timeout", "expected_status")
 # The payload's key for the run's owner (set by the engine at submit, not an input field).
 OWNER_KEY = "owner_id"
@@ -269,9 +284,16 @@ def http_call(*, payload: Mapping[str, Any], idempotency_key: str, timeout: floa
     return {
         "status": status,
         "content_type": response.headers.get("content-type", ""),
+        "headers": result_headers(response.headers),
         "body": response.body.decode(_charset(response.headers), errors="replace"),
         "body_truncated": response.truncated,
     }
+
+
+def result_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed headers of an answer (RESULT_HEADERS, names in lower case), each value
+    cut to RESULT_HEADER_MAX characters: a small, bounded part of the step's result."""
+    return {name: headers[name][:RESULT_HEADER_MAX] for name in RESULT_HEADERS if name in headers}
 
 
 def _charset(headers: httpx.Headers) -> str:
@@ -343,6 +365,7 @@ def build_http_call_workflow() -> Workflow:
                 label="HTTP call",
                 operation=HTTP_CALL_OPERATION,
                 payload=_payload,
+                output="http",
                 **step_policy(_policy()),
             )
         ],

@@ -13,6 +13,8 @@ from django.conf import settings
 
 from agents.base import PermanentFault
 from agents.long import Beat, HeartbeatAgentTask
+from scheduler.models import HistoryStatus, TaskExecutionHistory
+from scheduler.outputs import output_export_text
 from scheduler.selectors import history_of_owner
 
 from .models import Export
@@ -30,7 +32,17 @@ COLUMNS = [
     "error",
     "started_at",
     "ended_at",
+    # What the step returned, on the attempt that succeeded (issue 28): a task's value as JSON,
+    # an HTTP answer as its status, kept headers and body (scheduler/outputs.py).
+    "output",
 ]
+
+
+def _output(row: TaskExecutionHistory) -> str:
+    """The step's output on its succeeded attempt's row; empty on every other row."""
+    if row.status != HistoryStatus.SUCCEEDED or row.step is None or row.run is None:
+        return ""
+    return output_export_text(workflow=row.run.workflow, step_name=row.step.name, result=row.step.result)
 
 
 class HistoryExportAgent(HeartbeatAgentTask):
@@ -62,6 +74,7 @@ class HistoryExportAgent(HeartbeatAgentTask):
                     h.error,
                     h.started_at.isoformat(),
                     h.ended_at.isoformat() if h.ended_at else "",
+                    _output(h),
                 ]
             )
             rows += 1

@@ -24,6 +24,7 @@ from rest_framework.throttling import BaseThrottle
 from sasproject.tokens.authentication import HashedTokenAuthentication
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.models import HistoryStatus, Job
+from scheduler.outputs import runs_outputs
 from scheduler.permissions import staff_may
 from scheduler.services.jobs import (
     JobStateError,
@@ -315,7 +316,7 @@ class JobViewSet(viewsets.GenericViewSet):
         )
 
     @extend_schema(
-        summary="The job's runs, newest first",
+        summary="The job's runs, newest first, each with its outcome and its steps' outputs",
         parameters=[JOB_ID, PAGE],
         responses={200: JobRunSerializer(many=True), 404: NOT_FOUND},
     )
@@ -323,7 +324,9 @@ class JobViewSet(viewsets.GenericViewSet):
     def runs(self, request: Request, pk: str | None = None) -> Response:
         job = self._job(request, pk)
         page = self.paginate_queryset(job_runs(owner_id=_owner_id(request), job_id=job.pk)) or []
-        return self.get_paginated_response(JobRunSerializer([run_data(r) for r in page], many=True).data)
+        outputs = runs_outputs(owner_id=_owner_id(request), runs=page)
+        body = [run_data(r, outputs=outputs[r.pk]) for r in page]
+        return self.get_paginated_response(JobRunSerializer(body, many=True).data)
 
     @extend_schema(
         summary="The job's execution history, newest first: one row per attempt, skip or buffer",

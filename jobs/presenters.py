@@ -92,10 +92,11 @@ def job_data(job: Job) -> dict[str, Any]:
     }
 
 
-def run_data(run: Run) -> dict[str, Any]:
+def run_data(run: Run, *, outputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A run of a job: `state` the engine's (the API's), `shown_state` / `state_label` what the
     pages show (scheduler/outcomes.py: Failed when nothing was undone), `reason` its error in a
-    sentence (jobs/reasons.py; `error` raw, for the API and on demand)."""
+    sentence (jobs/reasons.py; `error` raw, for the API and on demand); `outputs`: what its
+    steps returned (scheduler.outputs.runs_outputs, read by the caller for the page's runs)."""
     shown, label = run_shown(state=run.state, undone=run_undone_of(run))
     return {
         "id": run.pk,
@@ -109,6 +110,7 @@ def run_data(run: Run) -> dict[str, Any]:
         "error": run.error,
         "created_at": run.created_at,
         "finished_at": run.finished_at,
+        "outputs": outputs or [],
     }
 
 

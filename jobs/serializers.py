@@ -25,6 +25,7 @@ from sasproject.names import control_characters_refuse
 from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
+from scheduler.serializers import StepOutputSerializer
 from scheduler.services.jobs import (
     CATCHUP_WINDOW_MAX,
     CATCHUP_WINDOW_MESSAGE,
@@ -319,6 +320,11 @@ class JobRunSerializer(serializers.Serializer[dict[str, Any]]):
     error = serializers.CharField(allow_blank=True)
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
+    outputs = StepOutputSerializer(
+        many=True,
+        help_text="What its forward steps returned, in order: a task's return value, an HTTP call's "
+        "status, headers and body excerpt (bounded; `download_url` has the whole output).",
+    )
 
 
 class JobHistorySerializer(serializers.Serializer[dict[str, Any]]):

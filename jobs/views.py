@@ -30,6 +30,7 @@ from reports.timeline import run_timeline
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.limits import LimitExceeded, RateLimited
 from scheduler.models import Job, Run, TaskExecutionHistory
+from scheduler.outputs import runs_outputs
 from scheduler.permissions import staff_may
 from scheduler.services.jobs import (
     JobStateError,
@@ -196,11 +197,12 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     owner_id = _user_id(request)
     runs = Paginator(job_runs(owner_id=owner_id, job_id=job.pk), PAGE_SIZE).get_page(request.GET.get("runs"))
+    run_outputs = runs_outputs(owner_id=owner_id, runs=runs.object_list)
     history = Paginator(job_history(owner_id=owner_id, job_id=job.pk), HISTORY_PAGE_SIZE).get_page(
         request.GET.get("history")
     )
     data = job_data(job)
-    rows = [run_data(r) for r in runs.object_list]
+    rows = [run_data(r, outputs=run_outputs[r.pk]) for r in runs.object_list]
     return render(
         request,
         "jobs/job_detail.html",
@@ -247,6 +249,8 @@ def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpRe
             "job": job,
             "run": data,
             "run_obj": run,
+            # What its steps returned (excerpts; the whole through the download).
+            "outputs": runs_outputs(owner_id=_user_id(request), runs=[run])[run.pk],
             "steps": steps,
             # Consecutive attempts of a step that ended the same way, as one row ("3 times").
             "attempts": repeats_grouped(

@@ -589,6 +589,10 @@ SAS["EXPORT_HEARTBEAT"] = env_float("SAS_EXPORT_HEARTBEAT", 10.0)
 SAS["EXPORT_QUEUE_TIMEOUT"] = env_float("SAS_EXPORT_QUEUE_TIMEOUT", 10.0)
 SAS["EXPORT_DEADLINE"] = env_float("SAS_EXPORT_DEADLINE", 900.0)
 SAS["EXPORT_MIN_SECONDS"] = env_float("SAS_EXPORT_MIN_SECONDS", 60.0)
+# How much of a step's output (a task's return value, an HTTP answer's body) the run page, the
+# runs API and the progress API show; the rest is a download for its owner (issue 28,
+# scheduler/outputs.py). Bytes of UTF-8 text.
+SAS["OUTPUT_EXCERPT_BYTES"] = int(os.environ.get("SAS_OUTPUT_EXCERPT_BYTES", "2048"))
 
 # --------------------------------------------------------------------------------------------
 # --- web and API (issue 3) ---

@@ -19,7 +19,7 @@ from reports.api import report_api
 from sasproject.login_throttle import ThrottledAdminAuthenticationForm, ThrottledAuthenticationForm
 from sasproject.tokens.api import api_token_rotate_view, api_token_view
 from sasproject.tokens.views import api_token_page
-from scheduler.api import run_progress_view
+from scheduler.api import run_progress_view, step_output_view
 
 router = SimpleRouter()
 router.register("orders", OrderViewSet, basename="api-order")
@@ -77,6 +77,7 @@ urlpatterns = [
     path("api/webhook-secret/", webhook_secret, name="api-webhook-secret"),
     path("api/webhook-secret/rotate/", webhook_secret_rotate_view, name="api-webhook-secret-rotate"),
     path("api/runs/<uuid:run_id>/progress/", run_progress_view, name="api-run-progress"),
+    path("api/runs/<uuid:run_id>/steps/<int:step_id>/output/", step_output_view, name="api-step-output"),
     path("api/exports/", include("exports.api_urls")),
     path("api/reports/", report_api, name="api-reports"),
     path("api/alert-rules/", alert_rules_view, name="api-alert-rules"),

@@ -20,6 +20,7 @@ from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet,
 from django.db.models.functions import Coalesce, Now
 
 from .models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
+from .outputs import run_outputs
 from .transitions import queries
 from .workflows import get_workflow, registered_workflows
 
@@ -151,8 +152,9 @@ def workflow_step_names() -> list[str]:
 def run_progress_of(run: Run) -> dict[str, Any]:
     """What a long run has done and how fast: forward steps done / total; for its paginated
     steps (summed), pages and rows done / total, rows per second since the first page began and
-    the estimated seconds left; for its heartbeat steps, their HeartbeatStatus rows. Three indexed
-    queries (steps, checkpoints, statuses by run). Unscoped: callers that serve a user go
+    the estimated seconds left; for its heartbeat steps, their HeartbeatStatus rows; its error and
+    its steps' outputs (scheduler/outputs.py). Four indexed queries (steps, checkpoints, statuses,
+    outputs by run). Unscoped: callers that serve a user go
     through `run_progress`."""
     db_now = Run.objects.filter(pk=run.pk).values_list(Now(), flat=True).first()
     forward = Step.objects.filter(run_id=run.pk, kind=Step.Kind.FORWARD)
@@ -224,6 +226,9 @@ def run_progress_of(run: Run) -> dict[str, Any]:
         "steps_total": steps_total,
         "paged": paged,
         "heartbeats": heartbeats,
+        # Its outcome (issue 28): why it failed, and what its steps returned (excerpts).
+        "error": run.error,
+        "outputs": run_outputs(run=run),
     }
 
 

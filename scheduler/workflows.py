@@ -57,6 +57,10 @@ def _empty_payload(ctx: StepContext) -> dict[str, Any]:
     return {}
 
 
+# The shapes a step's result may have for the pages (StepDef.output).
+STEP_OUTPUTS = ("value", "http")
+
+
 def step_label_default(name: str) -> str:
     """A readable label for a step name: "reserve_inventory" -> "Reserve inventory"."""
     words = name.replace("_", " ").replace("-", " ").strip()
@@ -118,6 +122,10 @@ class StepDef:
     # whatever its idempotency key. The bulk resubmission's dry run leaves such steps out
     # unless the operator picks them (scheduler/keys.py, `step_refusal_repeats`; issue 28).
     input_refusals: tuple[str, ...] = ()
+    # What its result is, for the customer's run page and API (scheduler/outputs.py, issue
+    # 28): "value" (a JSON value, shown as it is) or "http" (an HTTP answer: status, headers,
+    # body excerpt).
+    output: str = "value"
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -132,6 +140,8 @@ class StepDef:
             raise ValueError(f"step {self.name}: page_size must be at least 1")
         if self.heartbeat is not None and self.heartbeat <= 0:
             raise ValueError(f"step {self.name}: heartbeat must be positive")
+        if self.output not in STEP_OUTPUTS:
+            raise ValueError(f"step {self.name}: output must be one of {', '.join(STEP_OUTPUTS)}")
         if self.page_size is not None and self.heartbeat is not None:
             raise ValueError(f"step {self.name}: a step is paginated or heartbeats, not both")
         if self.compensation is not None and (
