@@ -49,7 +49,9 @@ def env_slots(name: str, default: dict[str, int]) -> dict[str, int]:
             continue
         queue, sep, count = item.partition("=")
         if not sep or not queue.strip() or not count.strip().isdigit() or int(count) < 1:
-            raise ImproperlyConfigured(f"{name}: {item.strip()!r} is not queue=slots (a whole number above 0)")
+            raise ImproperlyConfigured(
+                f"{name}: {item.strip()!r} is not queue=slots (a whole number above 0)"
+            )
         slots[queue.strip()] = int(count)
     return slots
 
