@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -207,3 +209,25 @@ def test_limits__owner_share__rounds_up_and_keeps_one(settings):
     assert bulkhead_limits() == (
         '{"default": [50, 38], "slots": {"agent.http": [8, 6], "agent.one": [1, 1], "agent.tasks": [2, 2]}}'
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SAS_BULKHEAD_OWNER_SHARE", "0"),
+        ("SAS_BULKHEAD_OWNER_SHARE", "1.5"),
+        ("SAS_BULKHEAD_SLOTS", "agent.http=0"),
+    ],
+)
+def test_settings__bad_bulkhead_setting__refused_at_start_up_naming_it(name, value):
+    env = {**os.environ, name: value, "DJANGO_SETTINGS_MODULE": "sasproject.settings"}
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import sasproject.settings"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+
+    assert done.returncode != 0 and "ImproperlyConfigured" in done.stderr and name in done.stderr, done.stderr
