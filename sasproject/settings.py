@@ -40,6 +40,22 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_slots(name: str, default: dict[str, int]) -> dict[str, int]:
+    """`queue=slots,queue=slots` (SAS_BULKHEAD_SLOTS): each named queue's slots, over the default."""
+    value = os.environ.get(name)
+    slots = dict(default)
+    for item in (value or "").split(","):
+        if not item.strip():
+            continue
+        queue, sep, count = item.partition("=")
+        if not sep or not queue.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise ImproperlyConfigured(
+                f"{name}: {item.strip()!r} is not queue=slots (a whole number above 0)"
+            )
+        slots[queue.strip()] = int(count)
+    return slots
+
+
 def denied_defaults(origins: list[str]) -> list[str]:
     """The egress deny list's default: the remote services' payment, inventory, shipping and
     control (`/_...`) paths on each of their origins (`http://host:port[/base]`)."""
@@ -473,9 +489,33 @@ SAS: dict[str, Any] = {
     # test can kill it there. 0 in every real deployment.
     "JOBS_TEST_PAUSE_AFTER_CLAIM": env_float("SAS_JOBS_TEST_PAUSE_AFTER_CLAIM", 0.0),
     "CLAIM_BATCH": int(os.environ.get("SAS_CLAIM_BATCH", "100")),
-    # Backpressure: at most this many steps of one agent operation Processing at once (a soft
-    # cap: one claim batch may pass it). Size it to the agents' capacity within a step window.
+    # Backpressure: at most this many steps of one agent operation Processing at once, for an
+    # operation whose queue has no BULKHEAD_SLOTS entry.
     "MAX_IN_FLIGHT_PER_OPERATION": int(os.environ.get("SAS_MAX_IN_FLIGHT", "50")),
+    # Bulkheads' slots (issue 26, docs/fairness.md): at most this many steps of an agent queue
+    # Processing at once - its workers' threads, so nothing waits in the broker's FIFO queue and
+    # the fair claim, not the broker, decides who runs next. The Procfile's and compose's `-c`
+    # of the queue's worker (tests/scheduler/test_bulkheads.py pins them); a queue not listed gets
+    # MAX_IN_FLIGHT_PER_OPERATION. catalogue and exports share longjobs' 2.
+    # Environment: SAS_BULKHEAD_SLOTS="agent.http=16,agent.tasks=4" (over these defaults).
+    "BULKHEAD_SLOTS": env_slots(
+        "SAS_BULKHEAD_SLOTS",
+        {
+            "agent.inventory": 8,
+            "agent.payment": 8,
+            "agent.shipping": 8,
+            "agent.webhook": 8,
+            "agent.http": 8,
+            "agent.tasks": 2,
+            "agent.catalogue": 2,
+            "agent.exports": 2,
+        },
+    ),
+    # The most of a bulkhead's slots one owner may hold: ceil(slots x share), at least 1. Below
+    # 1 it keeps slots free for whoever comes next, so a newcomer starts at once rather than when
+    # one of a flooding owner's calls ends (a 20 s call, for http); the price is a lone owner's
+    # burst running on that share (docs/decisions.md, "A bulkhead's share per owner"). 1: none.
+    "BULKHEAD_OWNER_SHARE": env_float("SAS_BULKHEAD_OWNER_SHARE", 0.75),
     # A step that a reply claims runs in place, with no broker hop, when the replying worker
     # serves its queue: at most this many per task (0: off). agents/eager.py.
     "EAGER_STEPS": int(os.environ.get("SAS_EAGER_STEPS", "8")),
@@ -510,6 +550,10 @@ SAS: dict[str, Any] = {
         ),
     },
 }
+if not 0 < SAS["BULKHEAD_OWNER_SHARE"] <= 1:
+    raise ImproperlyConfigured(
+        f"SAS_BULKHEAD_OWNER_SHARE is a fraction above 0 and at most 1, not {SAS['BULKHEAD_OWNER_SHARE']!r}"
+    )
 
 # --------------------------------------------------------------------------------------------
 # Job targets (issue 8): HTTP-call jobs and @schedulable tasks. See docs/jobs-targets.md.

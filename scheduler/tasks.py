@@ -27,10 +27,9 @@ __all__ = ["bench_noop", "jobs_dispatch", "scheduler_kick", "scheduler_reply", "
 def _pump_all(instance: str) -> int:
     """Claim and dispatch until a batch comes back short (bounded: 50 batches per call)."""
     limit = settings.SAS["CLAIM_BATCH"]
-    cap = settings.SAS["MAX_IN_FLIGHT_PER_OPERATION"]
     total = 0
     for _ in range(50):
-        claimed = services.scheduler_pump(instance=instance, limit=min(limit, cap), max_in_flight=cap)
+        claimed = services.scheduler_pump(instance=instance, limit=limit)
         total += claimed
         if claimed < limit:
             break

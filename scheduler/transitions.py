@@ -27,6 +27,7 @@ from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import DatabaseError
 
+from scheduler.bulkheads import bulkhead_limits
 from scheduler.sqlfiles import bulk_rows, named_statements, sql_count, sql_rows
 
 if TYPE_CHECKING:
@@ -228,14 +229,15 @@ class RunObserved(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def step_claim(*, step_ids: Sequence[int], instance: str, max_in_flight: int | None = None) -> Transitioned:
-    """Pending -> Processing for these steps (those still Pending and due) - with
-    `max_in_flight`, only those whose operation has fewer steps Processing than that."""
-    if max_in_flight is None:
+def step_claim(*, step_ids: Sequence[int], instance: str, admit: bool = False) -> Transitioned:
+    """Pending -> Processing for these steps (those still Pending and due) - with `admit`, only
+    those whose bulkhead has a free slot for them (`sas_step_admit`, scheduler/bulkheads.py)."""
+    if not admit:
         return _transitioned(_scalar_json("step_claim", {"ids": list(step_ids), "instance": instance}))
     return _transitioned(
         _scalar_json(
-            "step_claim_if_room", {"ids": list(step_ids), "instance": instance, "cap": max_in_flight}
+            "step_claim_if_room",
+            {"ids": list(step_ids), "instance": instance, "bulkheads": bulkhead_limits()},
         )
     )
 
@@ -249,7 +251,7 @@ def step_claim_many(
     run_id: uuid.UUID | str | None = None,
 ) -> Transitioned:
     """Pending -> Processing for up to `limit` due steps, in claim order - priority, then fair
-    between owners (sas_step_pick) - skipping locked rows."""
+    between owners (sas_step_pick) - skipping locked rows, within each bulkhead's free slots."""
     return _transitioned(
         _scalar_json(
             "step_claim_due",
@@ -259,6 +261,7 @@ def step_claim_many(
                 "operation": operation,
                 "exclude": list(exclude_operations or []),
                 "run_id": str(run_id) if run_id else None,
+                "bulkheads": bulkhead_limits(),
             },
         )
     )
@@ -276,6 +279,7 @@ def step_succeed(
         "instance": instance,
         "claim_next": claim_next,
         "observed_ok": observed_ok,
+        "bulkheads": bulkhead_limits(),
     }
     try:
         data = _scalar_json("step_succeed", params)

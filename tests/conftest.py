@@ -229,6 +229,7 @@ LONGEST_FILES = (
     "e2e/test_rabbitmq_live.py",
     "e2e/test_consumer_timeout_live.py",
     "e2e/test_bulkhead_live.py",
+    "e2e/test_noisy_neighbour_live.py",
     "e2e/test_late_reply_live.py",
     "devservices/test_make_run.py",
     "scheduler/test_jobs_live.py",

@@ -220,20 +220,16 @@ def operations_in_flight() -> dict[str, int]:
     return dict(rows)
 
 
-def scheduler_pump(
-    *, instance: str, limit: int, run_id: uuid.UUID | str | None = None, max_in_flight: int | None = None
-) -> int:
+def scheduler_pump(*, instance: str, limit: int, run_id: uuid.UUID | str | None = None) -> int:
     """Claim a batch and dispatch it after commit. Returns the number claimed.
 
-    Backpressure: an operation that already has `max_in_flight` steps Processing is not claimed
-    for. A claim starts the step's complete-by clock, so claiming far more than the agents can
-    take would let deadlines run out while messages wait in the queue.
+    Backpressure: a step is claimed only into a free slot of its bulkhead (its agent queue's
+    workers' threads, scheduler/bulkheads.py; `sas_step_pick`). A claim starts the step's
+    complete-by clock, and a message beyond the threads would wait in the broker's first-in,
+    first-out queue, where the fair order no longer holds (docs/fairness.md).
     """
-    saturated: list[str] = []
-    if max_in_flight:
-        saturated = [op for op, n in operations_in_flight().items() if n >= max_in_flight]
     with transaction.atomic():
-        claims = step_claim_due(instance=instance, limit=limit, run_id=run_id, exclude_operations=saturated)
+        claims = step_claim_due(instance=instance, limit=limit, run_id=run_id)
         if claims:
             transaction.on_commit(lambda: claims_dispatch(claims))
     return len(claims)

@@ -186,5 +186,7 @@ def _success_settle(done: Succeeded, *, lease: str, claim_next: bool, instance: 
         with transaction.atomic():
             step_advance_built(step_id=done.needs_payload)
             if claim_next:
-                claimed_settle(transitions.step_claim(step_ids=[done.needs_payload], instance=instance))
+                claimed_settle(
+                    transitions.step_claim(step_ids=[done.needs_payload], instance=instance, admit=True)
+                )
     return "accepted"

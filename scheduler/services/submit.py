@@ -192,15 +192,16 @@ def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> 
 
 def _run_start(*, first_step_id: int) -> None:
     """Get a new run going. The scheduler's claim runs right here, in the submitter's transaction
-    (the pattern's actors are logical, as with inline replies), when the first step's operation
-    has room under the in-flight cap: that saves the kick's broker hop and task. Otherwise - a
-    burst - the scheduler is kicked after commit and claims as capacity frees up."""
+    (the pattern's actors are logical, as with inline replies), when the first step's bulkhead
+    has a free slot for its owner (scheduler/bulkheads.py): that saves the kick's broker hop and
+    task. Otherwise - a burst - the scheduler is kicked after commit and claims as capacity frees
+    up."""
     if settings.SAS["CLAIM_ON_SUBMIT"]:
         claims = claimed_settle(
             transitions.step_claim(
                 step_ids=[first_step_id],
                 instance=scheduler_instance_id(),
-                max_in_flight=settings.SAS["MAX_IN_FLIGHT_PER_OPERATION"],
+                admit=True,
             )
         )
         if claims:

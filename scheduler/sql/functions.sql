@@ -16,6 +16,11 @@
 
 -- Signatures that changed or went away (CREATE OR REPLACE cannot change a signature).
 DROP FUNCTION IF EXISTS sas_step_expire_due(integer, text);
+-- Before the bulkheads' slots (issue 26): the claims without p_bulkheads.
+DROP FUNCTION IF EXISTS sas_step_claim_due(text, integer, text, text[], uuid);
+DROP FUNCTION IF EXISTS sas_step_pick(integer, text, text[], uuid);
+DROP FUNCTION IF EXISTS sas_step_succeed(bigint, uuid, jsonb, text, boolean, boolean);
+DROP FUNCTION IF EXISTS sas_after_processed(bigint, text, boolean);
 DROP FUNCTION IF EXISTS sas_step_fail(bigint[], uuid[], text[], text, double precision, text, text, boolean);
 DROP FUNCTION IF EXISTS sas_runs_insert(uuid[], text[], jsonb[], bigint[], smallint[], bigint[], text[], timestamptz[],
     smallint[], timestamptz[], boolean[], uuid[], text[], integer[], text[], interval[], interval[], interval[],
@@ -186,6 +191,91 @@ END;
 $$;
 
 
+-- bulkhead: the agent queue an operation's messages go to - `agents.<service>.<op>` goes to
+-- `agent.<service>` (agents/routing.py's rule; tests/scheduler/test_bulkheads.py pins the two
+-- to each other for every registered operation); any other operation is a bulkhead of its own.
+CREATE OR REPLACE FUNCTION sas_bulkhead(p_operation text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_operation LIKE 'agents.%.%' THEN 'agent.' || split_part(p_operation, '.', 2)
+                ELSE p_operation END
+$$;
+
+
+-- bulkhead_limit: a bulkhead's slots (which = 1) or the most of them one owner may hold
+-- (which = 2), from the caller's configuration p_bulkheads = {"slots": {"agent.http": [8, 6],
+-- ...}, "default": [50, 38]} (scheduler/bulkheads.py builds it from the settings).
+CREATE OR REPLACE FUNCTION sas_bulkhead_limit(p_bulkheads jsonb, p_bulkhead text, p_which integer) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(p_bulkheads -> 'slots' -> p_bulkhead ->> (p_which - 1),
+                    p_bulkheads -> 'default' ->> (p_which - 1))::integer
+$$;
+
+
+-- in_flight: Processing steps per (owner, operation) (`busy`, the fair rank's), per bulkhead
+-- (`used`) and per (owner, bulkhead) (`owner_used`, keys "<owner>/<bulkhead>") - of
+-- p_operation's bulkhead only when one is given - read once from
+-- the partial index of Processing rows, whose size the bulkheads' slots bound.
+CREATE OR REPLACE FUNCTION sas_in_flight(
+    p_operation text, OUT busy jsonb, OUT used jsonb, OUT owner_used jsonb
+)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_bulkhead text;
+    v_key text;
+    r record;
+BEGIN
+    busy := '{}'; used := '{}'; owner_used := '{}';
+    FOR r IN
+        SELECT owner_id, operation, count(*) AS n FROM scheduler_step
+        WHERE process_state = 'processing'
+          AND (p_operation IS NULL OR sas_bulkhead(operation) = sas_bulkhead(p_operation))
+        GROUP BY owner_id, operation
+    LOOP
+        v_bulkhead := sas_bulkhead(r.operation);
+        v_key := r.owner_id::text || '/' || v_bulkhead;
+        busy := busy || jsonb_build_object(r.owner_id::text || '/' || r.operation, r.n);
+        used := used || jsonb_build_object(v_bulkhead, coalesce((used ->> v_bulkhead)::bigint, 0) + r.n);
+        owner_used := owner_used || jsonb_build_object(v_key, coalesce((owner_used ->> v_key)::bigint, 0) + r.n);
+    END LOOP;
+END;
+$$;
+
+
+-- admit: those of the given steps (in their order) that their bulkhead has a free slot for -
+-- fewer steps of its queue Processing than its slots, and fewer of their owner's than the
+-- owner's share (issue 26). The claim of a step chosen by id rather than by the pick: a new
+-- run's first step in its submit, a run's next step in its predecessor's reply. Not locked:
+-- the claim that follows is conditional (Pending and due). NULL p_bulkheads: all of them.
+CREATE OR REPLACE FUNCTION sas_step_admit(p_ids bigint[], p_bulkheads jsonb) RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_admitted bigint[] := '{}';
+    v_id bigint;
+    v_step record;
+    v_bulkhead text;
+    v_total integer;
+    v_owner integer;
+BEGIN
+    IF p_bulkheads IS NULL OR p_ids IS NULL THEN
+        RETURN p_ids;
+    END IF;
+    FOREACH v_id IN ARRAY p_ids LOOP
+        SELECT id, owner_id, operation INTO v_step FROM scheduler_step WHERE id = v_id;
+        CONTINUE WHEN NOT FOUND;
+        v_bulkhead := sas_bulkhead(v_step.operation);
+        -- The partial index of Processing rows, whose size the slots bound.
+        SELECT count(*), count(*) FILTER (WHERE owner_id = v_step.owner_id) INTO v_total, v_owner
+        FROM scheduler_step WHERE process_state = 'processing' AND sas_bulkhead(operation) = v_bulkhead;
+        IF v_total < sas_bulkhead_limit(p_bulkheads, v_bulkhead, 1)
+           AND v_owner < sas_bulkhead_limit(p_bulkheads, v_bulkhead, 2) THEN
+            v_admitted := v_admitted || v_step.id;
+        END IF;
+    END LOOP;
+    RETURN v_admitted;
+END;
+$$;
+
+
 -- pick: the fair choice of up to p_limit due Pending steps, locked (FOR UPDATE SKIP LOCKED) for
 -- the caller's claim. Priority first, strictly; within a priority, the slots of an operation
 -- are shared between owners max-min fairly: each candidate's rank is the number of steps of
@@ -193,37 +283,61 @@ $$;
 -- (1, 2, ...), lowest first - so an owner with nothing in flight goes before one with fifty,
 -- and a batch interleaves owners until their in-flight counts are level. Ties: earliest run
 -- deadline, longest waiting, lowest id (the engine's claim order before issue 18).
+-- Bulkheads (issue 26, p_bulkheads; NULL: none): a step is picked only while its agent queue
+-- has fewer steps Processing than its slots (its workers' threads) and its owner fewer than
+-- its share of them - so a queue is sent no more than its workers can start at once, nothing
+-- waits in the broker's first-in-first-out queue, and this order, not the broker's, decides who
+-- runs next (docs/fairness.md). A bulkhead with no free slot (or none for the only owner) is
+-- left out of the search altogether.
 -- The owners that have Pending rows are found by a loose index scan (one descent per owner)
 -- of step_pending_owner_idx, or step_pending_op_owner_idx when one operation is asked for;
 -- each owner's head is read from the same index. With one owner (the common case, and every
--- single-tenant bench) that owner's head is taken as before, with no count and no sort.
+-- single-tenant bench) that owner's head is taken as before, with no sort.
 -- Filters: only one operation (a reply claiming one more step for the slot it freed); not the
--- saturated operations (backpressure); only one run (tests, operators). NULL / empty = none.
+-- excluded operations; only one run (tests, operators). NULL / empty = none.
 -- docs/fairness.md says what this bounds and measures its cost (bench/README.md).
 CREATE OR REPLACE FUNCTION sas_step_pick(
-    p_limit integer, p_operation text, p_exclude text[], p_run_id uuid
+    p_limit integer, p_operation text, p_exclude text[], p_run_id uuid, p_bulkheads jsonb
 ) RETURNS bigint[]
 LANGUAGE plpgsql AS $$
 DECLARE
     v_exclude text[] := coalesce(p_exclude, '{}');
     v_owners bigint[];
-    v_busy jsonb;
-    v_candidates bigint[];
+    v_busy jsonb := '{}';
+    v_used jsonb := '{}';
+    v_owner_used jsonb := '{}';
+    v_full text[] := '{}';
     v_picked bigint[] := '{}';
-    v_id bigint;
     v_state text;
+    v_bulkhead text;
+    v_key text;
+    r record;
 BEGIN
-    IF p_run_id IS NOT NULL THEN
-        RETURN ARRAY(
-            SELECT id FROM scheduler_step
-            WHERE run_id = p_run_id AND process_state = 'pending' AND not_before <= statement_timestamp()
-              AND (p_operation IS NULL OR operation = p_operation) AND operation <> ALL(v_exclude)
-            ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED);
+    IF p_bulkheads IS NOT NULL THEN
+        SELECT f.busy, f.used, f.owner_used INTO v_busy, v_used, v_owner_used
+        FROM sas_in_flight(p_operation) AS f;
+    END IF;
+    IF p_bulkheads IS NOT NULL THEN
+        -- Bulkheads with no free slot are not searched.
+        v_full := ARRAY(SELECT key FROM jsonb_each_text(v_used)
+                        WHERE value::bigint >= sas_bulkhead_limit(p_bulkheads, key, 1));
+        IF p_operation IS NOT NULL AND sas_bulkhead(p_operation) = ANY(v_full) THEN
+            RETURN '{}'::bigint[];
+        END IF;
     END IF;
 
-    IF p_operation IS NOT NULL THEN
+    IF p_run_id IS NOT NULL THEN
+        IF p_bulkheads IS NULL THEN
+            RETURN ARRAY(
+                SELECT id FROM scheduler_step
+                WHERE run_id = p_run_id AND process_state = 'pending' AND not_before <= statement_timestamp()
+                  AND (p_operation IS NULL OR operation = p_operation) AND operation <> ALL(v_exclude)
+                ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED);
+        END IF;
+        v_owners := ARRAY(SELECT DISTINCT owner_id FROM scheduler_step WHERE run_id = p_run_id);
+    ELSIF p_operation IS NOT NULL THEN
         v_owners := ARRAY(
             WITH RECURSIVE o(owner_id) AS (
                 (SELECT owner_id FROM scheduler_step
@@ -253,15 +367,54 @@ BEGIN
     IF cardinality(v_owners) = 0 THEN
         RETURN '{}'::bigint[];
     END IF;
-    IF cardinality(v_owners) = 1 THEN
-        -- One owner: nobody to be fair to.
-        RETURN ARRAY(
-            SELECT id FROM scheduler_step
+    IF cardinality(v_owners) = 1 AND p_run_id IS NULL THEN
+        -- One owner: nobody to be fair to. Its bulkheads at its share are not searched either.
+        IF p_bulkheads IS NOT NULL THEN
+            v_full := v_full || ARRAY(
+                SELECT substr(key, length(v_owners[1]::text) + 2) FROM jsonb_each_text(v_owner_used)
+                WHERE key LIKE v_owners[1]::text || '/%'
+                  AND value::bigint >= sas_bulkhead_limit(p_bulkheads, substr(key, length(v_owners[1]::text) + 2), 2));
+            IF p_operation IS NOT NULL AND sas_bulkhead(p_operation) = ANY(v_full) THEN
+                RETURN '{}'::bigint[];
+            END IF;
+        END IF;
+        IF p_bulkheads IS NULL OR p_limit = 1 THEN
+            -- Every bulkhead still searched has a free slot for this owner: its head fits.
+            RETURN ARRAY(
+                SELECT id FROM scheduler_step
+                WHERE process_state = 'pending' AND owner_id = v_owners[1] AND not_before <= statement_timestamp()
+                  AND (p_operation IS NULL OR operation = p_operation) AND operation <> ALL(v_exclude)
+                  AND (cardinality(v_full) = 0 OR sas_bulkhead(operation) <> ALL(v_full))
+                ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED);
+        END IF;
+        -- The same rows, kept in order while their bulkhead has a slot left for them (a row
+        -- left out stays locked until the claim commits: nobody could claim it meanwhile).
+        v_key := v_owners[1]::text || '/';
+        FOR r IN
+            SELECT id, operation FROM scheduler_step
             WHERE process_state = 'pending' AND owner_id = v_owners[1] AND not_before <= statement_timestamp()
               AND (p_operation IS NULL OR operation = p_operation) AND operation <> ALL(v_exclude)
+              AND (cardinality(v_full) = 0 OR sas_bulkhead(operation) <> ALL(v_full))
             ORDER BY priority DESC, deadline ASC NULLS LAST, not_before ASC, id ASC
             LIMIT p_limit
-            FOR UPDATE SKIP LOCKED);
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            v_bulkhead := sas_bulkhead(r.operation);
+            CONTINUE WHEN coalesce((v_used ->> v_bulkhead)::bigint, 0) >= sas_bulkhead_limit(p_bulkheads, v_bulkhead, 1)
+                       OR coalesce((v_owner_used ->> (v_key || v_bulkhead))::bigint, 0)
+                          >= sas_bulkhead_limit(p_bulkheads, v_bulkhead, 2);
+            v_picked := v_picked || r.id;
+            v_used := v_used || jsonb_build_object(v_bulkhead, coalesce((v_used ->> v_bulkhead)::bigint, 0) + 1);
+            v_owner_used := v_owner_used || jsonb_build_object(
+                v_key || v_bulkhead, coalesce((v_owner_used ->> (v_key || v_bulkhead))::bigint, 0) + 1);
+        END LOOP;
+        RETURN v_picked;
+    END IF;
+
+    IF p_bulkheads IS NULL THEN
+        SELECT f.busy INTO v_busy FROM sas_in_flight(p_operation) AS f;
     END IF;
 
     -- No statement below joins two sets: a join's plan rests on statistics, and a burst leaves
@@ -270,18 +423,13 @@ BEGIN
     -- rows for 5, and aggregated the counts again for every head (24,000 heads x 3,000
     -- Processing rows: 9 s a claim), or compared every head with every Pending row to lock it
     -- (3,500 x 1,750: 0.5 s). bench/README.md, "Issue 20, fifth session".
-    -- Processing steps per (owner, operation) - the partial index of Processing rows, whose
-    -- size the in-flight cap bounds - as a map each head looks its count up in.
-    v_busy := coalesce((
-        SELECT jsonb_object_agg(p.owner_id::text || '/' || p.operation, p.n)
-        FROM (SELECT owner_id, operation, count(*) AS n FROM scheduler_step
-              WHERE process_state = 'processing' AND owner_id = ANY(v_owners)
-                AND (p_operation IS NULL OR operation = p_operation)
-              GROUP BY owner_id, operation) AS p
-    ), '{}'::jsonb);
-
-    -- Every owner's heads in claim order (ids only: nothing locked yet).
-    v_candidates := ARRAY(
+    -- Every owner's heads in claim order (nothing locked yet), each ranked by its owner's
+    -- in-flight count of its operation (the map above) plus its place in its owner's queue;
+    -- then locked in that order, each by its primary key, skipping a row another claim holds,
+    -- one no longer Pending, or one whose bulkhead has no slot left for it, until p_limit are
+    -- held. The state is read after the lock, not in the WHERE: with it there, the planner may
+    -- read a Pending partial index (believed tiny) for the id, which scans that whole index.
+    FOR r IN
         WITH heads AS (
             SELECT h.*, row_number() OVER (PARTITION BY h.owner_id, h.operation
                                            ORDER BY h.priority DESC, h.deadline ASC NULLS LAST,
@@ -292,26 +440,33 @@ BEGIN
                 FROM scheduler_step AS s
                 WHERE s.process_state = 'pending' AND s.owner_id = o.owner_id
                   AND s.not_before <= statement_timestamp()
+                  AND (p_run_id IS NULL OR s.run_id = p_run_id)
                   AND (p_operation IS NULL OR s.operation = p_operation) AND s.operation <> ALL(v_exclude)
+                  AND (cardinality(v_full) = 0 OR sas_bulkhead(s.operation) <> ALL(v_full))
                 ORDER BY s.priority DESC, s.deadline ASC NULLS LAST, s.not_before ASC, s.id ASC
                 LIMIT p_limit
             ) AS h
         )
-        SELECT c.id
+        SELECT c.id, c.owner_id, c.operation
         FROM heads AS c
         ORDER BY c.priority DESC,
                  coalesce((v_busy ->> (c.owner_id::text || '/' || c.operation))::bigint, 0) + c.place ASC,
-                 c.deadline ASC NULLS LAST, c.not_before ASC, c.id ASC);
-
-    -- Locked in that order, each by its primary key, skipping a row another claim holds or one
-    -- no longer Pending, until p_limit are held (what LIMIT over FOR UPDATE SKIP LOCKED did).
-    -- The state is read after the lock, not in the WHERE: with it there, the planner may read
-    -- a Pending partial index (believed tiny) for the id, which scans that whole index.
-    FOREACH v_id IN ARRAY v_candidates LOOP
-        SELECT process_state INTO v_state FROM scheduler_step WHERE id = v_id FOR UPDATE SKIP LOCKED;
+                 c.deadline ASC NULLS LAST, c.not_before ASC, c.id ASC
+    LOOP
+        IF p_bulkheads IS NOT NULL THEN
+            v_bulkhead := sas_bulkhead(r.operation);
+            v_key := r.owner_id::text || '/' || v_bulkhead;
+            CONTINUE WHEN coalesce((v_used ->> v_bulkhead)::bigint, 0) >= sas_bulkhead_limit(p_bulkheads, v_bulkhead, 1)
+                       OR coalesce((v_owner_used ->> v_key)::bigint, 0) >= sas_bulkhead_limit(p_bulkheads, v_bulkhead, 2);
+        END IF;
+        SELECT process_state INTO v_state FROM scheduler_step WHERE id = r.id FOR UPDATE SKIP LOCKED;
         IF FOUND AND v_state = 'pending' THEN
-            v_picked := v_picked || v_id;
+            v_picked := v_picked || r.id;
             EXIT WHEN cardinality(v_picked) >= p_limit;
+            IF p_bulkheads IS NOT NULL THEN
+                v_used := v_used || jsonb_build_object(v_bulkhead, coalesce((v_used ->> v_bulkhead)::bigint, 0) + 1);
+                v_owner_used := v_owner_used || jsonb_build_object(v_key, coalesce((v_owner_used ->> v_key)::bigint, 0) + 1);
+            END IF;
         END IF;
     END LOOP;
     RETURN v_picked;
@@ -319,13 +474,13 @@ END;
 $$;
 
 
--- claim_due: the scheduler's claim - up to p_limit due Pending steps in fair order
--- (sas_step_pick), claimed.
+-- claim_due: the scheduler's claim - up to p_limit due Pending steps in fair order, within each
+-- bulkhead's free slots (sas_step_pick), claimed.
 CREATE OR REPLACE FUNCTION sas_step_claim_due(
-    p_instance text, p_limit integer, p_operation text, p_exclude text[], p_run_id uuid
+    p_instance text, p_limit integer, p_operation text, p_exclude text[], p_run_id uuid, p_bulkheads jsonb
 ) RETURNS jsonb
 LANGUAGE sql AS $$
-    SELECT sas_step_claim(sas_step_pick(p_limit, p_operation, p_exclude, p_run_id), p_instance)
+    SELECT sas_step_claim(sas_step_pick(p_limit, p_operation, p_exclude, p_run_id, p_bulkheads), p_instance)
 $$;
 
 
@@ -412,10 +567,13 @@ $$;
 --   needs earlier results, in which case Python builds it and calls step_advance);
 --   or, with no next step, the run Running -> Completed / Compensating -> Compensated|Cancelled
 --   with its event;
---   with p_claim_next, the claim of the run's next step and of one more due step of the same
---   operation (the slot the reply freed).
+--   with p_claim_next, the claim of the run's next step (when its bulkhead has a free slot for
+--   it: sas_step_admit) and of one more due step of the same operation (the slot the reply
+--   freed; sas_step_pick within p_bulkheads).
 -- Returns {event_ids, claims, claim_events, needs_payload}.
-CREATE OR REPLACE FUNCTION sas_after_processed(p_step_id bigint, p_instance text, p_claim_next boolean)
+CREATE OR REPLACE FUNCTION sas_after_processed(
+    p_step_id bigint, p_instance text, p_claim_next boolean, p_bulkheads jsonb
+)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -449,7 +607,7 @@ BEGIN
                 updated_at = statement_timestamp()
             WHERE id = v_next.id AND process_state = 'waiting';
             IF p_claim_next THEN
-                v_claim := sas_step_claim(ARRAY[v_next.id], p_instance);
+                v_claim := sas_step_claim(sas_step_admit(ARRAY[v_next.id], p_bulkheads), p_instance);
             END IF;
         END IF;
     ELSIF s.kind = 'forward' THEN
@@ -482,7 +640,7 @@ BEGIN
         -- one was claimed above), so in-flight work per operation stays level between ticks.
         -- Fair across owners (sas_step_pick): the owner with the fewest of this operation
         -- in flight gets the slot.
-        v_more := sas_step_claim(sas_step_pick(1, s.operation, NULL, NULL), p_instance);
+        v_more := sas_step_claim(sas_step_pick(1, s.operation, NULL, NULL, p_bulkheads), p_instance);
         v_claim := jsonb_build_object(
             'claims', (v_claim -> 'claims') || (v_more -> 'claims'),
             'events', (v_claim -> 'events') || (v_more -> 'events'));
@@ -504,7 +662,7 @@ $$;
 -- written: the caller redoes the reply inside a transaction, so receivers commit with it.
 CREATE OR REPLACE FUNCTION sas_step_succeed(
     p_step_id bigint, p_lease uuid, p_result jsonb, p_instance text, p_claim_next boolean,
-    p_observed_ok boolean
+    p_observed_ok boolean, p_bulkheads jsonb
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -536,7 +694,7 @@ BEGIN
             jsonb_build_object('attempt', s.attempts, 'step', s.name), statement_timestamp())
     RETURNING id INTO v_event;
 
-    v_after := sas_after_processed(s.id, p_instance, p_claim_next);
+    v_after := sas_after_processed(s.id, p_instance, p_claim_next, p_bulkheads);
     RETURN jsonb_build_object(
         'outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id, 'name', s.name,
         'operation', s.operation, 'needs_payload', v_after -> 'needs_payload',
@@ -587,7 +745,7 @@ BEGIN
         (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at, ended_at)
     VALUES (s.id, s.run_id, 'operator', 'action', NULL, 0, p_actor, left(p_reason, 4000),
             jsonb_build_object('action', 'mark_done'), statement_timestamp(), statement_timestamp());
-    v_after := sas_after_processed(s.id, p_actor, false);
+    v_after := sas_after_processed(s.id, p_actor, false, NULL);
     RETURN jsonb_build_object('outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id, 'name', s.name,
                               'needs_payload', v_after -> 'needs_payload',
                               'events', sas_observed_events(ARRAY(

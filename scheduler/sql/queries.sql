@@ -7,22 +7,18 @@
 SELECT sas_step_claim(%(ids)s::bigint[], %(instance)s)
 
 -- name: step_claim_if_room
--- claim, for those of the steps whose operation has fewer than %(cap)s steps Processing (the
--- submit's claim of a new run's first step: backpressure and claim in one round trip; the count
--- reads the partial index of Processing rows).
-SELECT sas_step_claim(ARRAY(
-    SELECT s.id FROM scheduler_step AS s
-    WHERE s.id = ANY(%(ids)s::bigint[])
-      AND (SELECT count(*) FROM scheduler_step AS p
-           WHERE p.process_state = 'processing' AND p.operation = s.operation) < %(cap)s
-), %(instance)s)
+-- claim, for those of the steps whose bulkhead has a free slot for them (sas_step_admit: the
+-- submit's claim of a new run's first step, a reply's of its run's next step - backpressure and
+-- claim in one round trip).
+SELECT sas_step_claim(sas_step_admit(%(ids)s::bigint[], %(bulkheads)s::jsonb), %(instance)s)
 
 -- name: step_claim_due
-SELECT sas_step_claim_due(%(instance)s, %(limit)s, %(operation)s, %(exclude)s::text[], %(run_id)s::uuid)
+SELECT sas_step_claim_due(%(instance)s, %(limit)s, %(operation)s, %(exclude)s::text[], %(run_id)s::uuid,
+                          %(bulkheads)s::jsonb)
 
 -- name: step_succeed
 SELECT sas_step_succeed(%(step_id)s, %(lease)s::uuid, %(result)s::jsonb, %(instance)s, %(claim_next)s,
-                        %(observed_ok)s)
+                        %(observed_ok)s, %(bulkheads)s::jsonb)
 
 -- name: step_fail
 SELECT sas_step_fail(%(ids)s::bigint[], %(leases)s::uuid[], %(errors)s::text[], %(reached)s::boolean[],
