@@ -33,6 +33,7 @@ kind, whatever the number of rules; each rule compares its own threshold or targ
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from agents.breaker import CircuitBreaker, _redis
+from sasproject.broker_queues import BrokerUnreadable, queue_depths
 from scheduler.models import RUN_TERMINAL_STATES, RunState
 from supervisor.alerts import Finding
 from supervisor.models import AlertRule, RuleKind
@@ -501,7 +503,7 @@ def queue_no_consumer(rules: Rules) -> Found:
         for queue in [rule.target] if rule.target else settings.SAS_ALERT_QUEUES:
             if queue not in queues:
                 queues.append(queue)
-    depths = liveness.queue_depths(queues=queues)
+    depths = {name: depth for name, (depth, _) in queue_depths(names=queues).items()}
     # Consumers are looked for only where work waits (a SCAN each).
     idle = {q: d for q, d in depths.items() if d > 0 and liveness.consumers_alive(queue=q) == 0}
     for rule in rules:
@@ -592,13 +594,33 @@ CONDITIONS: dict[str, Callable[[Rules], Found]] = {
     **{kind: statement.run for kind, statement in STATEMENTS.items()},
     **REDIS_CONDITIONS,
 }
-_ERRORS = (DatabaseError, redis.RedisError, OSError)
+# What a condition's read may raise: the kind (or the rule) is skipped and logged, the tick goes on.
+_ERRORS = (DatabaseError, redis.RedisError, OSError, BrokerUnreadable)
 # JIT off for the pipeline's statements (the first and last of the flush: no round trip of its
 # own). A per-rule window is estimated at a third of the table, so a batch's cost passes
 # jit_above_cost and PostgreSQL compiled each statement, every tick (they are not prepared):
 # 30-70 ms of compiling for well under a millisecond of index range scans (bench/README.md).
 JIT_OFF_SQL = "SET jit = off"
 JIT_RESET_SQL = "RESET jit"
+
+
+# The kinds a clean restart trips on its own: the periodic tasks' last runs are as old as the
+# downtime until beat's first sends complete, and work queued meanwhile waits until the workers
+# are up. For SAS_ALERT_STARTUP_GRACE seconds after the evaluator's process started they are not
+# evaluated - their alerts stay as they are (an incident open before the restart is neither
+# resolved nor paged again) - docs/decisions.md, "A clean restart pages nobody".
+STARTUP_GRACE_KINDS = frozenset({RuleKind.PERIODIC_NOT_RUN, RuleKind.QUEUE_NO_CONSUMER})
+# When this process loaded the evaluator: a worker's main process at start-up (its prefork
+# children, forked from it, and its watchdog thread inherit it).
+PROCESS_STARTED = time.time()
+
+
+def startup_grace_kinds() -> frozenset[str]:
+    """The kinds left out of this tick: the grace kinds while the process is younger than
+    SAS_ALERT_STARTUP_GRACE seconds, none after."""
+    if time.time() - PROCESS_STARTED < float(settings.SAS_ALERT_STARTUP_GRACE):
+        return STARTUP_GRACE_KINDS
+    return frozenset()
 
 
 def conditions_evaluate(by_kind: Mapping[str, Rules]) -> Found:
@@ -609,8 +631,11 @@ def conditions_evaluate(by_kind: Mapping[str, Rules]) -> Found:
     in the pipeline: the kinds are then read again one statement each, and a kind that fails
     alone, one rule at a time - so one bad rule costs its own evaluation, not its kind's. Inside
     a caller's transaction, each of these reads is a savepoint (a failed statement must not
-    abort the caller's transaction); outside one, none is needed."""
+    abort the caller's transaction); outside one, none is needed. The kinds in their start-up
+    grace (`startup_grace_kinds`) are not read: their rules are missing too."""
     found: Found = {}
+    waiting = startup_grace_kinds()
+    by_kind = {kind: rules for kind, rules in by_kind.items() if kind not in waiting}
     sent = [kind for kind in by_kind if kind in STATEMENTS]
     try:
         connection.ensure_connection()
