@@ -122,6 +122,18 @@ def _rate_params(rules: Rules) -> dict[str, Any]:
     }
 
 
+# Whose failures page operators (issue 27): the operator rules watch the platform - runs of no
+# job (orders, system workflows) and jobs of staff accounts. A customer's job (its owner not
+# staff) is watched by the customer's own rules, and by an operator rule only one set on that
+# job (an operator turned it on); an operator rule on every job or workflow leaves it out.
+CUSTOMER_JOBS_SQL = (
+    "SELECT cj.id FROM scheduler_job cj JOIN auth_user cu ON cu.id = cj.owner_id WHERE NOT cu.is_staff"
+)
+# A job the rule may page about: the rule names it, or its owner is staff.
+_PLATFORM_JOB_SQL = (
+    "(q.job_id IS NOT NULL OR EXISTS (SELECT 1 FROM auth_user u WHERE u.id = j.owner_id AND u.is_staff))"
+)
+
 WORKFLOW_FAILURE_RATE_SQL = """
 SELECT q.rule_id, x.workflow, x.total, x.failed, x.run_ids
   FROM unnest(%(rule_ids)s::bigint[], %(windows)s::interval[], %(targets)s::text[],
@@ -136,9 +148,10 @@ SELECT q.rule_id, x.workflow, x.total, x.failed, x.run_ids
           AND created_at >= statement_timestamp() - %(widest)s
           AND created_at >= statement_timestamp() - q.win
           AND (q.target = '' OR workflow = q.target)
+          AND (job_id IS NULL OR job_id NOT IN (%(customer_jobs)s))
         GROUP BY workflow) x
  WHERE x.total >= q.min_runs AND x.failed >= q.threshold * x.total AND x.failed > 0
-"""
+""".replace("%(customer_jobs)s", CUSTOMER_JOBS_SQL)
 
 
 def _workflow_failure_rate(rules: Rules, rows: Rows) -> Found:
@@ -184,7 +197,8 @@ SELECT q.rule_id, x.job_id, j.name, x.total, x.failed, x.run_ids
         GROUP BY r.job_id) x
   JOIN scheduler_job j ON j.id = x.job_id
  WHERE x.total >= q.min_runs AND x.failed >= q.threshold * x.total AND x.failed > 0
-"""
+   AND %(platform_job)s
+""".replace("%(platform_job)s", _PLATFORM_JOB_SQL)
 
 
 def _job_failure_rate(rules: Rules, rows: Rows) -> Found:
@@ -256,8 +270,8 @@ SELECT q.rule_id, j.id, j.name, x.run_ids, q.n
                 WHERE r.job_id = seen.id AND r.state = ANY(%(terminal)s)
                 ORDER BY r.created_at DESC LIMIT q.n) l) x
   JOIN scheduler_job j ON j.id = seen.id
- WHERE x.n >= q.n AND x.all_failed
-"""
+ WHERE x.n >= q.n AND x.all_failed AND %(platform_job)s
+""".replace("%(platform_job)s", _PLATFORM_JOB_SQL)
 
 
 def _consecutive_params(rules: Rules) -> dict[str, Any]:
