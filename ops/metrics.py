@@ -437,7 +437,7 @@ class EngineCollector(Collector):
         yield last
 
     def _alerts_and_breakers(self) -> Iterable[Metric]:
-        counts = {(severity, bool(customer)): int(n) for severity, customer, n in _rows(SQL_ALERTS_OPEN)}
+        opened = {(str(severity), bool(customer)): int(n) for severity, customer, n in _rows(SQL_ALERTS_OPEN)}
         open_alerts = GaugeMetricFamily(
             "sas_alerts_open",
             "Alerts firing and not acknowledged, by severity; scope: system (operator rules and the "
@@ -446,7 +446,7 @@ class EngineCollector(Collector):
         )
         for severity in AlertSeverity.values:
             for scope, customer in (("system", False), ("customer", True)):
-                open_alerts.add_metric([severity, scope], counts.get((severity, customer), 0))
+                open_alerts.add_metric([severity, scope], opened.get((severity, customer), 0))
         yield open_alerts
         ((enabled_rules,),) = _rows(SQL_ALERT_RULES_ENABLED)
         yield GaugeMetricFamily(
