@@ -52,6 +52,7 @@ from supervisor.models import AlertRule, RuleKind
 from supervisor.periodic import PERIODIC_TASKS
 
 from . import liveness
+from .words import duration_words, plural
 
 logger = logging.getLogger("sas.alerts")
 
@@ -162,7 +163,7 @@ def _workflow_failure_rate(rules: Rules, rows: Rows) -> Found:
             Finding(
                 subject=workflow,
                 message=f"workflow {workflow}: {failed} of {total} runs failed ({_pct(failed / total)})"
-                f" in {windows[rule_id]}",
+                f" in {duration_words(windows[rule_id])}",
                 run_ids=_ids(ids),
             )
         )
@@ -209,7 +210,7 @@ def _job_failure_rate(rules: Rules, rows: Rows) -> Found:
             Finding(
                 subject=str(job_id),
                 message=f"job {name}: {failed} of {total} runs failed ({_pct(failed / total)})"
-                f" in {windows[rule_id]}",
+                f" in {duration_words(windows[rule_id])}",
                 run_ids=_ids(ids),
             )
         )
@@ -243,7 +244,7 @@ def _service_failure_rate(rules: Rules, rows: Rows) -> Found:
             Finding(
                 subject=service,
                 message=f"service {service}: {failed} of {total} attempts failed ({_pct(failed / total)})"
-                f" in {windows[rule_id]}",
+                f" in {duration_words(windows[rule_id])}",
             )
         )
     return found
@@ -287,11 +288,17 @@ def _consecutive_params(rules: Rules) -> dict[str, Any]:
     }
 
 
+def _last_runs_failed(n: int) -> str:
+    if n == 1:
+        return "its last run failed"
+    return f"its last {n} runs failed"
+
+
 def _job_consecutive_failures(rules: Rules, rows: Rows) -> Found:
     found = _found(rules)
     for rule_id, job_id, name, ids, n in rows:
         found[rule_id].append(
-            Finding(subject=str(job_id), message=f"job {name}: its last {n} runs failed", run_ids=_ids(ids))
+            Finding(subject=str(job_id), message=f"job {name}: {_last_runs_failed(n)}", run_ids=_ids(ids))
         )
     return found
 
@@ -366,7 +373,7 @@ def _step_error(rules: Rules, rows: Rows) -> Found:
         found[rule_id].append(
             Finding(
                 subject=name,
-                message=f"{name}: {count} step(s) in Error in {windows[rule_id]}",
+                message=f"{name}: {plural(count, 'step')} in Error in {duration_words(windows[rule_id])}",
                 run_ids=_ids(ids),
             )
         )
@@ -386,12 +393,16 @@ SELECT q.rule_id, x.n, x.run_ids
 """
 
 
+def _need_operator(count: int) -> str:
+    if count == 1:
+        return "1 run needs an operator (Failed)"
+    return f"{count} runs need an operator (Failed)"
+
+
 def _run_needs_operator(rules: Rules, rows: Rows) -> Found:
     found = _found(rules)
     for rule_id, count, ids in rows:
-        found[rule_id].append(
-            Finding(subject="", message=f"{count} run(s) need an operator (Failed)", run_ids=_ids(ids))
-        )
+        found[rule_id].append(Finding(subject="", message=_need_operator(count), run_ids=_ids(ids)))
     return found
 
 
@@ -415,7 +426,7 @@ def _compensation_struggling(rules: Rules, rows: Rows) -> Found:
                 found[rule.pk].append(
                     Finding(
                         subject=name,
-                        message=f"compensation {name} keeps failing on {count} run(s)",
+                        message=f"compensation {name} keeps failing on {plural(count, 'run')}",
                         run_ids=_ids(ids),
                     )
                 )
@@ -437,7 +448,9 @@ def _steps_overdue(rules: Rules, rows: Rows) -> Found:
         if count > rule.threshold:
             found[rule.pk].append(
                 Finding(
-                    subject="", message=f"{count} step(s) Processing past their deadline", run_ids=_ids(ids)
+                    subject="",
+                    message=f"{plural(count, 'step')} Processing past their deadline",
+                    run_ids=_ids(ids),
                 )
             )
     return found
@@ -525,7 +538,8 @@ def queue_no_consumer(rules: Rules) -> Found:
             if queue in idle:
                 found[rule.pk].append(
                     Finding(
-                        subject=queue, message=f"queue {queue}: {idle[queue]} message(s) and no live consumer"
+                        subject=queue,
+                        message=f"queue {queue}: {plural(idle[queue], 'message')} and no live consumer",
                     )
                 )
     return found
@@ -571,7 +585,8 @@ def _periodic_not_run(rules: Rules, rows: Rows) -> Found:
                 found[rule.pk].append(
                     Finding(
                         subject=name,
-                        message=f"{name} ({task}) has not run for {age:.0f} s (limit {limit:.0f} s)",
+                        message=f"{name} ({task}) has not run for {duration_words(timedelta(seconds=age))}"
+                        f" (limit {duration_words(timedelta(seconds=limit))})",
                     )
                 )
     return found

@@ -822,6 +822,9 @@ SAS_ALERT_HEARTBEAT_INTERVAL = env_float("SAS_ALERT_HEARTBEAT_INTERVAL", 2.0)
 # ("Supervisor / Jobs dispatcher not running") and "a queue with work and no consumer" are not
 # evaluated for this long - a clean restart pages nobody (docs/operators.md#alerts, issue 27).
 SAS_ALERT_STARTUP_GRACE = env_float("SAS_ALERT_STARTUP_GRACE", 60.0)
+# The site's public address (scheme://host[:port], no path), for links in alert e-mails to the
+# alert, the job and its runs. Empty: the e-mails carry no links (docs/operators.md#alerts).
+SAS_PUBLIC_URL = os.environ.get("SAS_PUBLIC_URL", "")
 # Queues the "queue with work and no consumer" rule watches when the rule names none.
 SAS_ALERT_QUEUES = env_list("SAS_ALERT_QUEUES", [q for q in SAS_QUEUES if q != "bench"])
 # Tasks whose completions are recorded for the dead man's switch (the periodic rows' tasks).

@@ -46,7 +46,7 @@ def test_queue_no_consumer__rabbitmq_broker__depth_from_a_passive_declare(
             queue(conn.default_channel).delete()
     (alert,) = Alert.objects.filter(rule=r)
     assert (alert.state, alert.subject) == ("firing", name)
-    assert "2 message(s) and no live consumer" in alert.message
+    assert "2 messages and no live consumer" in alert.message
     assert not Alert.objects.filter(rule=never_declared).exists()
 
 

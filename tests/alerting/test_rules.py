@@ -200,7 +200,7 @@ def test_queue_no_consumer__work_and_no_heartbeat__fires_then_a_consumer_resolve
     redis_client.lpush(f"{prefix}alerttest.q", "{}")
     try:
         alert = assert_fires_once(r, subject="alerttest.q")
-        assert "1 message(s) and no live consumer" in alert.message
+        assert "1 message and no live consumer" in alert.message
         liveness.consumers_beat(queues=["alerttest.q"], worker="w1@test", ttl=30)
         assert_resolves(r)
     finally:
