@@ -200,9 +200,8 @@ ALERT_EVENT_NAMESPACE = uuid.UUID("6f3c2a9e-5b1d-4c8e-9a0f-2d7e8b4c1a53")
 def alert_event_id(*, alert: Alert, state: str) -> str:
     """The receiver's dedupe key of one announcement (the `event_id` of the body and the
     `X-SAS-Event-Id` header): a UUID derived from the alert, the transition announced and when
-    it was claimed (`announced_at`: an alert resolved and reopened is announced again, under a
-    new id). Every retry of a delivery sends the same body, so the same id; two announcements
-    never share one."""
+    it was claimed (`announced_at`). Every retry of a delivery sends the same body, so the same
+    id; two announcements never share one."""
     claimed = alert.announced_at.isoformat() if alert.announced_at else ""
     return str(uuid.uuid5(ALERT_EVENT_NAMESPACE, f"alert:{alert.pk}:{state}:{claimed}"))
 
