@@ -276,8 +276,8 @@ def test_cooldown__return_within_it__waits_its_for_duration_and_reports_its_own_
     assert second.announced_state == "firing"  # one page for this incident
     message = alert_email_build(alert_id=second.pk, state="firing")
     assert message is not None
-    assert f"Fired at: {second.fired_at.isoformat()}" in message.body
-    assert "Occurrences: 1" in message.body
+    assert f"Fired at: {second.fired_at.isoformat()}" in str(message.body)
+    assert "Occurrences: 1" in str(message.body)
 
 
 def test_cooldown__return_ending_before_its_page__nobody_told_it_began_or_ended() -> None:
@@ -323,7 +323,7 @@ def test_announcement__email__names_rule_and_runs__resolution_mailed_too(
     (message,) = mail.outbox
     assert message.to == ["ops@example.com", "oncall@example.com"]
     assert "FIRING" in message.subject and r.name in message.subject
-    assert str(failed.pk) in message.body
+    assert str(failed.pk) in str(message.body)
 
     Run.objects.filter(pk=failed.pk).update(state="compensated")
     with django_capture_on_commit_callbacks() as callbacks:
