@@ -33,6 +33,7 @@ kind, whatever the number of rules; each rule compares its own threshold or targ
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -44,12 +45,14 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from agents.breaker import CircuitBreaker, _redis
+from sasproject.broker_queues import BrokerUnreadable, queue_depths
 from scheduler.models import RUN_TERMINAL_STATES, RunState
 from supervisor.alerts import Finding
 from supervisor.models import AlertRule, RuleKind
 from supervisor.periodic import PERIODIC_TASKS
 
 from . import liveness
+from .words import duration_words, plural
 
 logger = logging.getLogger("sas.alerts")
 
@@ -120,6 +123,18 @@ def _rate_params(rules: Rules) -> dict[str, Any]:
     }
 
 
+# Whose failures page operators (issue 27): the operator rules watch the platform - runs of no
+# job (orders, system workflows) and jobs of staff accounts. A customer's job (its owner not
+# staff) is watched by the customer's own rules, and by an operator rule only one set on that
+# job (an operator turned it on); an operator rule on every job or workflow leaves it out.
+CUSTOMER_JOBS_SQL = (
+    "SELECT cj.id FROM scheduler_job cj JOIN auth_user cu ON cu.id = cj.owner_id WHERE NOT cu.is_staff"
+)
+# A job the rule may page about: the rule names it, or its owner is staff.
+_PLATFORM_JOB_SQL = (
+    "(q.job_id IS NOT NULL OR EXISTS (SELECT 1 FROM auth_user u WHERE u.id = j.owner_id AND u.is_staff))"
+)
+
 WORKFLOW_FAILURE_RATE_SQL = """
 SELECT q.rule_id, x.workflow, x.total, x.failed, x.run_ids
   FROM unnest(%(rule_ids)s::bigint[], %(windows)s::interval[], %(targets)s::text[],
@@ -134,9 +149,10 @@ SELECT q.rule_id, x.workflow, x.total, x.failed, x.run_ids
           AND created_at >= statement_timestamp() - %(widest)s
           AND created_at >= statement_timestamp() - q.win
           AND (q.target = '' OR workflow = q.target)
+          AND (job_id IS NULL OR job_id NOT IN (%(customer_jobs)s))
         GROUP BY workflow) x
  WHERE x.total >= q.min_runs AND x.failed >= q.threshold * x.total AND x.failed > 0
-"""
+""".replace("%(customer_jobs)s", CUSTOMER_JOBS_SQL)
 
 
 def _workflow_failure_rate(rules: Rules, rows: Rows) -> Found:
@@ -147,7 +163,7 @@ def _workflow_failure_rate(rules: Rules, rows: Rows) -> Found:
             Finding(
                 subject=workflow,
                 message=f"workflow {workflow}: {failed} of {total} runs failed ({_pct(failed / total)})"
-                f" in {windows[rule_id]}",
+                f" in {duration_words(windows[rule_id])}",
                 run_ids=_ids(ids),
             )
         )
@@ -182,7 +198,8 @@ SELECT q.rule_id, x.job_id, j.name, x.total, x.failed, x.run_ids
         GROUP BY r.job_id) x
   JOIN scheduler_job j ON j.id = x.job_id
  WHERE x.total >= q.min_runs AND x.failed >= q.threshold * x.total AND x.failed > 0
-"""
+   AND %(platform_job)s
+""".replace("%(platform_job)s", _PLATFORM_JOB_SQL)
 
 
 def _job_failure_rate(rules: Rules, rows: Rows) -> Found:
@@ -193,7 +210,7 @@ def _job_failure_rate(rules: Rules, rows: Rows) -> Found:
             Finding(
                 subject=str(job_id),
                 message=f"job {name}: {failed} of {total} runs failed ({_pct(failed / total)})"
-                f" in {windows[rule_id]}",
+                f" in {duration_words(windows[rule_id])}",
                 run_ids=_ids(ids),
             )
         )
@@ -227,7 +244,7 @@ def _service_failure_rate(rules: Rules, rows: Rows) -> Found:
             Finding(
                 subject=service,
                 message=f"service {service}: {failed} of {total} attempts failed ({_pct(failed / total)})"
-                f" in {windows[rule_id]}",
+                f" in {duration_words(windows[rule_id])}",
             )
         )
     return found
@@ -254,8 +271,8 @@ SELECT q.rule_id, j.id, j.name, x.run_ids, q.n
                 WHERE r.job_id = seen.id AND r.state = ANY(%(terminal)s)
                 ORDER BY r.created_at DESC LIMIT q.n) l) x
   JOIN scheduler_job j ON j.id = seen.id
- WHERE x.n >= q.n AND x.all_failed
-"""
+ WHERE x.n >= q.n AND x.all_failed AND %(platform_job)s
+""".replace("%(platform_job)s", _PLATFORM_JOB_SQL)
 
 
 def _consecutive_params(rules: Rules) -> dict[str, Any]:
@@ -271,11 +288,17 @@ def _consecutive_params(rules: Rules) -> dict[str, Any]:
     }
 
 
+def _last_runs_failed(n: int) -> str:
+    if n == 1:
+        return "its last run failed"
+    return f"its last {n} runs failed"
+
+
 def _job_consecutive_failures(rules: Rules, rows: Rows) -> Found:
     found = _found(rules)
     for rule_id, job_id, name, ids, n in rows:
         found[rule_id].append(
-            Finding(subject=str(job_id), message=f"job {name}: its last {n} runs failed", run_ids=_ids(ids))
+            Finding(subject=str(job_id), message=f"job {name}: {_last_runs_failed(n)}", run_ids=_ids(ids))
         )
     return found
 
@@ -350,7 +373,7 @@ def _step_error(rules: Rules, rows: Rows) -> Found:
         found[rule_id].append(
             Finding(
                 subject=name,
-                message=f"{name}: {count} step(s) in Error in {windows[rule_id]}",
+                message=f"{name}: {plural(count, 'step')} in Error in {duration_words(windows[rule_id])}",
                 run_ids=_ids(ids),
             )
         )
@@ -370,12 +393,16 @@ SELECT q.rule_id, x.n, x.run_ids
 """
 
 
+def _need_operator(count: int) -> str:
+    if count == 1:
+        return "1 run needs an operator (Failed)"
+    return f"{count} runs need an operator (Failed)"
+
+
 def _run_needs_operator(rules: Rules, rows: Rows) -> Found:
     found = _found(rules)
     for rule_id, count, ids in rows:
-        found[rule_id].append(
-            Finding(subject="", message=f"{count} run(s) need an operator (Failed)", run_ids=_ids(ids))
-        )
+        found[rule_id].append(Finding(subject="", message=_need_operator(count), run_ids=_ids(ids)))
     return found
 
 
@@ -399,7 +426,7 @@ def _compensation_struggling(rules: Rules, rows: Rows) -> Found:
                 found[rule.pk].append(
                     Finding(
                         subject=name,
-                        message=f"compensation {name} keeps failing on {count} run(s)",
+                        message=f"compensation {name} keeps failing on {plural(count, 'run')}",
                         run_ids=_ids(ids),
                     )
                 )
@@ -421,7 +448,9 @@ def _steps_overdue(rules: Rules, rows: Rows) -> Found:
         if count > rule.threshold:
             found[rule.pk].append(
                 Finding(
-                    subject="", message=f"{count} step(s) Processing past their deadline", run_ids=_ids(ids)
+                    subject="",
+                    message=f"{plural(count, 'step')} Processing past their deadline",
+                    run_ids=_ids(ids),
                 )
             )
     return found
@@ -501,7 +530,7 @@ def queue_no_consumer(rules: Rules) -> Found:
         for queue in [rule.target] if rule.target else settings.SAS_ALERT_QUEUES:
             if queue not in queues:
                 queues.append(queue)
-    depths = liveness.queue_depths(queues=queues)
+    depths = {name: depth for name, (depth, _) in queue_depths(names=queues).items()}
     # Consumers are looked for only where work waits (a SCAN each).
     idle = {q: d for q, d in depths.items() if d > 0 and liveness.consumers_alive(queue=q) == 0}
     for rule in rules:
@@ -509,7 +538,8 @@ def queue_no_consumer(rules: Rules) -> Found:
             if queue in idle:
                 found[rule.pk].append(
                     Finding(
-                        subject=queue, message=f"queue {queue}: {idle[queue]} message(s) and no live consumer"
+                        subject=queue,
+                        message=f"queue {queue}: {plural(idle[queue], 'message')} and no live consumer",
                     )
                 )
     return found
@@ -555,7 +585,8 @@ def _periodic_not_run(rules: Rules, rows: Rows) -> Found:
                 found[rule.pk].append(
                     Finding(
                         subject=name,
-                        message=f"{name} ({task}) has not run for {age:.0f} s (limit {limit:.0f} s)",
+                        message=f"{name} ({task}) has not run for {duration_words(timedelta(seconds=age))}"
+                        f" (limit {duration_words(timedelta(seconds=limit))})",
                     )
                 )
     return found
@@ -592,13 +623,33 @@ CONDITIONS: dict[str, Callable[[Rules], Found]] = {
     **{kind: statement.run for kind, statement in STATEMENTS.items()},
     **REDIS_CONDITIONS,
 }
-_ERRORS = (DatabaseError, redis.RedisError, OSError)
+# What a condition's read may raise: the kind (or the rule) is skipped and logged, the tick goes on.
+_ERRORS = (DatabaseError, redis.RedisError, OSError, BrokerUnreadable)
 # JIT off for the pipeline's statements (the first and last of the flush: no round trip of its
 # own). A per-rule window is estimated at a third of the table, so a batch's cost passes
 # jit_above_cost and PostgreSQL compiled each statement, every tick (they are not prepared):
 # 30-70 ms of compiling for well under a millisecond of index range scans (bench/README.md).
 JIT_OFF_SQL = "SET jit = off"
 JIT_RESET_SQL = "RESET jit"
+
+
+# The kinds a clean restart trips on its own: the periodic tasks' last runs are as old as the
+# downtime until beat's first sends complete, and work queued meanwhile waits until the workers
+# are up. For SAS_ALERT_STARTUP_GRACE seconds after the evaluator's process started they are not
+# evaluated - their alerts stay as they are (an incident open before the restart is neither
+# resolved nor paged again) - docs/decisions.md, "A clean restart pages nobody".
+STARTUP_GRACE_KINDS = frozenset({RuleKind.PERIODIC_NOT_RUN, RuleKind.QUEUE_NO_CONSUMER})
+# When this process loaded the evaluator: a worker's main process at start-up (its prefork
+# children, forked from it, and its watchdog thread inherit it).
+PROCESS_STARTED = time.time()
+
+
+def startup_grace_kinds() -> frozenset[str]:
+    """The kinds left out of this tick: the grace kinds while the process is younger than
+    SAS_ALERT_STARTUP_GRACE seconds, none after."""
+    if time.time() - PROCESS_STARTED < float(settings.SAS_ALERT_STARTUP_GRACE):
+        return STARTUP_GRACE_KINDS
+    return frozenset()
 
 
 def conditions_evaluate(by_kind: Mapping[str, Rules]) -> Found:
@@ -609,8 +660,11 @@ def conditions_evaluate(by_kind: Mapping[str, Rules]) -> Found:
     in the pipeline: the kinds are then read again one statement each, and a kind that fails
     alone, one rule at a time - so one bad rule costs its own evaluation, not its kind's. Inside
     a caller's transaction, each of these reads is a savepoint (a failed statement must not
-    abort the caller's transaction); outside one, none is needed."""
+    abort the caller's transaction); outside one, none is needed. The kinds in their start-up
+    grace (`startup_grace_kinds`) are not read: their rules are missing too."""
     found: Found = {}
+    waiting = startup_grace_kinds()
+    by_kind = {kind: rules for kind, rules in by_kind.items() if kind not in waiting}
     sent = [kind for kind in by_kind if kind in STATEMENTS]
     try:
         connection.ensure_connection()

@@ -8,10 +8,8 @@
   dispatcher and the evaluator itself last ran to completion, `sas:lastrun:<task>` (the dead
   man's switch reads it; beat's own `last_run_at` says when beat *sent* a task, and beat saves
   it only every few minutes).
-- Queue depth: the broker's lists (kombu's Redis transport: one list per queue and priority).
-
-The metrics issue (19) reads the same things for Prometheus in `ops`; this layer may not import
-`ops`, hence these small readers.
+- Queue depth is not read here: sasproject/broker_queues.py is the one reader (Redis or
+  RabbitMQ), shared with the engine-health page and /metrics (issue 27).
 """
 
 from __future__ import annotations
@@ -26,17 +24,10 @@ from sasproject.redis_client import get_redis
 
 CONSUMER_KEY = "sas:consumer:"
 LASTRUN_KEY = "sas:lastrun:"
-# kombu's Redis transport: priority 0 is the queue's own list, the others "<queue>\x06\x16<n>".
-_PRIORITY_SEP = "\x06\x16"
-_PRIORITIES = (3, 6, 9)
 
 
 def _client() -> redis.Redis:
     return get_redis(settings.REDIS_URL)
-
-
-def _broker() -> redis.Redis:
-    return get_redis(settings.CELERY_BROKER_URL)
 
 
 def consumers_beat(*, queues: Iterable[str], worker: str, ttl: float) -> None:
@@ -53,24 +44,6 @@ def consumers_alive(*, queue: str) -> int:
     """How many workers beat for `queue` within their TTL (a SCAN over that queue's keys)."""
     pattern = f"{settings.REDIS_PREFIX}{CONSUMER_KEY}{queue}:*"
     return sum(1 for _ in _client().scan_iter(match=pattern, count=100))
-
-
-def queue_depth(*, queue: str) -> int:
-    """Messages waiting in the broker for `queue` (all priorities; not the unacked ones)."""
-    return queue_depths(queues=[queue])[queue]
-
-
-def queue_depths(*, queues: Sequence[str]) -> dict[str, int]:
-    """`queue_depth` of each of `queues`, in one round trip."""
-    prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
-    pipe = _broker().pipeline(transaction=False)
-    for queue in queues:
-        pipe.llen(f"{prefix}{queue}")
-        for priority in _PRIORITIES:
-            pipe.llen(f"{prefix}{queue}{_PRIORITY_SEP}{priority}")
-    lengths = [int(n) for n in pipe.execute()] if queues else []
-    per = 1 + len(_PRIORITIES)
-    return {queue: sum(lengths[i * per : (i + 1) * per]) for i, queue in enumerate(queues)}
 
 
 def last_run_record(*, task: str) -> None:

@@ -32,6 +32,7 @@ from django.core.mail import EmailMessage
 from django.db import connection, transaction
 from django.db.models import BooleanField, F, JSONField
 from django.db.models.expressions import RawSQL
+from django.urls import reverse
 
 from sasproject.names import control_characters_replaced
 from scheduler.services import run_submit
@@ -52,6 +53,7 @@ from .webhook import (
     ALERT_WEBHOOK_WORKFLOW,
     alert_webhook_secret,
 )
+from .words import duration_words
 
 logger = logging.getLogger("sas.alerts")
 
@@ -198,9 +200,8 @@ ALERT_EVENT_NAMESPACE = uuid.UUID("6f3c2a9e-5b1d-4c8e-9a0f-2d7e8b4c1a53")
 def alert_event_id(*, alert: Alert, state: str) -> str:
     """The receiver's dedupe key of one announcement (the `event_id` of the body and the
     `X-SAS-Event-Id` header): a UUID derived from the alert, the transition announced and when
-    it was claimed (`announced_at`: an alert resolved and reopened is announced again, under a
-    new id). Every retry of a delivery sends the same body, so the same id; two announcements
-    never share one."""
+    it was claimed (`announced_at`). Every retry of a delivery sends the same body, so the same
+    id; two announcements never share one."""
     claimed = alert.announced_at.isoformat() if alert.announced_at else ""
     return str(uuid.uuid5(ALERT_EVENT_NAMESPACE, f"alert:{alert.pk}:{state}:{claimed}"))
 
@@ -232,6 +233,39 @@ def alert_body(*, alert: Alert, state: str) -> str:
     return json.dumps(alert_document(alert=alert, state=state), separators=(",", ":"), sort_keys=True)
 
 
+def _email_opening(*, alert: Alert, state: str) -> list[str]:
+    """What happened, first: the firing sentence; or what resolved and how long it lasted."""
+    if state != "resolved" or alert.resolved_at is None:
+        return [alert.message]
+    lasted = duration_words(alert.resolved_at - (alert.fired_at or alert.created_at))
+    name = alert.rule.name if alert.rule else alert.kind
+    what = f"{name} ({alert.subject})" if alert.subject else name
+    return [
+        f"{what} is back to normal after {lasted}: the condition no longer holds.",
+        f"Last seen while firing: {alert.message}",
+    ]
+
+
+def alert_links(*, alert: Alert, runs: list[str]) -> dict[str, str]:
+    """Absolute links for an alert's mail, under SAS_PUBLIC_URL (none when it is unset): an
+    operator's to the alert and the runs in the admin; a customer's to their job and its runs
+    on the job pages (a customer has no admin). Keys: "alert", "job", and each run id."""
+    base = str(settings.SAS_PUBLIC_URL).rstrip("/")
+    rule = alert.rule
+    if not base or rule is None:
+        return {}
+    if rule.owner_id is not None and rule.job_id is not None:
+        job = rule.job_id
+        links = {"job": base + reverse("jobs:detail", args=[job])}
+        links.update({run: base + reverse("jobs:run", args=[job, run]) for run in runs})
+        return links
+    links = {"alert": base + reverse("admin:supervisor_alert_change", args=[alert.pk])}
+    if rule.job_id is not None:
+        links["job"] = base + reverse("admin:scheduler_job_change", args=[rule.job_id])
+    links.update({run: base + reverse("admin:scheduler_run_change", args=[run]) for run in runs})
+    return links
+
+
 def alert_email_build(*, alert_id: int, state: str) -> EmailMessage | None:
     """The e-mail for one announcement, or None if the alert or its recipients are gone."""
     alert = Alert.objects.select_related("rule", "rule__owner").filter(pk=alert_id).first()
@@ -241,6 +275,7 @@ def alert_email_build(*, alert_id: int, state: str) -> EmailMessage | None:
     if not to:
         return None
     doc = alert_document(alert=alert, state=state)["alert"]
+    links = alert_links(alert=alert, runs=doc["runs"])
     word = "RESOLVED" if state == "resolved" else "FIRING"
     subject = f"[{alert.severity}] {word}: {alert.rule.name}" + (
         f" ({alert.subject})" if alert.subject else ""
@@ -248,19 +283,20 @@ def alert_email_build(*, alert_id: int, state: str) -> EmailMessage | None:
     # A rule or a subject stored before names were checked (issue 26) may hold a CR/LF, which
     # Django refuses in a header (BadHeaderError, and the alert was lost): replaced, it still goes.
     subject = control_characters_replaced(f"{settings.EMAIL_SUBJECT_PREFIX}{subject}")
-    lines = [
-        f"{word}: {alert.rule.name}",
-        "",
-        alert.message,
-        "",
+    lines = [f"{word}: {alert.rule.name}", "", *_email_opening(alert=alert, state=state), ""]
+    lines += [
         f"Severity: {alert.severity}",
         f"Occurrences: {alert.count}",
         f"Fired at: {doc['fired_at'] or '-'}",
     ]
     if state == "resolved":
         lines.append(f"Resolved at: {doc['resolved_at']}")
+    if "alert" in links:
+        lines.append(f"Alert: {links['alert']}")
+    if "job" in links:
+        lines.append(f"Job: {links['job']}")
     if doc["runs"]:
-        lines += ["", "Affected runs:", *[f"  {run}" for run in doc["runs"]]]
+        lines += ["", "Affected runs:", *[f"  {links.get(run, run)}" for run in doc["runs"]]]
     return EmailMessage(
         subject=subject,
         body="\n".join(lines) + "\n",

@@ -49,6 +49,11 @@ def _loop(*, queues: list[str], worker: str, stop: threading.Event) -> None:
         except (DatabaseError, redis.RedisError):
             logger.exception("watchdog evaluation failed; trying again")
             connection.close()
+        except Exception:
+            # Anything else (a broker library's error, a bug) must not end the thread: it is the
+            # evaluator's second clock, and a dead one pages nobody (issue 27).
+            logger.exception("watchdog evaluation failed unexpectedly; trying again")
+            connection.close()
 
 
 _started: list[threading.Event] = []

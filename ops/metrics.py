@@ -42,6 +42,7 @@ from sasproject.redis_client import get_redis
 from scheduler import metrics as engine_metrics
 from scheduler.models import RUN_TERMINAL_STATES, RUN_UNFINISHED_STATES
 from scheduler.workflows import get_workflow, registered_workflows
+from supervisor.models import AlertSeverity
 from webhooks.workflows import WEBHOOK_WORKFLOW
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,15 @@ SELECT count(*), min(next_execution_at) FROM scheduler_scheduledjob
 WHERE next_execution_at IS NOT NULL AND next_execution_at <= now()
 """
 # Unacknowledged alerts: alert_open_idx.
-SQL_ALERTS_OPEN = "SELECT count(*) FROM supervisor_alert WHERE acknowledged_at IS NULL"
+# Open alerts (firing, nobody acknowledged them yet - the admin panel's "open") by severity,
+# the platform's (an operator rule's, or raised by the engine: no rule) and customers' apart.
+# Resolved and pending alerts are not open (alert_open_rule_idx: state <> 'resolved').
+SQL_ALERTS_OPEN = """
+SELECT a.severity, (r.owner_id IS NOT NULL) AS customer, count(*)
+  FROM supervisor_alert a LEFT JOIN supervisor_alertrule r ON r.id = a.rule_id
+ WHERE a.state <> 'resolved' AND a.state = 'firing' AND a.acknowledged_at IS NULL
+ GROUP BY 1, 2
+"""
 # Enabled alert rules (alertrule_enabled_kind_idx): those past SAS_ALERT_MAX_RULES are not evaluated.
 SQL_ALERT_RULES_ENABLED = "SELECT count(*) FROM supervisor_alertrule WHERE enabled"
 
@@ -428,10 +437,17 @@ class EngineCollector(Collector):
         yield last
 
     def _alerts_and_breakers(self) -> Iterable[Metric]:
-        ((open_alerts,),) = _rows(SQL_ALERTS_OPEN)
-        yield GaugeMetricFamily(
-            "sas_alerts_open", "Operator alerts not acknowledged.", value=int(open_alerts)
+        opened = {(str(severity), bool(customer)): int(n) for severity, customer, n in _rows(SQL_ALERTS_OPEN)}
+        open_alerts = GaugeMetricFamily(
+            "sas_alerts_open",
+            "Alerts firing and not acknowledged, by severity; scope: system (operator rules and the "
+            "engine's own alerts) or customer (customers' rules on their jobs).",
+            labels=["severity", "scope"],
         )
+        for severity in AlertSeverity.values:
+            for scope, customer in (("system", False), ("customer", True)):
+                open_alerts.add_metric([severity, scope], opened.get((severity, customer), 0))
+        yield open_alerts
         ((enabled_rules,),) = _rows(SQL_ALERT_RULES_ENABLED)
         yield GaugeMetricFamily(
             "sas_alert_rules_not_evaluated",

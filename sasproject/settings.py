@@ -866,6 +866,13 @@ SAS_ALERT_MAX_RULES = int(os.environ.get("SAS_ALERT_MAX_RULES", "500"))
 # Workers write a heartbeat per consumed queue this often (TTL 3x); the control worker's
 # watchdog checks the evaluator at the same pace (alerting/watchdog.py).
 SAS_ALERT_HEARTBEAT_INTERVAL = env_float("SAS_ALERT_HEARTBEAT_INTERVAL", 2.0)
+# Start-up grace (seconds): after the evaluator's process starts, the dead man's switch
+# ("Supervisor / Jobs dispatcher not running") and "a queue with work and no consumer" are not
+# evaluated for this long - a clean restart pages nobody (docs/operators.md#alerts, issue 27).
+SAS_ALERT_STARTUP_GRACE = env_float("SAS_ALERT_STARTUP_GRACE", 60.0)
+# The site's public address (scheme://host[:port], no path), for links in alert e-mails to the
+# alert, the job and its runs. Empty: the e-mails carry no links (docs/operators.md#alerts).
+SAS_PUBLIC_URL = os.environ.get("SAS_PUBLIC_URL", "")
 # Queues the "queue with work and no consumer" rule watches when the rule names none.
 SAS_ALERT_QUEUES = env_list("SAS_ALERT_QUEUES", [q for q in SAS_QUEUES if q != "bench"])
 # Tasks whose completions are recorded for the dead man's switch (the periodic rows' tasks).

@@ -3,14 +3,17 @@ resolve, and claim announcements. One SQL statement per transition; the alerting
 when to call them and how to deliver (alerting/services.py).
 
 States: pending -> firing -> resolved (and pending -> resolved silently when the condition
-clears before its for-duration). A resolved incident of the same key that comes back within
-the rule's cooldown is reopened (same row, count goes on) instead of paging again.
+clears before its for-duration). An incident that comes back after it resolved is a new alert
+(row) - whether or not within the rule's cooldown: it waits out its for-duration again, and
+reports its own start and count (issue 27). The cooldown holds pages, not alerts: a new
+incident's first page waits until the cooldown has passed since the key's last page, and an
+incident that ends before its first page is announced to nobody (one page per incident, at most
+one incident paged per cooldown).
 
 | from     | to       | trigger                                        | guard                        |
 |----------|----------|------------------------------------------------|------------------------------|
 | (none)   | pending  | finding, the rule has a for-duration           | no open alert with the key   |
 | (none)   | firing   | finding / engine signal, no for-duration       | no open alert with the key   |
-| resolved | firing   | finding within the cooldown of its resolution  | resolved_at > now - cooldown |
 | pending  | firing   | finding again after the for-duration           | created_at <= now - for      |
 | open     | resolved | the rule's evaluation no longer finds it       | state <> resolved            |
 """
@@ -40,27 +43,14 @@ class Finding:
     run_ids: Sequence[str] = field(default_factory=tuple)
 
 
-# Reopen the latest incident of the key if it was resolved within the cooldown (flapping is
-# one alert), else insert a new one; on an open one, count. Conflict target: the partial
+# Insert a new incident, or count on the open one of the key. Conflict target: the partial
 # unique index alert_open_key_unique.
 _OPEN_SQL = """
-WITH reopened AS (
-    UPDATE supervisor_alert a
-       SET state = 'firing', resolved_at = NULL, last_seen_at = statement_timestamp(), count = a.count + 1,
-           fired_at = COALESCE(a.fired_at, statement_timestamp()), message = %(message)s
-     WHERE a.id = (SELECT id FROM supervisor_alert
-                    WHERE key = %(key)s AND state = 'resolved'
-                      AND resolved_at > statement_timestamp() - %(cooldown)s
-                    ORDER BY resolved_at DESC LIMIT 1)
-       AND NOT EXISTS (SELECT 1 FROM supervisor_alert o WHERE o.key = %(key)s AND o.state <> 'resolved')
-    RETURNING a.id
-)
 INSERT INTO supervisor_alert (rule_id, run_id, step_id, kind, severity, subject, message, state, key,
                               count, created_at, fired_at, last_seen_at, announced_state)
-SELECT %(rule_id)s, %(run_id)s, %(step_id)s, %(kind)s, %(severity)s, %(subject)s, %(message)s,
-       %(state)s, %(key)s, 1, statement_timestamp(),
-       CASE WHEN %(state)s = 'firing' THEN statement_timestamp() END, statement_timestamp(), ''
- WHERE NOT EXISTS (SELECT 1 FROM reopened)
+VALUES (%(rule_id)s, %(run_id)s, %(step_id)s, %(kind)s, %(severity)s, %(subject)s, %(message)s,
+        %(state)s, %(key)s, 1, statement_timestamp(),
+        CASE WHEN %(state)s = 'firing' THEN statement_timestamp() END, statement_timestamp(), '')
 ON CONFLICT (key) WHERE state <> 'resolved'
 DO UPDATE SET last_seen_at = statement_timestamp(), message = EXCLUDED.message,
               count = supervisor_alert.count + %(increment)s,
@@ -114,26 +104,14 @@ UPDATE supervisor_alert a
 """
 
 # The evaluator's opens, every new or pending finding of a tick in one statement: the set-based
-# form of _OPEN_SQL (reopen within the cooldown, else insert, else - open already - advance
-# pending -> firing after the finding's for-duration). Keys are unique in the batch (ON CONFLICT
-# may not touch a row twice).
+# form of _OPEN_SQL (insert a new incident, else - open already - advance pending -> firing after
+# the finding's for-duration). Keys are unique in the batch (ON CONFLICT may not touch a row twice).
 _OPEN_MANY_SQL = """
 WITH f AS (
     SELECT * FROM unnest(%(keys)s::text[], %(rule_ids)s::bigint[], %(kinds)s::text[], %(severities)s::text[],
                          %(subjects)s::text[], %(messages)s::text[], %(states)s::text[], %(run_ids)s::uuid[],
-                         %(cooldowns)s::interval[], %(holds)s::interval[])
-           AS f(key, rule_id, kind, severity, subject, message, state, run_id, cooldown, hold)
-), reopened AS (
-    UPDATE supervisor_alert a
-       SET state = 'firing', resolved_at = NULL, last_seen_at = statement_timestamp(), count = a.count + 1,
-           fired_at = COALESCE(a.fired_at, statement_timestamp()), message = f.message
-      FROM f
-     WHERE a.id = (SELECT id FROM supervisor_alert
-                    WHERE key = f.key AND state = 'resolved'
-                      AND resolved_at > statement_timestamp() - f.cooldown
-                    ORDER BY resolved_at DESC LIMIT 1)
-       AND NOT EXISTS (SELECT 1 FROM supervisor_alert o WHERE o.key = f.key AND o.state <> 'resolved')
-    RETURNING a.key
+                         %(holds)s::interval[])
+           AS f(key, rule_id, kind, severity, subject, message, state, run_id, hold)
 )
 INSERT INTO supervisor_alert (rule_id, run_id, step_id, kind, severity, subject, message, state, key,
                               count, created_at, fired_at, last_seen_at, announced_state)
@@ -141,7 +119,6 @@ SELECT f.rule_id, f.run_id, NULL, f.kind, f.severity, f.subject, f.message, f.st
        statement_timestamp(), CASE WHEN f.state = 'firing' THEN statement_timestamp() END,
        statement_timestamp(), ''
   FROM f
- WHERE f.key NOT IN (SELECT key FROM reopened)
 ON CONFLICT (key) WHERE state <> 'resolved'
 DO UPDATE SET last_seen_at = statement_timestamp(), message = EXCLUDED.message,
               state = CASE WHEN supervisor_alert.state = 'pending' AND supervisor_alert.created_at
@@ -152,26 +129,30 @@ DO UPDATE SET last_seen_at = statement_timestamp(), message = EXCLUDED.message,
                               THEN statement_timestamp() ELSE supervisor_alert.fired_at END
 """
 
-# Open alerts of the given rules no longer found: resolved. A pending one was never announced,
-# so it is marked announced as resolved (nobody hears of it).
+# Open alerts of the given rules no longer found: resolved. One never announced (pending, or
+# firing but its first page held by the cooldown) is marked announced as resolved: nobody was
+# told it began, nobody is told it ended.
 _RESOLVE_SQL = """
 UPDATE supervisor_alert
    SET resolved_at = statement_timestamp(),
-       announced_state = CASE WHEN state = 'pending' THEN 'resolved' ELSE announced_state END,
+       announced_state = CASE WHEN state = 'pending' OR announced_state = '' THEN 'resolved'
+                              ELSE announced_state END,
        state = 'resolved'
  WHERE rule_id = ANY(%(rule_ids)s::bigint[]) AND state <> 'resolved' AND NOT (key = ANY(%(keys)s::text[]))
 RETURNING id, rule_id
 """
 
-# The announcement outbox: alerts whose state has not been announced, the first announcement
-# of a key (or a re-announcement of a reopened one) only after the rule's cooldown; resolutions
-# at once. Claimed by the UPDATE itself, so two evaluators never announce one change twice.
+# The announcement outbox: alerts whose state has not been announced; an incident's firing only
+# when no alert of its key (this one or an earlier incident's) was announced within the rule's
+# cooldown (alert_key_resolved_idx: by key); resolutions at once. Claimed by the UPDATE itself,
+# so two evaluators never announce one change twice.
 _ANNOUNCE_DUE = """
 SELECT u.id FROM supervisor_alert u
   JOIN supervisor_alertrule ur ON ur.id = u.rule_id
  WHERE u.state <> u.announced_state AND u.state <> 'pending'
-   AND (u.state = 'resolved' OR u.announced_at IS NULL
-        OR u.announced_at <= statement_timestamp() - ur.cooldown)
+   AND (u.state = 'resolved'
+        OR NOT EXISTS (SELECT 1 FROM supervisor_alert p
+                        WHERE p.key = u.key AND p.announced_at > statement_timestamp() - ur.cooldown))
 """
 _ANNOUNCE_SQL = (
     """
@@ -223,19 +204,12 @@ def _open(
         "message": message,
         "state": state,
         "key": alert_key(rule_id=rule.pk, subject=subject),
-        "cooldown": rule.cooldown,
         "for_duration": rule.for_duration if hold is None else hold,
         "increment": increment,
     }
     with connection.cursor() as cursor:
         cursor.execute(_OPEN_SQL, params)
         row = cursor.fetchone()
-        if row is None:  # reopened: read it back
-            cursor.execute(
-                "SELECT id, count FROM supervisor_alert WHERE key = %s AND state <> 'resolved'",
-                [alert_key(rule_id=rule.pk, subject=subject)],
-            )
-            row = cursor.fetchone()
     return int(row[0]), int(row[1])
 
 
@@ -305,7 +279,7 @@ class Observed:
 def alerts_observe(*, observations: Sequence[Observation]) -> Observed:
     """The evaluator's path, for every rule evaluated in a tick, set-based: open (pending, or
     firing when the rule has no for-duration), advance pending -> firing after the for-duration,
-    reopen within the cooldown, link the affected runs, and resolve each rule's open alerts that
+    link the affected runs, and resolve each rule's open alerts that
     are no longer found. At most three statements - opens, links, resolutions - each run only
     when needed: an alert already firing for a finding is left as is, so the steady state of an
     incident costs the links statement alone (it links only runs not yet linked, and counts only
@@ -358,7 +332,6 @@ def _open_many_params(opens: Sequence[tuple[AlertRule, Finding, timedelta]]) -> 
         "messages": [f.message for _, f, _ in opens],
         "states": ["firing" if hold <= timedelta(0) else "pending" for _, _, hold in opens],
         "run_ids": [str(f.run_ids[0]) if f.run_ids else None for _, f, _ in opens],
-        "cooldowns": [r.cooldown for r, _, _ in opens],
         "holds": [hold for _, _, hold in opens],
     }
 

@@ -249,7 +249,7 @@ class Alert(models.Model):
                 name="alert_unannounced_idx",
                 condition=~Q(state=models.F("announced_state")) & ~Q(state="pending"),
             ),
-            # A recently resolved incident of the same key is reopened within the cooldown.
+            # The cooldown: when a key last paged (alert_announcements_claim), read by key.
             models.Index(fields=["key", "-resolved_at"], name="alert_key_resolved_idx"),
         ]
         constraints = [

@@ -22,6 +22,13 @@ _n = itertools.count()
 ORDER_INPUT = {"items": [{"sku": "SKU-1", "quantity": 1}], "amount": "5.00", "currency": "EUR"}
 
 
+@pytest.fixture(autouse=True)
+def no_startup_grace(settings: Any) -> None:
+    """The evaluator in this (long-lived) test process is past its start-up grace, whatever the
+    order the tests run in; tests/alerting/test_startup_grace.py sets it to test it."""
+    settings.SAS_ALERT_STARTUP_GRACE = 0
+
+
 @pytest.fixture
 def no_rules(db: Any) -> None:
     AlertRule.objects.all().delete()

@@ -11,12 +11,17 @@ prefix, so the session engine (paused meanwhile) never takes their messages.
   switch fires ("supervisor not running"), its e-mail waits in agent.webhook with no consumer, so
   "a queue with work and no consumer" fires; a new webhook worker resolves that one and delivers
   both mails; beat started again resolves the dead man's switch.
+
+Both run on Redis and on RabbitMQ (`both_brokers`): on RabbitMQ the queue's depth is a passive
+queue_declare's message count (sasproject/broker_queues.py), and the watchdog keeps evaluating.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +37,7 @@ from supervisor.models import Alert, AlertRule
 from webhooks.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_verify
 
 from ..harness import Proc, celery_beat, celery_worker, wait_for
+from ..rabbit import amqp_url, session_vhost
 from .conftest import run
 
 SECRET = "alert-test-secret"
@@ -72,13 +78,29 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def alert_env(worker_env: dict[str, str], tmp_path: Path, receiver: Receiver) -> dict[str, str]:
+def alert_broker(broker: str, worker_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The test's broker (both_brokers): on RabbitMQ a vhost of the test's own, as the Redis
+    prefix below is on Redis - the session engines' queues never meet these workers'."""
+    if broker != "rabbitmq":
+        yield {}
+        return
+    with session_vhost(f"sas-alerts-{os.getpid()}-{uuid.uuid4().hex[:8]}") as vhost:
+        yield {"CELERY_BROKER_URL": amqp_url(vhost)}
+
+
+@pytest.fixture
+def alert_env(
+    worker_env: dict[str, str], alert_broker: dict[str, str], tmp_path: Path, receiver: Receiver
+) -> dict[str, str]:
     return {
         **worker_env,
+        **alert_broker,
         "SAS_REDIS_PREFIX": f"{settings.REDIS_PREFIX}alerts:",
         "SAS_ALERTS_ENABLED": "1",
         "SAS_ALERTS_INTERVAL": "1",
         "SAS_ALERT_HEARTBEAT_INTERVAL": "0.5",
+        # These tests are about the rules, not the start-up grace (test_startup_grace.py).
+        "SAS_ALERT_STARTUP_GRACE": "0",
         "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
         "EMAIL_FILE_PATH": str(tmp_path / "mail"),
         "SAS_ALERT_WEBHOOK_SECRET": SECRET,
@@ -112,6 +134,7 @@ def mails(tmp_path: Path) -> str:
     return "".join(p.read_text() for p in sorted(folder.glob("*"))) if folder.exists() else ""
 
 
+@pytest.mark.both_brokers
 def test_failure_rate__email_in_folder_and_signed_webhook__then_resolution_announced(
     engine_paused: None, procs: dict[str, Any], receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -162,6 +185,7 @@ def test_failure_rate__email_in_folder_and_signed_webhook__then_resolution_annou
     assert mails(tmp_path).count("Subject:") == 2
 
 
+@pytest.mark.both_brokers
 def test_beat_and_a_worker_stopped__dead_mans_switch_and_no_consumer_fire_then_resolve(
     engine_paused: None, procs: dict[str, Any], tmp_path: Path, redis_client: Any, alert_env: dict[str, str]
 ) -> None:

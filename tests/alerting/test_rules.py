@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core import mail
+from django.db.models import F
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker
 from alerting import liveness
-from alerting.services import alert_rules_evaluate
+from alerting.services import alert_email_build, alert_rules_evaluate
 from alerting.tasks import alert_email_send
 from ops.selectors import alerts_open_by_severity, runs_need_attention_count
 from scheduler.models import Run, ScheduledJob, Step, TaskExecutionHistory
@@ -199,7 +200,7 @@ def test_queue_no_consumer__work_and_no_heartbeat__fires_then_a_consumer_resolve
     redis_client.lpush(f"{prefix}alerttest.q", "{}")
     try:
         alert = assert_fires_once(r, subject="alerttest.q")
-        assert "1 message(s) and no live consumer" in alert.message
+        assert "1 message and no live consumer" in alert.message
         liveness.consumers_beat(queues=["alerttest.q"], worker="w1@test", ttl=30)
         assert_resolves(r)
     finally:
@@ -232,7 +233,54 @@ def test_for_duration__condition_shorter_than_it__never_announced() -> None:
     assert (only_alert(r).state, only_alert(r).announced_state) == ("resolved", "resolved")
 
 
-def test_cooldown__incident_returns_within_it__same_alert_reopened_not_announced_again() -> None:
+def _incidents(r: AlertRule) -> list[Alert]:
+    return list(Alert.objects.filter(rule=r).order_by("pk"))
+
+
+def _age(alert: Alert, *, by: timedelta) -> None:
+    """The incident began `by` earlier (its for-duration passed meanwhile)."""
+    Alert.objects.filter(pk=alert.pk).update(created_at=F("created_at") - by)
+
+
+def test_cooldown__return_within_it__waits_its_for_duration_and_reports_its_own_start() -> None:
+    """Issue 27: the return was reopened firing at once (6 s into a "for 30 s" rule) and its mail
+    showed the first incident's "Fired at" and count."""
+    r = rule("run_needs_operator", cooldown=timedelta(hours=1), for_duration=timedelta(seconds=30))
+    failed = run(state="failed")
+    tick()
+    (first,) = _incidents(r)
+    assert first.state == "pending"
+    _age(first, by=timedelta(minutes=1))
+    tick()
+    first.refresh_from_db()
+    assert (first.state, first.announced_state) == ("firing", "firing")  # paged
+    Run.objects.filter(pk=failed.pk).update(state="compensated")
+    tick()
+    first.refresh_from_db()
+    assert (first.state, first.announced_state) == ("resolved", "resolved")
+
+    Run.objects.filter(pk=failed.pk).update(state="failed")  # back within the cooldown
+    tick()
+    first_again, second = _incidents(r)
+    assert (first_again.state, first_again.fired_at) == ("resolved", first.fired_at)
+    assert second.state == "pending"  # its own for-duration, not firing at once
+    _age(second, by=timedelta(minutes=1))
+    tick()
+    second.refresh_from_db()
+    assert second.state == "firing" and second.fired_at > first.resolved_at and second.count == 1
+    assert second.announced_state == ""  # its page waits for the cooldown since the last page
+
+    Alert.objects.filter(pk=first.pk).update(announced_at=timezone.now() - timedelta(hours=2))
+    tick()
+    second.refresh_from_db()
+    assert second.announced_state == "firing"  # one page for this incident
+    message = alert_email_build(alert_id=second.pk, state="firing")
+    assert message is not None
+    assert f"Fired at: {second.fired_at.isoformat()}" in str(message.body)
+    assert "Occurrences: 1" in str(message.body)
+
+
+def test_cooldown__return_ending_before_its_page__nobody_told_it_began_or_ended() -> None:
     r = rule("run_needs_operator", cooldown=timedelta(hours=1))
     failed = run(state="failed")
     tick()
@@ -240,9 +288,13 @@ def test_cooldown__incident_returns_within_it__same_alert_reopened_not_announced
     tick()
     Run.objects.filter(pk=failed.pk).update(state="failed")
     tick()
-    alert = only_alert(r)  # reopened: still one row, counted
-    assert alert.state == "firing" and alert.count == 2
-    assert alert.announced_state == "resolved"  # the re-firing waits for the cooldown
+    first, second = _incidents(r)
+    assert (first.announced_state, second.state, second.announced_state) == ("resolved", "firing", "")
+    Run.objects.filter(pk=failed.pk).update(state="compensated")
+    tick()
+    second.refresh_from_db()
+    assert (second.state, second.announced_state) == ("resolved", "resolved")
+    assert not Alert.objects.exclude(state=F("announced_state")).exists()  # nothing left to send
 
 
 def test_engine_signal_and_evaluator__same_incident__one_alert() -> None:
@@ -271,7 +323,7 @@ def test_announcement__email__names_rule_and_runs__resolution_mailed_too(
     (message,) = mail.outbox
     assert message.to == ["ops@example.com", "oncall@example.com"]
     assert "FIRING" in message.subject and r.name in message.subject
-    assert str(failed.pk) in message.body
+    assert str(failed.pk) in str(message.body)
 
     Run.objects.filter(pk=failed.pk).update(state="compensated")
     with django_capture_on_commit_callbacks() as callbacks:

@@ -17,7 +17,7 @@ import pytest
 from celery import current_app
 from django.conf import settings
 
-from ops.queues import DEFAULT_SEP
+from sasproject.broker_queues import DEFAULT_SEP
 from scheduler.metrics import periodic_mark
 
 from ..admin.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, _free_port
