@@ -230,7 +230,7 @@ LONGEST_FILES = (
     "e2e/test_consumer_timeout_live.py",
     "e2e/test_bulkhead_live.py",
     "e2e/test_late_reply_live.py",
-    "devservices/test_make_run.py",
+    "devservices/test_make_run_live.py",
     "scheduler/test_jobs_live.py",
     "alerting/test_live.py",
     "scheduler/test_dispatcher_scaleout_live.py",
@@ -239,11 +239,36 @@ LONGEST_FILES = (
 )
 
 
+# The test tiers (issue 27 item 7), markers given here from the paths and the fixtures, never by
+# hand: `live` (a *_live.py file, or a test using a fixture that starts real processes: every
+# one of them takes `worker_env`, the subprocesses' environment), `browser` (a *browser* file),
+# `deploy` (tests/deploy). The rest is the database-only tier, `make test-fast`.
+TESTS_DIR = Path(__file__).resolve().parent
+LIVE_FIXTURES = frozenset({"worker_env"})
+
+
+def tiers(item: pytest.Item) -> list[str]:
+    path = item.path
+    relative = path.relative_to(TESTS_DIR).as_posix() if path.is_relative_to(TESTS_DIR) else path.name
+    fixtures = set(getattr(item, "fixturenames", ()))
+    found = []
+    if path.name.endswith("_live.py") or fixtures & LIVE_FIXTURES:
+        found.append("live")
+    if "browser" in path.name:
+        found.append("browser")
+    if relative.startswith("deploy/"):
+        found.append("deploy")
+    return found
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         path = item.path.as_posix()
         return next((i for i, name in enumerate(LONGEST_FILES) if path.endswith(name)), len(LONGEST_FILES))
 
+    for item in items:
+        for tier in tiers(item):
+            item.add_marker(tier)
     items.sort(key=rank)  # stable: the rest keep their order
 
 
