@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from tests.harness import (
+from sastools.harness import (
     REPO,
     Proc,
     procfile_commands,
@@ -31,7 +31,7 @@ from tests.harness import (
     remove_stale_pidfile,
     shell_args,
 )
-from tests.outage_services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
+from sastools.services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
 
 # The Procfile's processes the soak runs (not Flower, not the URL printer).
 WORKERS = (
@@ -120,7 +120,7 @@ class Stack:
         self.redis = RedisServer.create(self.base, binary)
         self.redis.start()
         if self.broker == "rabbitmq":
-            from tests.rabbit import PrivateRabbit
+            from sastools.rabbit import PrivateRabbit
 
             self.rabbit = PrivateRabbit().start()
         proxy = faultproxy_class()

@@ -25,11 +25,7 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
-from simulator.client import SimulatorControl
-from supervisor.default_rules import default_rules_ensure
-from supervisor.models import AlertRule
-
-from .harness import (
+from sastools.harness import (
     AGENT_QUEUES,
     CONTROL_QUEUES,
     Proc,
@@ -39,6 +35,9 @@ from .harness import (
     simulator_process,
     wait_for,
 )
+from simulator.client import SimulatorControl
+from supervisor.default_rules import default_rules_ensure
+from supervisor.models import AlertRule
 
 ENGINE_TABLES = [
     "scheduler_runevent",
@@ -215,7 +214,7 @@ _ENGINES: dict[str, Engine] = {}
 # Both brokers (issue 22). A test marked `both_brokers` runs twice, [redis] and [rabbitmq]: the
 # `broker` fixture says which, `broker_env` is the subprocesses' environment on it, `engine` the
 # session engine on it, and the test process publishes to it. RabbitMQ is the machine's, on a
-# vhost of the session's own (tests/rabbit.py); when it is unreachable the [rabbitmq] tests FAIL.
+# vhost of the session's own (sastools/rabbit.py); when it is unreachable the [rabbitmq] tests FAIL.
 # ---------------------------------------------------------------------------------------------
 BROKERS = ("redis", "rabbitmq")
 
@@ -285,7 +284,7 @@ def broker(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def rabbit_vhost() -> Iterator[str]:
-    from .rabbit import session_vhost
+    from sastools.rabbit import session_vhost
 
     with session_vhost(f"sas-test-{os.getpid()}") as name:
         yield name
@@ -293,7 +292,7 @@ def rabbit_vhost() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def rabbit_env(worker_env: dict[str, str], rabbit_vhost: str) -> dict[str, str]:
-    from .rabbit import amqp_url
+    from sastools.rabbit import amqp_url
 
     return {**worker_env, "CELERY_BROKER_URL": amqp_url(rabbit_vhost)}
 

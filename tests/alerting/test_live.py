@@ -27,11 +27,11 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from sastools.harness import Proc, celery_beat, celery_worker, wait_for
 from scheduler.models import Run
 from supervisor.models import Alert, AlertRule
 from webhooks.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_verify
 
-from ..harness import Proc, celery_beat, celery_worker, wait_for
 from .conftest import run
 
 SECRET = "alert-test-secret"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from sastools.harness import remove_stale_pidfile
+from sastools.services import free_port
 from soak.stack import READY, Stack, log_offset, stop_group, wait_ready
-from tests.harness import remove_stale_pidfile
-from tests.outage_services import free_port
 
 
 @pytest.fixture
