@@ -76,6 +76,20 @@ def truncate_engine_tables() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
+    """A `transactional_db` test ends with pytest-django's flush, which empties every table, the
+    shipped alert rules (a migration's rows) too: put them back after it (this autouse fixture is
+    set up before the test's own fixtures, so torn down after the flush). pytest-django runs
+    transactional tests last, but `--dist loadfile` hands a process one file after another, and a
+    later file's test found no rule and raised no alert (`make test-fast`: the live tests, whose
+    `live_db` puts the rules back, were no longer in between)."""
+    yield
+    if "transactional_db" in request.fixturenames:
+        with django_db_blocker.unblock():
+            default_rules_ensure(rule_model=AlertRule)
+
+
+@pytest.fixture(autouse=True)
 def _rate_budgets_fresh() -> None:
     """Every test starts with full rate budgets (scheduler/limits.py keeps them in Redis per
     user id, and live tests reuse users such as the demo's): a test's 429 is its own doing."""
