@@ -67,7 +67,7 @@ help:
 	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode)"
 	echo "make test           install, lint (ruff, mypy, lint-imports) and pytest -- what CI runs"
 	echo "make lint           ruff check, ruff format --check, mypy, lint-imports"
-	echo "make test-fast      pytest only (PYTEST_ARGS='-k foo' to narrow)"
+	echo "make test-fast      pytest, the database-only tier: no live, browser or deploy test (PYTEST_ARGS='-k foo' to narrow)"
 	echo "make format         ruff format + ruff check --fix"
 	echo "make bench          python bench/run_all.py (BENCH_ARGS=...)"
 	echo "make soak           chaos soak: MINUTES=30 of load + seeded faults, then drain and check (BROKER=rabbitmq, SEED=N)"
@@ -154,8 +154,15 @@ test: $(STAMP) chromium promtool nginx
 		$(PY) -m soak --minutes $(TEST_SOAK_MINUTES) --broker $(BROKER) --seed $(SEED) $(SOAK_ARGS)
 	fi
 
+# The database-only tier (issue 27 item 7): no test that starts worker processes, a browser or a
+# deployment (the markers tests/conftest.py gives from paths and fixtures). `make test` runs all.
+FAST_TIER := -m "not live and not browser and not deploy"
+
+test-fast: PYTEST_ARGS += $(FAST_TIER)
 test-fast: $(STAMP)
 	@$(DEVSERVICES_ENV)
+	began=$$(date +%s)
+	trap 'echo "test-fast: $$(( $$(date +%s) - began )) s wall time (the database-only tier)"' EXIT
 	$(PYTEST)
 
 lint: $(STAMP)

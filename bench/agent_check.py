@@ -49,7 +49,7 @@ def _switch_verified(name: str, worker: Any, sim: Any) -> None:
     from celery import current_app
     from django.utils import timezone
 
-    from tests.harness import wait_for
+    from sastools.harness import wait_for
 
     calls = sim.stats()["total"]
     at = len(worker.log())
@@ -104,8 +104,8 @@ def measure(
 
     from bench.engine import ENGINE_QUEUES, ORDER, _wait_all_completed
     from orders.services import order_submit
+    from sastools.harness import celery_beat, celery_worker
     from scheduler.models import Run
-    from tests.harness import celery_beat, celery_worker
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -205,8 +205,8 @@ def main() -> None:
     args = parser.parse_args()
 
     env = bench_environment()
+    from sastools.harness import simulator_process
     from simulator.client import SimulatorControl
-    from tests.harness import simulator_process
 
     sim_proc = simulator_process(url=env["SIMULATOR_URL"], log_dir=log_dir(), env=env).start(
         ready_marker="SIMULATOR_LISTENING"

@@ -107,8 +107,8 @@ def run_layout(name: str, env: dict[str, str], sim: Any, args: argparse.Namespac
     from django.contrib.auth import get_user_model
 
     from orders.services import order_submit
+    from sastools.harness import celery_beat, celery_worker
     from scheduler.models import Run, TaskExecutionHistory
-    from tests.harness import celery_beat, celery_worker
 
     user, _ = get_user_model().objects.get_or_create(username="bench-bulkhead")
     logs = log_dir()
@@ -206,8 +206,8 @@ def main() -> None:
         }
     )
     env = bench_environment()
+    from sastools.harness import simulator_process
     from simulator.client import SimulatorControl
-    from tests.harness import simulator_process
 
     sim_proc = simulator_process(url=env["SIMULATOR_URL"], log_dir=log_dir(), env=env).start(
         ready_marker="SIMULATOR_LISTENING"

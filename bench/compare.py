@@ -82,8 +82,8 @@ def engine(
     from django.db import connection
 
     from orders.services import order_submit
+    from sastools.harness import celery_beat, celery_worker
     from scheduler.models import Run
-    from tests.harness import celery_beat, celery_worker
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -289,7 +289,7 @@ def main() -> None:
         parser.error("--rounds must be at least 1")
 
     env = bench_environment()
-    from tests.harness import simulator_process
+    from sastools.harness import simulator_process
 
     bench_python = str(ensure_bench_venv())
     logs = log_dir()

@@ -78,8 +78,8 @@ def main() -> None:
     from django.contrib.auth import get_user_model
 
     from orders.services import order_submit
+    from sastools.harness import celery_beat, celery_worker, simulator_process
     from scheduler.models import Run
-    from tests.harness import celery_beat, celery_worker, simulator_process
 
     logs = log_dir()
     worker_name = f"cpu-by-process-{os.getpid()}"

@@ -31,7 +31,7 @@ def bare_celery(env: dict[str, str], concurrency: int, tasks: int, samples: int)
     from celery import current_app
 
     from sasproject.redis_client import get_redis
-    from tests.harness import celery_worker
+    from sastools.harness import celery_worker
 
     worker = celery_worker(
         name=f"bench-noop-{concurrency}", queues="bench", log_dir=log_dir(), env=env, concurrency=concurrency
@@ -66,8 +66,8 @@ def engine(
     from django.db.models import Max, Min
 
     from orders.services import order_submit
+    from sastools.harness import celery_beat, celery_worker
     from scheduler.models import Run, TaskExecutionHistory
-    from tests.harness import celery_beat, celery_worker
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -158,7 +158,7 @@ def main() -> None:
     os.environ["SAS_REPLY_MODE"] = args.reply_mode
     os.environ.setdefault("CELERY_RESULT_BACKEND", os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     env = bench_environment()
-    from tests.harness import simulator_process
+    from sastools.harness import simulator_process
 
     sim = simulator_process(url=env["SIMULATOR_URL"], log_dir=log_dir(), env=env).start(
         ready_marker="SIMULATOR_LISTENING"

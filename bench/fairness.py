@@ -162,7 +162,7 @@ class Receivers:
 
 
 def start_stack(env: dict[str, str], logs: Path) -> dict[str, Any]:
-    from tests.harness import celery_beat, celery_worker, simulator_process
+    from sastools.harness import celery_beat, celery_worker, simulator_process
 
     procs: dict[str, Any] = {}
     # Workers log at INFO: their " ready." line is how the stack knows they started.

@@ -385,7 +385,7 @@ class Stack:
 def bench_worker(
     name: str, queues: str, logs: Path, env: dict[str, str], *, concurrency: int, pool: str
 ) -> Any:
-    from tests.harness import celery_worker
+    from sastools.harness import celery_worker
 
     return celery_worker(name=name, queues=queues, log_dir=logs, env=env, concurrency=concurrency, pool=pool)
 
@@ -399,7 +399,7 @@ def start_ours(
     `--profile` samples with py-spy in the burst). `profile_dir`: the dispatchers cProfile their
     ticks into it (bench/jobs_tasks.py)."""
     from bench.jobs_tasks import NOOP_QUEUE, PROFILE_ENV
-    from tests.harness import celery_beat
+    from sastools.harness import celery_beat
 
     stack = Stack()
     control_env = {**env, "DATABASE_APPLICATION_NAME": "jobsbench-control"}
@@ -435,7 +435,7 @@ def start_ours(
 
 def start_beat_baseline(env: dict[str, str], logs: Path, tag: str) -> Stack:
     from bench.jobs_tasks import PROBE_QUEUE
-    from tests.harness import celery_beat
+    from sastools.harness import celery_beat
 
     stack = Stack()
     stack.add(bench_worker(f"probe-{tag}", PROBE_QUEUE, logs, env, concurrency=2, pool="prefork"), " ready.")

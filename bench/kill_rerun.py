@@ -39,9 +39,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
 
     from orders.services import order_submit
-    from scheduler.models import Run, Step, TaskExecutionHistory
-    from simulator.client import SimulatorControl
-    from tests.harness import (
+    from sastools.harness import (
         AGENT_QUEUES,
         CONTROL_QUEUES,
         celery_beat,
@@ -49,6 +47,8 @@ def main() -> None:
         simulator_process,
         wait_for,
     )
+    from scheduler.models import Run, Step, TaskExecutionHistory
+    from simulator.client import SimulatorControl
 
     logs = log_dir()
     sim_proc = simulator_process(url=env["SIMULATOR_URL"], log_dir=logs, env=env).start(

@@ -184,7 +184,7 @@ FLOWER_LOGIN = "bench:bench"
 
 
 def start_flower(app_module: str, env: dict[str, str]) -> tuple[Any, str]:
-    from tests.harness import Proc
+    from sastools.harness import Proc
 
     port = _free_port()
     flower = Proc(
@@ -237,8 +237,8 @@ def engine_measured(
     from bench.common import summary, truncate_engine
     from bench.engine import ENGINE_QUEUES, ORDER, _wait_all_completed
     from orders.services import order_submit
+    from sastools.harness import celery_beat, celery_worker
     from scheduler.models import Run
-    from tests.harness import celery_beat, celery_worker
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -299,7 +299,7 @@ def bare_measured(
     the same three HTTP calls to the simulator as the engine's agents."""
     from bench.baselines import bare_celery as bare
     from bench.common import summary
-    from tests.harness import Proc
+    from sastools.harness import Proc
 
     bare.app.conf.task_send_sent_event = sent
     worker = Proc(
@@ -438,7 +438,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     env = bench_environment()
-    from tests.harness import simulator_process
+    from sastools.harness import simulator_process
 
     sim = simulator_process(url=env["SIMULATOR_URL"], log_dir=log_dir(), env=env).start(
         ready_marker="SIMULATOR_LISTENING"

@@ -57,7 +57,7 @@ def next_boundary(lead: float) -> float:
 
 
 def start_stack(env: dict[str, str], logs: Path) -> list[Any]:
-    from tests.harness import celery_beat, celery_worker, simulator_process
+    from sastools.harness import celery_beat, celery_worker, simulator_process
 
     procs: list[Any] = []
 

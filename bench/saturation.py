@@ -109,8 +109,8 @@ def drain(env: dict[str, str], concurrency: int, orders: int) -> dict[str, Any]:
     from django.db import connection
     from django.db.models import Count
 
+    from sastools.harness import celery_beat, celery_worker
     from scheduler.models import Run, RunEvent
-    from tests.harness import celery_beat, celery_worker
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -199,7 +199,7 @@ def main() -> None:
     os.environ["SAS_CLAIM_ON_SUBMIT"] = "0"
     env = bench_environment()
     worker_env = {k: v for k, v in env.items() if k != "SAS_CLAIM_ON_SUBMIT"}
-    from tests.harness import simulator_process
+    from sastools.harness import simulator_process
 
     sim = simulator_process(url=env["SIMULATOR_URL"], log_dir=log_dir(), env=env).start(
         ready_marker="SIMULATOR_LISTENING"

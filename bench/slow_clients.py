@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import REPO, _free_port, bench_environment, fmt_ms, log_dir, print_table
-from tests.deploy.test_front_door import SlowClients, render_config
+from sastools.front_door import SlowClients, render_config
 
 
 def _answers(base: str, timeout: float) -> float | None:

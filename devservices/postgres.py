@@ -189,7 +189,7 @@ class EmbeddedPostgres:
 
     @staticmethod
     def initdb_cmd(bin_dir: Path, data: Path) -> list[str]:
-        """A trust-auth cluster with superuser `postgres` (also used by tests/outage_services.py)."""
+        """A trust-auth cluster with superuser `postgres` (also used by sastools/services.py)."""
         return [
             str(bin_dir / "initdb"),
             "-D",

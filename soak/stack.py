@@ -22,8 +22,16 @@ from typing import Any
 
 import psycopg
 
-from tests.harness import REPO, Proc, procfile_commands, procfile_process
-from tests.outage_services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
+from sastools.harness import (
+    REPO,
+    Proc,
+    procfile_commands,
+    procfile_process,
+    reap_group,
+    remove_stale_pidfile,
+    shell_args,
+)
+from sastools.services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
 
 # The Procfile's processes the soak runs (not Flower, not the URL printer).
 WORKERS = (
@@ -112,7 +120,7 @@ class Stack:
         self.redis = RedisServer.create(self.base, binary)
         self.redis.start()
         if self.broker == "rabbitmq":
-            from tests.rabbit import PrivateRabbit
+            from sastools.rabbit import PrivateRabbit
 
             self.rabbit = PrivateRabbit().start()
         proxy = faultproxy_class()
@@ -182,12 +190,16 @@ class Stack:
         proc = procfile_process(name, log_dir=self.base, env=env)
         command = procfile_commands()[name]
         if name == "beat":
-            command += f" --pidfile={self.base / (as_name or name)}.pid"
+            command += f" --pidfile={self.pidfile(as_name or name)}"
         if as_name:
             command = command.replace(f"-n {name}@%h", f"-n {as_name}@%h")
             proc.name, proc.log_path = as_name, self.base / f"{as_name}.log"
-        proc.args = ["/bin/sh", "-c", command]
+        proc.args = shell_args(command)
         return proc
+
+    def pidfile(self, name: str) -> Path | None:
+        """The pidfile the soak gives process `name` (beat's; None for the others)."""
+        return self.base / f"{name}.pid" if name.startswith("beat") else None
 
     def start_all(self) -> None:
         for name in ("simulator", "web", *WORKERS, "beat"):
@@ -196,8 +208,14 @@ class Stack:
             wait_ready(proc, READY.get(name, " ready."), timeout=120)
 
     def restart(self, name: str) -> Proc:
-        """Start a killed process again (the same command, same log)."""
+        """Start a killed process again (the same command, same log). The killed one is reaped
+        first and its stale pidfile removed: a beat whose predecessor was not yet reaped found
+        its pidfile's process "alive" and exited 73 ("pidfile already exists")."""
         proc = self.procs[name]
+        if proc.popen is not None and proc.popen.poll() is not None:
+            reap_group(proc.popen.pid)
+        if (pidfile := self.pidfile(name)) is not None:
+            remove_stale_pidfile(pidfile)
         proc.start(ready_marker=None)
         return proc
 

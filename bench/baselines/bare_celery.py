@@ -239,7 +239,7 @@ def main() -> None:
     parser.add_argument("--loglevel", default="WARNING", help="the worker's -l (default: Celery's own)")
     args = parser.parse_args()
 
-    from tests.harness import Proc
+    from sastools.harness import Proc
 
     app.set_current()  # this process is the baseline's client and nothing else
     log_dir = Path(os.environ.get("BENCH_LOG_DIR", "/tmp"))

@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100)
     args = parser.parse_args()
 
-    from tests.harness import Proc
+    from sastools.harness import Proc
 
     asyncio.run(_prepare())
     log_dir = Path(os.environ.get("BENCH_LOG_DIR", "/tmp"))

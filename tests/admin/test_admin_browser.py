@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ..harness import procfile_process, wait_for
+from sastools.harness import procfile_process, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -13,9 +13,9 @@ import pytest
 from kombu import Connection, Exchange, Queue
 
 from alerting.services import alert_rules_evaluate
+from sastools.rabbit import amqp_url
 from supervisor.models import Alert
 
-from ..rabbit import amqp_url
 from .conftest import rule, run
 
 pytestmark = pytest.mark.usefixtures("no_rules")

@@ -28,10 +28,10 @@ from django.urls import reverse
 from agents.base import PermanentFault
 from alerting.tasks import alert_email_send
 from alerting.webhook import ALERT_WEBHOOK_WORKFLOW, AlertWebhookAgent
+from sastools.harness import REPO
 from scheduler.models import Run
 from supervisor.models import AlertRule
 
-from ..harness import REPO
 from .conftest import job, rule, run, user
 from .test_rules import only_alert, tick
 

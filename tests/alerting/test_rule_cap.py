@@ -228,7 +228,7 @@ def _waiting_on_the_cap_lock() -> bool:
 def test_create_at_the_limit_while_another_commits__waits_then_refused(settings: Any) -> None:
     """Deterministic interleaving: A has created the last rule the cap allows and not committed;
     B's create must wait for A's transaction (not count the rules without A's), then be refused."""
-    from ..harness import wait_for
+    from sastools.harness import wait_for
 
     settings.SAS_ALERT_MAX_RULES = CAP
     AlertRule.objects.all().delete()

@@ -17,8 +17,7 @@ import pytest
 
 from chaos.faultproxy import FaultProxy
 from chaos.netns import NetNamespace, unavailable_reason
-
-from ..harness import AGENT_QUEUES, Proc, celery_worker
+from sastools.harness import AGENT_QUEUES, Proc, celery_worker
 
 LINKS = ("postgres", "broker", "simulator")
 

@@ -26,8 +26,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chaos.faultproxy import READY_MARKER, FaultProxy, FaultProxyControl
-
-from ..harness import REPO, wait_for
+from sastools.harness import REPO, wait_for
 
 
 def _pg_address() -> tuple[str, int]:

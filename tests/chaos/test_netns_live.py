@@ -25,12 +25,12 @@ import pytest
 from celery import current_app
 from django.utils import timezone
 
+from sastools.harness import wait_for
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.dispatcher.tick import PAUSE_MARKER
 from scheduler.models import DispatcherShard, Run, Step, TaskExecutionHistory
 
 from ..e2e.helpers import step, submit_order, wait_run
-from ..harness import wait_for
 from ..scheduler.test_dispatcher_scaleout_live import (
     SHARDS,
     Beat,

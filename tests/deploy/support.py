@@ -7,7 +7,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from ..harness import REPO
+from sastools.harness import REPO
 
 ENV_EXAMPLE = REPO / "docker" / "production.env.example"
 COMPOSE = REPO / "docker" / "compose.yml"

@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from celery import current_app
 from django.conf import settings
 
+from sastools.rabbit import rabbitmqctl
 from scheduler.workflows import StepDef, get_workflow, registered_workflows
-
-from ..rabbit import rabbitmqctl
 
 # The hard time limit of an attempt is its window + 2 s (scheduler/services/dispatch.py).
 HARD_LIMIT_MARGIN = 2.0

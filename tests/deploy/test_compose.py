@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ..harness import REPO
+from sastools.harness import REPO
+
 from .support import COMPOSE, production_env
 
 # The Celery workers: every service whose command starts one.
@@ -196,7 +197,7 @@ def test_compose_config__valid_for_docker_compose() -> None:
 def test_flower__runs_read_only(services: dict[str, dict[str, Any]]) -> None:
     """Issue 26: compose's Flower, like the Procfile's, runs through the read-only wrapper (its
     task-sending and worker-control API refused; tests/e2e/test_agent_trust_live.py)."""
-    from tests.harness import procfile_commands
+    from sastools.harness import procfile_commands
 
     assert "exec python -m sasproject.flower_readonly -A sasproject flower" in services["flower"]["command"]
     assert "python -m sasproject.flower_readonly -A sasproject flower" in procfile_commands()["flower"]

@@ -12,7 +12,8 @@ import pytest
 from django.test import Client, RequestFactory
 from django.views.defaults import server_error
 
-from ..harness import REPO
+from sastools.harness import REPO
+
 from .support import ENV_EXAMPLE, production_env, read_env_file, real_secret_key
 
 SETTINGS = REPO / "sasproject" / "settings.py"

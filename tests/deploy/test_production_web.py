@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from ..harness import REPO, procfile_process, wait_for
+from sastools.harness import REPO, procfile_process, wait_for
+
 from .support import production_env, real_secret_key
 
 CHROMIUM = "/usr/bin/chromium"

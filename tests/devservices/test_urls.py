@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from ..harness import REPO
+from sastools.harness import REPO
 
 REAL_FLOWER = "operator:Fl0wer-real-pw-7c1e"
 REAL_TOKEN = "metrics-real-token-93b1a0f4"

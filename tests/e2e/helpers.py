@@ -7,9 +7,8 @@ from django.db import connection
 
 from orders.models import Order
 from orders.services import order_submit
+from sastools.harness import wait_for
 from scheduler.models import Run, Step
-
-from ..harness import wait_for
 
 ORDER = {"items": [{"sku": "SKU-1", "quantity": 2}], "amount": "25.00", "currency": "EUR"}
 

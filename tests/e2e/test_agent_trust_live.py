@@ -24,6 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sasproject.redis_client import get_redis
+from sastools.harness import procfile_process, wait_for
 from scheduler import transitions
 from scheduler.metrics import refused_key
 from scheduler.models import Run, Step
@@ -31,7 +32,6 @@ from scheduler.services import run_cancel, run_submit
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
 
 from ..admin.test_admin_browser import _free_port
-from ..harness import procfile_process, wait_for
 from ..ops.test_flower_live import _get
 from .helpers import step, submit_order, wait_run
 

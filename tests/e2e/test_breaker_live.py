@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agents.breaker import CircuitBreaker
+from sastools.harness import wait_for
 from scheduler.models import Run, TaskExecutionHistory
 
-from ..harness import wait_for
 from .helpers import submit_order, wait_run
 
 

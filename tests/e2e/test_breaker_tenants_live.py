@@ -16,9 +16,9 @@ from django.contrib.auth import get_user_model
 
 from agents.breaker import CircuitBreaker
 from agents.http_call import HTTP_CALL_WORKFLOW
+from sastools.harness import wait_for
 from scheduler.models import Run, Step, TaskExecutionHistory
 from scheduler.services import run_submit
-from tests.harness import wait_for
 
 from .helpers import wait_run
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from sastools.harness import Proc, procfile_commands, procfile_process, wait_for
 from scheduler.models import Run, Step, TaskExecutionHistory
 
 from ..conftest import Engine
-from ..harness import Proc, procfile_commands, procfile_process, wait_for
 from .helpers import submit_order
 
 HANG_SECONDS = 60

@@ -16,10 +16,9 @@ from datetime import UTC, datetime
 import pytest
 from django.db.models import Count
 
+from sastools.harness import REPO
 from scheduler.models import Step, TaskExecutionHistory
 from scheduler.services import run_submit
-
-from ..harness import REPO
 
 RUNS = 200
 

@@ -6,7 +6,7 @@ two kinds of delivery unacknowledged: a late-acked task while it runs (`task_ack
 an ETA/countdown task while it waits for its time. Celery's worker (5.7) does not survive the
 closed channel: it logs "Unrecoverable error: PreconditionFailed" and exits (celery/celery#6760).
 
-A private rabbitmq-server node (tests/rabbit.py) with a 3 s consumer_timeout - checked on a
+A private rabbitmq-server node (sastools/rabbit.py) with a 3 s consumer_timeout - checked on a
 250 ms channel tick instead of the default minute - shows each case, and what keeps us safe:
 
 - a late-acked order step that runs past it: the channel closes, the worker exits, the request
@@ -34,11 +34,11 @@ from celery import current_app
 
 from exports.services import export_request
 from orders.workflows import build_order_workflow
+from sastools.harness import Proc, celery_worker, publishing_to, wait_for
+from sastools.rabbit import PrivateRabbit, rabbitmqctl
 from scheduler import workflows
 from scheduler.models import HeartbeatStatus, Run, Step, TaskExecutionHistory
 
-from ..harness import Proc, celery_worker, publishing_to, wait_for
-from ..rabbit import PrivateRabbit, rabbitmqctl
 from .helpers import submit_order, wait_run
 from .test_rabbitmq_live import _engine_on
 

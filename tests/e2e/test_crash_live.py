@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from sastools.harness import wait_for
 from scheduler.models import Run, Step, TaskExecutionHistory
 
-from ..harness import wait_for
 from .helpers import step, submit_order, wait_run, wait_step_state
 
 

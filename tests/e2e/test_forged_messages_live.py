@@ -20,9 +20,9 @@ from django.db import connection
 from django.utils import timezone
 from kombu import Connection, Exchange, Producer
 
+from sastools.harness import wait_for
 from scheduler.models import Run, TaskExecutionHistory
 
-from ..harness import wait_for
 from .helpers import step, submit_order, wait_run
 
 TABLES = (

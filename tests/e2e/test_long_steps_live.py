@@ -28,9 +28,9 @@ from catalogue.models import Product, RepriceLedger
 from catalogue.services import catalogue_seed, reprice_submit
 from exports.models import Export, ExportFile
 from exports.services import export_request
+from sastools.harness import Proc, celery_worker, wait_for
 from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
 
-from ..harness import Proc, celery_worker, wait_for
 from ..orders.conftest import token_client
 from .helpers import (
     assert_repriced_once,

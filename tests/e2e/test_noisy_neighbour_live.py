@@ -31,13 +31,13 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from agents.http_call import HTTP_CALL_WORKFLOW
+from sastools.harness import Proc, procfile_commands, procfile_process, wait_for
 from scheduler.dispatcher.transitions import db_now
 from scheduler.limits import CUSTOMER_PRIORITY_MAX
 from scheduler.models import Job, Run, Step, TaskExecutionHistory
 from scheduler.services import job_create, job_delete, job_run_now
 
 from ..conftest import Engine
-from ..harness import Proc, procfile_commands, procfile_process, wait_for
 
 B_JOBS = 20
 B_RUN_NOW = 8

@@ -109,7 +109,7 @@ def test_submit__kick_lost__periodic_tick_claims_it(engine, demo_user):
 
 
 def wait_for_failure_count(run_id, name, count, timeout=20.0):
-    from ..harness import wait_for
+    from sastools.harness import wait_for
 
     return wait_for(
         lambda: Step.objects.filter(run_id=run_id, name=name, failure_count__gte=count).first(),

@@ -1,7 +1,7 @@
 """The supervisor is alive through a database or broker outage, and the engine resumes after one.
 
 Real processes on servers of their own: this module starts a private PostgreSQL and a private
-Redis on free ports (tests/outage_services.py; the machine's shared servers are never touched),
+Redis on free ports (sastools/services.py; the machine's shared servers are never touched),
 migrates that database, and runs a control worker (scheduler, supervisor, default queues), an
 agent worker, celery beat with django-celery-beat's DatabaseScheduler and the simulator against
 them. Then it crashes the database, or the broker, while orders are in flight, brings it back on
@@ -43,10 +43,10 @@ from typing import Any
 import pytest
 import redis
 
+from sastools.harness import AGENT_QUEUES, CONTROL_QUEUES, Proc, celery_worker, simulator_process, wait_for
+from sastools.services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
 from simulator.client import SimulatorControl
 
-from ..harness import AGENT_QUEUES, CONTROL_QUEUES, Proc, celery_worker, simulator_process, wait_for
-from ..outage_services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
 from .helpers import assert_repriced_once, attempt_statuses, stall_once, stall_remove, stalled_lease
 
 ENGINE_TABLES = (
@@ -165,7 +165,7 @@ sys.exit(main())
 
 
 def beat_process(*, log_dir: Path, env: dict[str, str]) -> Proc:
-    """celery beat with the DatabaseScheduler, as tests.harness.celery_beat starts it, but with
+    """celery beat with the DatabaseScheduler, as sastools.harness.celery_beat starts it, but with
     the short full-sync period."""
     args = [sys.executable, "-c", BEAT, "-A", "sasproject", "beat", "-l", "INFO", "--pidfile="]
     return Proc(name="beat", args=args, log_path=log_dir / "beat.log", env=env)

@@ -16,10 +16,10 @@ from datetime import timedelta
 from django.utils import timezone
 
 from orders.models import Order
+from sastools.harness import wait_for
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from supervisor.models import Alert
 
-from ..harness import wait_for
 from .helpers import submit_order, wait_run
 
 

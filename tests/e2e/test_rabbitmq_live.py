@@ -1,7 +1,7 @@
 """What differs on RabbitMQ (issue 22), on real workers.
 
 RabbitMQ killed -9 and started again mid-run: the machine's RabbitMQ is shared, so
-the test runs a private rabbitmq-server node (tests/rabbit.py) with its own engine on it: orders
+the test runs a private rabbitmq-server node (sastools/rabbit.py) with its own engine on it: orders
 are in flight (a charge takes 1.5 s) when the node dies; messages it had not written to disk are
 lost, workers reconnect when it is back, and the supervisor takes back every step whose request
 or reply the crash ate. Every order completes, each charged exactly once."""
@@ -15,11 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from sastools.harness import (
+    AGENT_QUEUES,
+    CONTROL_QUEUES,
+    Proc,
+    celery_beat,
+    celery_worker,
+    publishing_to,
+    wait_for,
+)
+from sastools.rabbit import PrivateRabbit, rabbitmqctl, session_vhost
 from scheduler.models import Run, Step
 from simulator.client import SimulatorControl
 
-from ..harness import AGENT_QUEUES, CONTROL_QUEUES, Proc, celery_beat, celery_worker, publishing_to, wait_for
-from ..rabbit import PrivateRabbit, rabbitmqctl, session_vhost
 from .helpers import submit_order, wait_run
 
 ORDERS = 6

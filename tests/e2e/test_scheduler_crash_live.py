@@ -10,9 +10,9 @@ import time
 
 from django.db.models import Count
 
+from sastools.harness import wait_for
 from scheduler.models import Run, Step
 
-from ..harness import wait_for
 from .helpers import submit_order
 
 ORDERS = 20

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from sastools.harness import Proc, wait_for
 from scheduler.models import Run, TaskExecutionHistory
 
 from ..admin.test_admin_browser import _free_port
 from ..e2e.helpers import submit_order, wait_run
-from ..harness import Proc, wait_for
 
 LOGIN = "ops:flower-test-password"
 # Where the agent worker's log stood when this test's Flower started.

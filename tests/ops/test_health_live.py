@@ -18,10 +18,10 @@ from celery import current_app
 from django.conf import settings
 
 from sasproject.broker_queues import DEFAULT_SEP
+from sastools.harness import procfile_process, wait_for
 from scheduler.metrics import periodic_mark
 
 from ..admin.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, _free_port
-from ..harness import procfile_process, wait_for
 
 PASSWORD = "ops-health-password"
 STALE = "3"

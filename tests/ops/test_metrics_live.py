@@ -21,12 +21,12 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from ops import metrics as ops_metrics
+from sastools.harness import AGENT_QUEUES, wait_for
 from scheduler import metrics as engine_metrics
 from scheduler.models import Run, TaskExecutionHistory
 from supervisor.models import Alert
 
 from ..e2e.helpers import submit_order, wait_run
-from ..harness import AGENT_QUEUES, wait_for
 
 TOKEN = "test-metrics-token"
 DOCKER = Path(__file__).resolve().parents[2] / "docker"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ..harness import Proc, wait_for
+from sastools.harness import Proc, wait_for
 
 
 def _free_port() -> int:

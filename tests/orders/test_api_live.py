@@ -10,10 +10,10 @@ from django.db import connection, transaction
 from rest_framework.response import Response
 
 from orders.models import Order
+from sastools.harness import wait_for
 from scheduler.models import Run, Step
 
 from ..e2e.helpers import wait_run, wait_step_state
-from ..harness import wait_for
 from .conftest import ORDER, make_user, token_client
 
 URL = "/api/orders/"

@@ -26,9 +26,8 @@ from django.db.models import Count
 
 from orders.models import Order
 from sasproject.tokens.services import api_token_rotate
+from sastools.harness import REPO, Proc, procfile_process, wait_for
 from scheduler.models import Run, Step
-
-from ..harness import REPO, Proc, procfile_process, wait_for
 
 ORDER = {"items": [{"sku": "LOAD-1", "quantity": 1}], "amount": "5.00", "currency": "EUR"}
 # The web this file starts names its connections apart from the Procfile's "sas-web": a session

@@ -25,9 +25,7 @@ import pytest
 from django.conf import settings
 
 from sasproject.logs import QUIET_TASKS
-from scheduler.models import Run
-
-from ..harness import (
+from sastools.harness import (
     AGENT_QUEUES,
     CONTROL_QUEUES,
     REPO,
@@ -37,6 +35,7 @@ from ..harness import (
     simulator_process,
     wait_for,
 )
+from scheduler.models import Run
 
 IDLE_SECONDS = 12
 

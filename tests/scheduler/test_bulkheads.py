@@ -18,14 +18,13 @@ from django.db import connection, transaction
 from agents.http_call import HTTP_CALL_OPERATION, HTTP_CALL_WORKFLOW
 from agents.routing import route_agent_task
 from sasproject.settings import env_slots
+from sastools.harness import REPO, procfile_commands
 from scheduler import transitions
 from scheduler.bulkheads import bulkhead_limits, owner_slots
 from scheduler.models import Step
 from scheduler.services import RunSpec, run_submit, runs_submit_many, step_claim_due
 from scheduler.workflows import get_workflow, registered_workflows
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
-
-from ..harness import REPO, procfile_commands
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 from celery import current_app
 
+from sastools.harness import wait_for
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.dispatcher.tick import PAUSE_MARKER
 from scheduler.models import DispatcherShard, Job, Run, ScheduledJob, TaskExecutionHistory
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
-from ..harness import wait_for
 from .test_jobs_live import beat_dispatcher_off, owner
 
 __all__ = ["beat_dispatcher_off", "owner"]

@@ -24,6 +24,7 @@ from django.db import connection
 from django_celery_beat.models import PeriodicTask, PeriodicTasks
 
 from ops.roles import OPERATOR_GROUP
+from sastools.harness import REPO, wait_for
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.dispatcher.cron import cron_next
 from scheduler.dispatcher.firing import jitter_offset
@@ -33,7 +34,6 @@ from scheduler.services import RunNotCancellable, job_create, job_run_now, jobs_
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
 from tests.roles import join_role
 
-from ..harness import REPO, wait_for
 from .jobs_support import new_job
 
 DISPATCHER_ROW = "sas: jobs dispatcher"

@@ -21,12 +21,12 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from sastools.harness import wait_for
 from scheduler.models import Run, Step, TaskExecutionHistory
 from supervisor import operator
 from supervisor.models import OperatorAction
 
 from ..e2e.helpers import step, submit_order, wait_run, wait_step_state
-from ..harness import wait_for
 
 RENEWED_NOTE = (
     "resubmitted under a new idempotency key (generation 2): the remote refused the last one, "

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ..harness import procfile_process, wait_for
+from sastools.harness import procfile_process, wait_for
 
 CHROMIUM = os.environ.get("SAS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sastools.harness import wait_for
 from scheduler.models import Run
 from scheduler.services.jobs import job_create, job_run_now
 
-from ..harness import wait_for
 from ..orders.conftest import make_user
 from .conftest import open_page
 from .test_browser import _OVERFLOW_JS, _sign_in

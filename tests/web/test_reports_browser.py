@@ -12,11 +12,11 @@ from typing import Any
 from orders.models import Order
 from orders.services import order_submit
 from orders.workflows import ORDER_WORKFLOW
+from sastools.harness import wait_for
 from scheduler.models import Run, TaskExecutionHistory
 from scheduler.services.jobs import job_create, job_run_submit
 
 from ..e2e.helpers import ORDER, wait_run
-from ..harness import wait_for
 from ..orders.conftest import make_user
 from .conftest import open_page
 from .test_browser import _place_order, _sign_in

@@ -7,13 +7,13 @@ from typing import Any
 from django.test import Client
 from rest_framework.test import APIClient
 
+from sastools.harness import wait_for
 from scheduler.models import Run, RunEvent
 from supervisor.models import Alert
 from webhooks.models import WebhookDelivery
 from webhooks.workflows import WEBHOOK_WORKFLOW
 
 from ..e2e.helpers import wait_run
-from ..harness import wait_for
 from ..orders.conftest import ORDER, make_user, token_client
 from .receiver import Receiver
 

@@ -17,6 +17,7 @@ from django.conf import settings as django_settings
 
 from agents.http_call import HTTP_CALL_WORKFLOW
 from orders.services import order_submit
+from sastools.harness import AGENT_QUEUES, Proc, celery_worker, wait_for
 from scheduler.models import Run
 from scheduler.services import run_submit
 from webhooks.models import WebhookDelivery
@@ -24,7 +25,6 @@ from webhooks.models import WebhookDelivery
 from ..agents.servers import HUGE, HostileServer, start_hostile_server
 from ..conftest import Engine
 from ..e2e.helpers import wait_run
-from ..harness import AGENT_QUEUES, Proc, celery_worker, wait_for
 from ..orders.conftest import ORDER, make_user
 from .receiver import Receiver
 

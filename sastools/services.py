@@ -30,8 +30,7 @@ import psycopg
 from devservices.common import HOST, DevServicesError, port_open, tail
 from devservices.postgres import EmbeddedPostgres, RunAs, ensure_database
 from devservices.redis import EmbeddedRedis, redis_ping
-
-from .harness import REPO, Proc, wait_for
+from sastools.harness import REPO, Proc, wait_for
 
 
 def free_port() -> int:

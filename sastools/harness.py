@@ -93,10 +93,59 @@ class Proc:
             except subprocess.TimeoutExpired:
                 os.killpg(self.popen.pid, signal.SIGKILL)
                 self.popen.wait(timeout=10)
+        if sig == signal.SIGKILL:
+            reap_group(self.popen.pid)
 
     def stop(self) -> None:
         if self.alive():
             self.kill(signal.SIGTERM)
+
+
+def reap_group(group: int, *, timeout: float = 15.0) -> bool:
+    """Until no process of the (killed) process group `group` is left, reaping those that are
+    our children (a zombie still counts as alive to kill(pid, 0), so to a pidfile check). Members
+    that are not our children (a Celery worker's pool, orphaned when its parent died) are reaped by
+    their new parent; we wait for that, up to `timeout`. True if the group is gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-group, os.WNOHANG)[0]:
+                pass
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: what kill(pid, 0) says
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def remove_stale_pidfile(path: Path) -> bool:
+    """Remove the pidfile at `path` if the process it names no longer runs (dead or a zombie:
+    Celery's own check counts a zombie as alive and refuses to start, exit 73). True if removed."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return False
+    if text.isdigit() and pid_alive(int(text)):
+        return False
+    path.unlink(missing_ok=True)
+    return True
 
 
 def celery_worker(
@@ -175,7 +224,16 @@ def procfile_process(name: str, *, log_dir: Path, env: dict[str, str]) -> Proc:
     command = procfile_commands()[name]
     bin_dir = str(Path(sys.executable).parent)
     env = {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', os.environ.get('PATH', ''))}"}
-    return Proc(name=name, args=["/bin/sh", "-c", command], log_path=log_dir / f"{name}.log", env=env)
+    return Proc(name=name, args=shell_args(command), log_path=log_dir / f"{name}.log", env=env)
+
+
+def shell_args(command: str) -> list[str]:
+    """A Procfile command run by a shell that execs it (`exec env VAR=value program ...`): the
+    program is then our child, not the shell's (dash forks for a command with variable
+    assignments), so killing it and waiting for our child reaps the program itself. Killed as a
+    grandchild it was a zombie of PID 1 for a while, and a restarted beat found its pidfile's
+    process still "alive" and exited 73."""
+    return ["/bin/sh", "-c", f"exec env {command}"]
 
 
 @contextlib.contextmanager

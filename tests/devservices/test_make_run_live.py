@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from ..harness import REPO
+from sastools.harness import REPO
 
 pytestmark = pytest.mark.timeout(240)
 
