@@ -188,15 +188,30 @@ def remote_post(
 
 def _loaded(read: Callable[[], HeldRequest | None]) -> HeldRequest | None:
     """`read()` on the process's connection; once more on a new one if that connection died
-    while idle (PostgreSQL restarted: workers do not health-check it before every task)."""
+    while idle (PostgreSQL restarted: workers do not health-check it before every task). A
+    pooled connection goes back to the pool once read (`_pooled_connection_returned`)."""
     try:
-        return read()
+        held = read()
     except (InterfaceError, OperationalError):
         if connection.in_atomic_block or (connection.connection is not None and connection.is_usable()):
             raise
         logger.warning("database connection lost; loading the step again on a new one")
         connection.close()
-        return read()
+        held = read()
+    _pooled_connection_returned()
+    return held
+
+
+def _pooled_connection_returned() -> None:
+    """Give the thread's pooled connection back (DATABASE_POOL_MAX_SIZE) before the remote call.
+    A pooled connection stays checked out by its thread until closed (the task's end), and the
+    request is loaded before a call of up to the step's timeout: the Procfile's agents-http runs
+    8 threads on a pool of 2, so 6 threads waited DATABASE_POOL_TIMEOUT for a connection, failed
+    with no reply, and their steps were held until taken back (issue 26's noisy neighbour test).
+    The reply takes one again for its one write. Not inside a transaction (eager runs, tests),
+    and a plain connection (no pool) is kept: closing it would cost a connect per task."""
+    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+        connection.close()
 
 
 @dataclass(frozen=True)
