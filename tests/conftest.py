@@ -85,8 +85,14 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
     `live_db` puts the rules back, were no longer in between)."""
     yield
     if "transactional_db" in request.fixturenames:
+        from django.contrib.auth.models import Group, Permission
+
+        from ops.roles import roles_ensure
+
         with django_db_blocker.unblock():
             default_rules_ensure(rule_model=AlertRule)
+            # ...and the shipped roles (ops/0001_roles' groups), which the flush empties too.
+            roles_ensure(group_model=Group, permission_model=Permission)
 
 
 @pytest.fixture(autouse=True)
