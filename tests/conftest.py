@@ -89,10 +89,18 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
 
         from ops.roles import roles_ensure
 
+        from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+        from supervisor.periodic import periodic_tasks_ensure
+
         with django_db_blocker.unblock():
             default_rules_ensure(rule_model=AlertRule)
             # ...and the shipped roles (ops/0001_roles' groups), which the flush empties too.
             roles_ensure(group_model=Group, permission_model=Permission)
+            # ...and the engine's beat rows (supervisor/0002's migration): without them the
+            # session engine's beat, reloading its schedule, sweeps no more and dispatches no job
+            # (CI: 13 live tests waited for runs that nothing moved after a throttle test's flush).
+            periodic_tasks_ensure(interval_model=IntervalSchedule, task_model=PeriodicTask, intervals=settings.SAS)
 
 
 @pytest.fixture(autouse=True)

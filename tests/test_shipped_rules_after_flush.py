@@ -6,8 +6,11 @@ transactional tests): the second starts after the first one's flush."""
 
 from __future__ import annotations
 
+from django_celery_beat.models import PeriodicTask
+
 from supervisor.default_rules import default_rules_ensure
 from supervisor.models import AlertRule
+from supervisor.periodic import PERIODIC_TASKS
 
 
 def _shipped() -> set[str]:
@@ -22,3 +25,6 @@ def test_second__the_shipped_rules_are_back(transactional_db: None) -> None:
     before = _shipped()
     default_rules_ensure(rule_model=AlertRule)  # adds what is missing, changes nothing else
     assert before and before == _shipped()
+    # The engine's beat rows are back too: the session engine's sweeps and dispatcher need them.
+    names = {name for name, *_ in PERIODIC_TASKS}
+    assert set(PeriodicTask.objects.filter(name__in=names).values_list("name", flat=True)) == names
