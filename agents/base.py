@@ -6,7 +6,9 @@ An agent request carries step id, lease, complete-by, idempotency key and payloa
   lease for this operation (`scheduler.selectors.step_request_held`), and acts on those; a
   request for which no step is held - forged, replayed, altered, or its run cancelled or
   deleted - is dropped, logged and counted, and nothing is called. The message's own payload
-  and deadlines are never used (they stay in it for older workers);
+  and deadlines are never used (they stay in it for older workers). A step this process claimed
+  itself and runs in place (agents/eager.py) is held as its claim statement returned it: no
+  message was involved, and no second read is needed;
 - drops the request unread if complete-by has passed;
 - calls the remote service with the idempotency key, an HTTP timeout bounded by the time left;
 - retries transient faults (timeouts, connection errors, 5xx, 429) with exponential backoff and
@@ -51,7 +53,7 @@ from scheduler.selectors import HeldRequest, step_request_held
 from scheduler.services import scheduler_instance_id, step_reply
 
 from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
-from .eager import run_with_next_steps
+from .eager import claim_in_place, run_with_next_steps
 from .outbound import bounded_client, excerpt, read_bounded, total_deadline
 
 logger = logging.getLogger(__name__)
@@ -295,6 +297,11 @@ class AgentTask(Task):
         payload, idempotency key, deadlines and attempt loaded from the step it names - or None
         (logged and counted) when no step of this operation is Processing under that lease."""
         step_id, lease = kwargs["step_id"], kwargs["lease"]
+        # A step this process claimed and runs in place (agents/eager.py) is held as its claim
+        # returned it; only a request that came through the broker is looked up.
+        here = claim_in_place(step_id=step_id, lease=lease, operation=self.name)
+        if here is not None:
+            return {**{k: v for k, v in kwargs.items() if k != "heartbeat"}, **here.message()}
         held = _loaded(lambda: step_request_held(step_id=step_id, lease=lease, operation=self.name))
         if held is None:
             agent_request_refused(operation=self.name, reason="not_held")

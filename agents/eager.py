@@ -48,6 +48,21 @@ TIME_LIMIT_MARGIN = 0.5
 _queue_of: dict[str, str | None] = {}
 # Set while a task runs its next steps: the steps it calls keep theirs for its loop.
 _running: ContextVar[bool] = ContextVar("sas_eager_running", default=False)
+# The claim being run in place: the agent's request as the claim statement returned it from the
+# state store, in this process - the agent needs no lookup to trust it (`claim_in_place`).
+_in_place: ContextVar[Claim | None] = ContextVar("sas_eager_in_place", default=None)
+
+
+def claim_in_place(*, step_id: Any, lease: Any, operation: str) -> Claim | None:
+    """The claim this process is running in place, if it is this step under this lease for this
+    operation, else None. Its fields came from the claim's own statement (committed, Processing
+    under that lease), never from a message, so they are what `step_request_held` would load a
+    moment later: the agents' issue-26 check takes them as held, and a step run in place costs
+    no second read of the row its claim just returned (bench/agent_check.py)."""
+    claim = _in_place.get()
+    if claim is None or claim.operation != operation or claim.lease != str(lease):
+        return None
+    return claim if str(claim.step_id) == str(step_id) else None
 
 
 def _operation_queue(task: Task, operation: str) -> str | None:
@@ -110,12 +125,15 @@ def run_with_next_steps(task: Task, call: Callable[..., Any], args: Any, kwargs:
                 while kept:
                     claim = kept.pop(0)
                     logger.info("step %s (%s): ran in place, no broker hop", claim.step_id, claim.operation)
+                    in_place = _in_place.set(claim)
                     try:
                         task.app.tasks[claim.operation](**claim.message())
                     except Exception:
                         # As for a task that raised: the step stays Processing, and the
                         # supervisor takes it back at its deadline.
                         logger.exception("step %s: the step run in place raised", claim.step_id)
+                    finally:
+                        _in_place.reset(in_place)
             finally:
                 unrun = list(kept)
                 kept.clear()

@@ -105,3 +105,30 @@ def test_agent__start__marked_for_the_supervisor(engine, claimed_charge):
     assert attempts_started(leases=[claimed_charge.lease]) == set()
     assert perform(claimed_charge) == "accepted"
     assert attempts_started(leases=[claimed_charge.lease]) == {claimed_charge.lease}
+
+
+def test_agent__step_run_in_place__held_as_its_claim_returned_it__no_lookup(
+    engine, claimed_charge, django_assert_num_queries
+):
+    """A step this process claimed and runs in place (agents/eager.py) is held as the claim's own
+    statement returned it: no second read of its row (bench/agent_check.py). Only that step,
+    under that lease, for that operation: any other request is looked up as before."""
+    from agents import eager
+
+    message = {"path": "/payment/charge", **claimed_charge.message()}
+    token = eager._in_place.set(claimed_charge)  # what run_with_next_steps sets around the call
+    try:
+        with django_assert_num_queries(0):
+            held = payment_charge.held_request({**message, "payload": {"amount": "999.00"}})
+        # The claim's payload, not the message's (which an attacker could have altered).
+        assert held is not None and held["payload"] == claimed_charge.payload
+        assert held["idempotency_key"] == claimed_charge.idempotency_key
+        # Another lease for the same step: looked up, and refused (no step holds it).
+        with django_assert_num_queries(1):
+            assert payment_charge.held_request({**message, "lease": "00000000-0000-0000-0000-000000000001"}) is None
+    finally:
+        eager._in_place.reset(token)
+    # Outside the in-place call the same request is looked up (and held: the step is Processing).
+    with django_assert_num_queries(1):
+        assert payment_charge.held_request(message)["payload"] == claimed_charge.payload
+    assert engine.sim.stats()["total"] == 0
