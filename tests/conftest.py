@@ -86,11 +86,9 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
     yield
     if "transactional_db" in request.fixturenames:
         from django.contrib.auth.models import Group, Permission
-
-        from ops.roles import roles_ensure
-
         from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+        from ops.roles import roles_ensure
         from supervisor.periodic import periodic_tasks_ensure
 
         with django_db_blocker.unblock():
@@ -100,7 +98,9 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
             # ...and the engine's beat rows (supervisor/0002's migration): without them the
             # session engine's beat, reloading its schedule, sweeps no more and dispatches no job
             # (CI: 13 live tests waited for runs that nothing moved after a throttle test's flush).
-            periodic_tasks_ensure(interval_model=IntervalSchedule, task_model=PeriodicTask, intervals=settings.SAS)
+            periodic_tasks_ensure(
+                interval_model=IntervalSchedule, task_model=PeriodicTask, intervals=settings.SAS
+            )
 
 
 @pytest.fixture(autouse=True)
