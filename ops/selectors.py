@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from scheduler.selectors import count_per_run, run_list_annotated, run_state_cou
 from supervisor.models import ALERT_OPEN_STATES, Alert, AlertRun, AlertSeverity
 from supervisor.periodic import PERIODIC_TASKS
 
+from .models import OperatorAction
 from .queues import QueueStatus, queue_statuses
 
 logger = logging.getLogger(__name__)
@@ -298,4 +300,14 @@ def engine_health() -> EngineHealth:
         jobs_overdue=jobs_overdue(),
         queues=queue_statuses(),
         oldest_pending=oldest_pending_step(),
+    )
+
+
+def run_operator_actions(*, run_id: uuid.UUID | str) -> list[OperatorAction]:
+    """The audit entries of a run, newest first: those on it and the one that started it (a
+    resubmission of an older run). Index-backed (opaction_run_idx, opaction_new_run_idx)."""
+    return list(
+        OperatorAction.objects.filter(Q(run_id=run_id) | Q(new_run_id=run_id))
+        .select_related("step")
+        .order_by("-created_at", "-id")[:200]
     )
