@@ -56,12 +56,13 @@ def _content_type_move(apps: Any, source: str, target: str) -> None:
 
 def forwards(apps: Any, schema_editor: Any) -> None:
     _content_type_move(apps, "supervisor", "ops")
-    # Permissions are made after all migrations (post_migrate): make any missing now, for every
-    # app migrated so far, so the roles can be given them on a fresh database.
-    for app_config in apps.get_app_configs():
-        app_config.models_module = True
-        create_permissions(app_config, apps=apps, verbosity=0)
-        app_config.models_module = None
+    # Permissions are made after all migrations (post_migrate): make ops' missing ones now (on a
+    # fresh database: those of the moved model came with it). Only ops': supervisor's state
+    # still holds the model until supervisor 0010, and its content type would be made again.
+    app_config = apps.get_app_config("ops")
+    app_config.models_module = True
+    create_permissions(app_config, apps=apps, verbosity=0)
+    app_config.models_module = None
     roles_ensure(group_model=apps.get_model("auth", "Group"), permission_model=apps.get_model("auth", "Permission"))
 
 
