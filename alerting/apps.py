@@ -12,10 +12,9 @@ class AlertingConfig(AppConfig):
     verbose_name = "Alerting"
 
     def ready(self) -> None:
-        from celery.signals import task_postrun, worker_ready, worker_shutdown
+        from celery.signals import worker_ready, worker_shutdown
 
         from . import checks, tasks, watchdog, webhook  # noqa: F401  (registers the workflow, tasks, checks)
 
         worker_ready.connect(watchdog.watchdog_start, dispatch_uid="alerting.watchdog_start", weak=False)
         worker_shutdown.connect(watchdog.watchdog_stop, dispatch_uid="alerting.watchdog_stop", weak=False)
-        task_postrun.connect(watchdog.last_run_recorded, dispatch_uid="alerting.last_run", weak=False)

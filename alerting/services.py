@@ -34,6 +34,7 @@ from django.db.models import BooleanField, F, JSONField
 from django.db.models.expressions import RawSQL
 from django.urls import reverse
 
+from liveness.last_run import last_run_record
 from sasproject.names import control_characters_replaced
 from scheduler.services import run_submit
 from supervisor.alerts import (
@@ -45,7 +46,6 @@ from supervisor.alerts import (
 )
 from supervisor.models import Alert, AlertRule, RuleKind
 
-from . import liveness
 from .conditions import conditions_evaluate
 from .webhook import (
     ALERT_CORRELATION_PREFIX,
@@ -127,7 +127,7 @@ def alert_rules_evaluate() -> Tick:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [EVALUATOR_LOCK])
     try:
-        liveness.last_run_record(task=EVALUATE_TASK)
+        last_run_record(task=EVALUATE_TASK)
     except redis.RedisError:
         logger.warning("could not record the evaluator's run in Redis")
     return Tick(

@@ -172,7 +172,7 @@ def plans() -> None:
     from django.utils import timezone
 
     from alerting.conditions import JIT_OFF_SQL, STATEMENTS
-    from supervisor.operator import steps_failed_matching_queryset
+    from ops.bulk import steps_failed_matching_queryset
 
     now = timezone.now()
     with connection.cursor() as cursor:

@@ -2,7 +2,7 @@
 
 A custom prometheus_client Collector (no metric objects in process memory): every scrape reads
 PostgreSQL (live runs and steps, due jobs, open alerts, finished runs), Redis (the counters and
-histograms the engine's processes add to, scheduler/metrics.py; breakers; periodic tasks' last
+histograms the engine's processes add to, liveness/counters.py; breakers; periodic tasks' last
 runs; consumers' heartbeats) and the broker (queue depths). So any web process answers the same
 figures whichever worker processes, on whichever hosts, did the work; docs/decisions.md,
 "Metrics read at scrape time", says why this and not prometheus_client's multiprocess mode.
@@ -36,10 +36,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ops.queues import queue_statuses
+from liveness import counters as engine_metrics
+from liveness.last_run import last_run_key
+from liveness.queues import queue_statuses
 from ops.selectors import BREAKER_SERVICES, breaker_statuses, webhook_breaker_names
 from sasproject.redis_client import get_redis
-from scheduler import metrics as engine_metrics
 from scheduler.models import RUN_TERMINAL_STATES, RUN_UNFINISHED_STATES
 from scheduler.workflows import get_workflow, registered_workflows
 from supervisor.models import AlertSeverity
@@ -403,7 +404,7 @@ class EngineCollector(Collector):
         pipe = client.pipeline(transaction=False)
         pipe.hgetall(engine_metrics.attempts_key())
         pipe.hgetall(engine_metrics.supervisor_key())
-        pipe.hgetall(engine_metrics.periodic_key())
+        pipe.hgetall(last_run_key())
         pipe.hgetall(engine_metrics.refused_key())
         attempts, supervisor, periodic, refused_counts = (_decode(raw) for raw in pipe.execute())
         yield from _attempt_families(attempts)
@@ -429,7 +430,7 @@ class EngineCollector(Collector):
         yield recoveries
         last = GaugeMetricFamily(
             "sas_periodic_task_last_run_timestamp_seconds",
-            "When each periodic engine task last ran, recorded by the task itself (epoch seconds).",
+            "When each periodic engine task last completed, recorded at its success (epoch seconds).",
             labels=["task"],
         )
         for task, value in sorted(periodic.items()):

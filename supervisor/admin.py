@@ -21,8 +21,8 @@ from adminkit.readonly import ReadOnlyAdmin
 from scheduler.admin import OPERATE_PERMISSION, run_link
 from scheduler.permissions import staff_may
 
+from .acknowledge import alert_acknowledge
 from .models import Alert, AlertRule
-from .operator import alert_acknowledge
 from .rules import alert_rules_enable_refusal
 
 

@@ -11,9 +11,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from ops.models import OperatorAction
 from scheduler.models import Run, Step, TaskExecutionHistory
-from supervisor.models import Alert, OperatorAction
-from supervisor.operator import alert_acknowledge
+from supervisor.acknowledge import alert_acknowledge
+from supervisor.models import Alert
 
 from .factories import order_completed, order_failed, order_pending, order_running
 

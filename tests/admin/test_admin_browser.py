@@ -230,8 +230,8 @@ def test_operator_tools__in_chromium__resubmit_bulk_dry_run_and_sweep_preview(
 ) -> None:
     from playwright.sync_api import sync_playwright
 
+    from ops.models import OperatorAction
     from scheduler.models import Step
-    from supervisor.models import OperatorAction
 
     failed_run = str(operator_data["failed"].run_id)
     outage_runs = {str(o.run_id) for o in operator_data["outage"]}

@@ -23,10 +23,10 @@ from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
+from liveness.counters import refused_key
 from sasproject.redis_client import get_redis
 from sastools.harness import procfile_process, wait_for
 from scheduler import transitions
-from scheduler.metrics import refused_key
 from scheduler.models import Run, Step
 from scheduler.services import run_cancel, run_submit
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
