@@ -25,7 +25,16 @@ READ_ONLY_GROUP = "Operators (read-only)"
 OPERATOR_GROUP = "Operators"
 
 # Whose models the read-only role may view (every model of these apps).
-VIEW_APPS = ("scheduler", "supervisor", "orders", "catalogue", "exports", "webhooks", "django_celery_beat")
+VIEW_APPS = (
+    "scheduler",
+    "supervisor",
+    "alerting",
+    "orders",
+    "catalogue",
+    "exports",
+    "webhooks",
+    "django_celery_beat",
+)
 
 READ_ONLY_EXTRA = ("supervisor.view_sweep_preview",)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +23,6 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from scheduler import transitions
@@ -43,7 +42,7 @@ from scheduler.services import (
 )
 from scheduler.workflows import WorkflowInputError
 
-from .models import Alert, OperatorAction
+from .models import OperatorAction
 
 logger = logging.getLogger("sas.alerts")
 audit_logger = logging.getLogger("sas.operator")
@@ -69,24 +68,6 @@ class OperatorRefused(Exception):
 def actor_name(user: AbstractBaseUser) -> str:
     """How an operator is named in the history, the events and the audit: admin:<username>."""
     return f"admin:{user.get_username()}"
-
-
-def alert_acknowledge(*, alert_ids: Iterable[int], user: AbstractBaseUser) -> int:
-    """Mark the given alerts acknowledged by `user`, now (database clock).
-
-    Invariant: an alert is acknowledged once. The update is conditional on `acknowledged_at IS
-    NULL`, so the first operator's time and name stay when two acknowledge at once or one clicks
-    twice; already-acknowledged alerts are left alone. Acknowledging changes no run or step: it
-    only says a person has seen the alert. Returns how many alerts this call acknowledged.
-    Transaction: one UPDATE statement (autocommit, or the caller's transaction).
-    """
-    ids = list(alert_ids)
-    updated = Alert.objects.filter(pk__in=ids, acknowledged_at__isnull=True).update(
-        acknowledged_at=Now(), acknowledged_by_id=user.pk
-    )
-    if updated:
-        logger.info("%d alert(s) acknowledged by %s", updated, user.get_username())
-    return updated
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
+from alerting.default_rules import default_rules_ensure
+from alerting.models import AlertRule
 from sastools.harness import (
     AGENT_QUEUES,
     CONTROL_QUEUES,
@@ -36,13 +38,11 @@ from sastools.harness import (
     wait_for,
 )
 from simulator.client import SimulatorControl
-from supervisor.default_rules import default_rules_ensure
-from supervisor.models import AlertRule
 
 ENGINE_TABLES = [
     "scheduler_runevent",
     "scheduler_taskexecutionhistory",
-    "supervisor_alert",
+    "alerting_alert",
     "orders_order",
     "scheduler_step",
     "scheduler_run",
@@ -86,21 +86,21 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
     yield
     if "transactional_db" in request.fixturenames:
         from django.contrib.auth.models import Group, Permission
-
-        from ops.roles import roles_ensure
-
         from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+        from ops.roles import roles_ensure
         from supervisor.periodic import periodic_tasks_ensure
 
         with django_db_blocker.unblock():
             default_rules_ensure(rule_model=AlertRule)
             # ...and the shipped roles (ops/0001_roles' groups), which the flush empties too.
             roles_ensure(group_model=Group, permission_model=Permission)
-            # ...and the engine's beat rows (supervisor/0002's migration): without them the
+            # ...and the shipped beat rows (the engine's and alerting's migrations): without them the
             # session engine's beat, reloading its schedule, sweeps no more and dispatches no job
             # (CI: 13 live tests waited for runs that nothing moved after a throttle test's flush).
-            periodic_tasks_ensure(interval_model=IntervalSchedule, task_model=PeriodicTask, intervals=settings.SAS)
+            periodic_tasks_ensure(
+                interval_model=IntervalSchedule, task_model=PeriodicTask, intervals=settings.SAS
+            )
 
 
 @pytest.fixture(autouse=True)

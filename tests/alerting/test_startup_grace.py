@@ -14,8 +14,8 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from alerting import liveness
+from alerting.models import Alert
 from alerting.services import alert_rules_evaluate
-from supervisor.models import Alert
 
 from .conftest import rule, run
 

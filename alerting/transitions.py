@@ -1,6 +1,7 @@
 """Alert transitions: raise (open or count), observe (the evaluator's findings for one rule),
-resolve, and claim announcements. One SQL statement per transition; the alerting app decides
-when to call them and how to deliver (alerting/services.py).
+resolve, and claim announcements. One SQL statement per transition, each a named statement of
+sql/alerts.sql (read as scheduler/sql/queries.sql is); alerting/services.py decides when to call
+them and how to deliver. (supervisor/alerts.py until issue 27.)
 
 States: pending -> firing -> resolved (and pending -> resolved silently when the condition
 clears before its for-duration). An incident that comes back after it resolved is a new alert
@@ -22,14 +23,20 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, transaction
+from django.db.models.functions import Now
 
-from .models import AlertRule, AlertSeverity, RuleKind
+from scheduler.sqlfiles import named_statements
+
+from .models import Alert, AlertRule, AlertSeverity, RuleKind
 
 logger = logging.getLogger("sas.alerts")
 
@@ -43,140 +50,24 @@ class Finding:
     run_ids: Sequence[str] = field(default_factory=tuple)
 
 
-# Insert a new incident, or count on the open one of the key. Conflict target: the partial
-# unique index alert_open_key_unique.
-_OPEN_SQL = """
-INSERT INTO supervisor_alert (rule_id, run_id, step_id, kind, severity, subject, message, state, key,
-                              count, created_at, fired_at, last_seen_at, announced_state)
-VALUES (%(rule_id)s, %(run_id)s, %(step_id)s, %(kind)s, %(severity)s, %(subject)s, %(message)s,
-        %(state)s, %(key)s, 1, statement_timestamp(),
-        CASE WHEN %(state)s = 'firing' THEN statement_timestamp() END, statement_timestamp(), '')
-ON CONFLICT (key) WHERE state <> 'resolved'
-DO UPDATE SET last_seen_at = statement_timestamp(), message = EXCLUDED.message,
-              count = supervisor_alert.count + %(increment)s,
-              state = CASE WHEN supervisor_alert.state = 'pending'
-                            AND supervisor_alert.created_at <= statement_timestamp() - %(for_duration)s
-                           THEN 'firing' ELSE supervisor_alert.state END,
-              fired_at = CASE WHEN supervisor_alert.state = 'pending'
-                               AND supervisor_alert.created_at <= statement_timestamp() - %(for_duration)s
-                              THEN statement_timestamp() ELSE supervisor_alert.fired_at END
-RETURNING id, count
-"""
+SQL_FILE = Path(__file__).resolve().parent / "sql" / "alerts.sql"
 
-# Link the runs (each once) and count the runs linked as the occurrences.
-_LINK_SQL = """
-WITH linked AS (
-    INSERT INTO supervisor_alertrun (alert_id, run_id, linked_at)
-    SELECT %(alert_id)s, r.id, statement_timestamp()
-      FROM scheduler_run r WHERE r.id = ANY(%(run_ids)s::uuid[])
-    ON CONFLICT (alert_id, run_id) DO NOTHING
-    RETURNING 1
-)
-UPDATE supervisor_alert
-   -- The CTE's rows are not visible to the subquery (one snapshot): add them.
-   SET count = GREATEST(count, (SELECT count(*) FROM supervisor_alertrun WHERE alert_id = %(alert_id)s)
-                               + (SELECT count(*) FROM linked)),
-       run_id = COALESCE(run_id, (%(run_ids)s::uuid[])[1])
- WHERE id = %(alert_id)s
-"""
 
-# The evaluator's links, every finding of one rule in one statement: the runs not yet linked to
-# the open alert of their key are linked, and only alerts that gained runs are counted again.
-_LINK_MANY_SQL = """
-WITH pairs AS (
-    SELECT a.id AS alert_id, p.run_id
-      FROM unnest(%(keys)s::text[], %(runs)s::uuid[]) AS p(key, run_id)
-      JOIN supervisor_alert a ON a.key = p.key AND a.state <> 'resolved'
-      JOIN scheduler_run r ON r.id = p.run_id
-), linked AS (
-    INSERT INTO supervisor_alertrun (alert_id, run_id, linked_at)
-    SELECT alert_id, run_id, statement_timestamp() FROM pairs
-    ON CONFLICT (alert_id, run_id) DO NOTHING
-    RETURNING alert_id, run_id
-), gained AS (
-    SELECT alert_id, count(*) AS n, (array_agg(run_id))[1] AS first_run FROM linked GROUP BY alert_id
-)
-UPDATE supervisor_alert a
-   SET count = GREATEST(a.count, (SELECT count(*) FROM supervisor_alertrun l WHERE l.alert_id = a.id) + g.n),
-       run_id = COALESCE(a.run_id, g.first_run)
-  FROM gained g
- WHERE a.id = g.alert_id
-"""
+@cache
+def queries() -> dict[str, str]:
+    """The named statements of sql/alerts.sql, read once per process."""
+    return named_statements(SQL_FILE)
 
-# The evaluator's opens, every new or pending finding of a tick in one statement: the set-based
-# form of _OPEN_SQL (insert a new incident, else - open already - advance pending -> firing after
-# the finding's for-duration). Keys are unique in the batch (ON CONFLICT may not touch a row twice).
-_OPEN_MANY_SQL = """
-WITH f AS (
-    SELECT * FROM unnest(%(keys)s::text[], %(rule_ids)s::bigint[], %(kinds)s::text[], %(severities)s::text[],
-                         %(subjects)s::text[], %(messages)s::text[], %(states)s::text[], %(run_ids)s::uuid[],
-                         %(holds)s::interval[])
-           AS f(key, rule_id, kind, severity, subject, message, state, run_id, hold)
-)
-INSERT INTO supervisor_alert (rule_id, run_id, step_id, kind, severity, subject, message, state, key,
-                              count, created_at, fired_at, last_seen_at, announced_state)
-SELECT f.rule_id, f.run_id, NULL, f.kind, f.severity, f.subject, f.message, f.state, f.key, 1,
-       statement_timestamp(), CASE WHEN f.state = 'firing' THEN statement_timestamp() END,
-       statement_timestamp(), ''
-  FROM f
-ON CONFLICT (key) WHERE state <> 'resolved'
-DO UPDATE SET last_seen_at = statement_timestamp(), message = EXCLUDED.message,
-              state = CASE WHEN supervisor_alert.state = 'pending' AND supervisor_alert.created_at
-                                <= statement_timestamp() - (SELECT hold FROM f WHERE f.key = EXCLUDED.key)
-                           THEN 'firing' ELSE supervisor_alert.state END,
-              fired_at = CASE WHEN supervisor_alert.state = 'pending' AND supervisor_alert.created_at
-                                   <= statement_timestamp() - (SELECT hold FROM f WHERE f.key = EXCLUDED.key)
-                              THEN statement_timestamp() ELSE supervisor_alert.fired_at END
-"""
 
-# Open alerts of the given rules no longer found: resolved. One never announced (pending, or
-# firing but its first page held by the cooldown) is marked announced as resolved: nobody was
-# told it began, nobody is told it ended.
-_RESOLVE_SQL = """
-UPDATE supervisor_alert
-   SET resolved_at = statement_timestamp(),
-       announced_state = CASE WHEN state = 'pending' OR announced_state = '' THEN 'resolved'
-                              ELSE announced_state END,
-       state = 'resolved'
- WHERE rule_id = ANY(%(rule_ids)s::bigint[]) AND state <> 'resolved' AND NOT (key = ANY(%(keys)s::text[]))
-RETURNING id, rule_id
-"""
+def open_alerts_of_rule_sql() -> str:
+    """The evaluator's read of a rule's open alerts, subject -> state: an expression of its
+    rules query (a RawSQL annotation)."""
+    return queries()["alert_open_of_rule"]
 
-# The announcement outbox: alerts whose state has not been announced; an incident's firing only
-# when no alert of its key (this one or an earlier incident's) was announced within the rule's
-# cooldown (alert_key_resolved_idx: by key); resolutions at once. Claimed by the UPDATE itself,
-# so two evaluators never announce one change twice.
-_ANNOUNCE_DUE = """
-SELECT u.id FROM supervisor_alert u
-  JOIN supervisor_alertrule ur ON ur.id = u.rule_id
- WHERE u.state <> u.announced_state AND u.state <> 'pending'
-   AND (u.state = 'resolved'
-        OR NOT EXISTS (SELECT 1 FROM supervisor_alert p
-                        WHERE p.key = u.key AND p.announced_at > statement_timestamp() - ur.cooldown))
-"""
-_ANNOUNCE_SQL = (
-    """
-UPDATE supervisor_alert a
-   SET announced_state = a.state, announced_at = statement_timestamp()
-  FROM supervisor_alertrule r
- WHERE a.id IN ("""
-    + _ANNOUNCE_DUE
-    + """
-         ORDER BY u.id LIMIT %(limit)s
-         FOR UPDATE OF u SKIP LOCKED)
-   AND r.id = a.rule_id
-RETURNING a.id, a.state
-"""
-)
 
-# The evaluator's read of the alert state, as annotations of its rules query: each rule's open
-# alerts, subject -> state (alert_open_rule_idx), and whether any announcement is due (one probe
-# of alert_unannounced_idx, evaluated once) - so a tick with nothing to announce claims nothing.
-OPEN_ALERTS_OF_RULE_SQL = """
-SELECT COALESCE(jsonb_object_agg(a.subject, a.state), '{}'::jsonb) FROM supervisor_alert a
- WHERE a.rule_id = supervisor_alertrule.id AND a.state <> 'resolved'
-"""
-ANNOUNCEMENTS_DUE_SQL = "EXISTS (" + _ANNOUNCE_DUE + ")"
+def announcements_due_sql() -> str:
+    """Whether any announcement is due: an expression of the evaluator's rules query."""
+    return queries()["alert_announcements_due"]
 
 
 def alert_key(*, rule_id: int, subject: str) -> str:
@@ -208,7 +99,7 @@ def _open(
         "increment": increment,
     }
     with connection.cursor() as cursor:
-        cursor.execute(_OPEN_SQL, params)
+        cursor.execute(queries()["alert_open"], params)
         row = cursor.fetchone()
     return int(row[0]), int(row[1])
 
@@ -217,7 +108,7 @@ def _link(*, alert_id: int, run_ids: Sequence[str]) -> None:
     if not run_ids:
         return
     with connection.cursor() as cursor:
-        cursor.execute(_LINK_SQL, {"alert_id": alert_id, "run_ids": list(run_ids)})
+        cursor.execute(queries()["alert_link"], {"alert_id": alert_id, "run_ids": list(run_ids)})
 
 
 def alert_raise(
@@ -310,12 +201,12 @@ def alerts_observe(*, observations: Sequence[Observation]) -> Observed:
         return Observed(open_alerts=open_alerts, changed=False)
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         if opens:
-            cursor.execute(_OPEN_MANY_SQL, _open_many_params(opens))
+            cursor.execute(queries()["alert_open_many"], _open_many_params(opens))
         if link_runs:
-            cursor.execute(_LINK_MANY_SQL, {"keys": link_keys, "runs": link_runs})
+            cursor.execute(queries()["alert_link_many"], {"keys": link_keys, "runs": link_runs})
         resolved: list[tuple[int, int]] = []
         if resolve_rules:
-            cursor.execute(_RESOLVE_SQL, {"rule_ids": list(resolve_rules), "keys": found_keys})
+            cursor.execute(queries()["alert_resolve"], {"rule_ids": list(resolve_rules), "keys": found_keys})
             resolved = cursor.fetchall()
     for alert_id, rule_id in resolved:
         logger.warning("ALERT resolved: rule %s alert %s", resolve_rules[rule_id], alert_id)
@@ -341,8 +232,26 @@ def alert_announcements_claim(*, limit: int) -> list[tuple[int, str]]:
     The claim is the announcement's record; call in the transaction that enqueues the
     deliveries (on commit), so a rolled-back tick announces nothing and loses nothing."""
     with connection.cursor() as cursor:
-        cursor.execute(_ANNOUNCE_SQL, {"limit": limit})
+        cursor.execute(queries()["alert_announce"], {"limit": limit})
         return [(int(i), str(s)) for i, s in cursor.fetchall()]
+
+
+def alert_acknowledge(*, alert_ids: Iterable[int], user: AbstractBaseUser) -> int:
+    """Mark the given alerts acknowledged by `user`, now (database clock).
+
+    Invariant: an alert is acknowledged once. The update is conditional on `acknowledged_at IS
+    NULL`, so the first operator's time and name stay when two acknowledge at once or one clicks
+    twice; already-acknowledged alerts are left alone. Acknowledging changes no run or step: it
+    only says a person has seen the alert. Returns how many alerts this call acknowledged.
+    Transaction: one UPDATE statement (autocommit, or the caller's transaction).
+    """
+    ids = list(alert_ids)
+    updated = Alert.objects.filter(pk__in=ids, acknowledged_at__isnull=True).update(
+        acknowledged_at=Now(), acknowledged_by_id=user.pk
+    )
+    if updated:
+        logger.info("%d alert(s) acknowledged by %s", updated, user.get_username())
+    return updated
 
 
 __all__ = [
@@ -351,6 +260,7 @@ __all__ = [
     "Observation",
     "Observed",
     "RuleKind",
+    "alert_acknowledge",
     "alert_announcements_claim",
     "alert_raise",
     "alerts_observe",
