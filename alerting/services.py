@@ -113,7 +113,8 @@ def alert_rules_evaluate() -> Tick:
             Observation(
                 rule=rule,
                 findings=found[rule.pk],
-                open_now=rule.open_alerts,
+                open_now={subject: state for subject, (state, _) in rule.open_alerts.items()},
+                open_messages={subject: message for subject, (_, message) in rule.open_alerts.items()},
                 hold=timedelta(seconds=rule.threshold) if rule.kind == RuleKind.CIRCUIT_OPEN else None,
             )
             for rule in rules
@@ -207,8 +208,12 @@ def alert_event_id(*, alert: Alert, state: str) -> str:
 
 
 def alert_document(*, alert: Alert, state: str) -> dict[str, Any]:
+    """The webhook's body (and what the e-mail reads): the alert, and under "links" the same
+    absolute links its e-mail carries (SAS_PUBLIC_URL; none when it is unset) - "alert" (an
+    operator's rule), "job", and "runs": run id -> its page."""
     rule = alert.rule
     runs = [str(r) for r in alert.links.order_by("-linked_at").values_list("run_id", flat=True)[:50]]
+    links = alert_links(alert=alert, runs=runs)
     return {
         "event": f"alert.{state}",
         "event_id": alert_event_id(alert=alert, state=state),
@@ -225,6 +230,12 @@ def alert_document(*, alert: Alert, state: str) -> dict[str, Any]:
             "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
             "job_id": rule.job_id if rule else None,
             "runs": runs,
+            "links": {
+                **{page: links[page] for page in ("alert", "job") if page in links},
+                "runs": {run: links[run] for run in runs if run in links},
+            }
+            if links
+            else {},
         },
     }
 
@@ -275,7 +286,8 @@ def alert_email_build(*, alert_id: int, state: str) -> EmailMessage | None:
     if not to:
         return None
     doc = alert_document(alert=alert, state=state)["alert"]
-    links = alert_links(alert=alert, runs=doc["runs"])
+    pages = {page: url for page, url in doc["links"].items() if page != "runs"}
+    links = {**pages, **doc["links"].get("runs", {})}
     word = "RESOLVED" if state == "resolved" else "FIRING"
     subject = f"[{alert.severity}] {word}: {alert.rule.name}" + (
         f" ({alert.subject})" if alert.subject else ""

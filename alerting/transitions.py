@@ -16,6 +16,7 @@ one incident paged per cooldown).
 | (none)   | pending  | finding, the rule has a for-duration           | no open alert with the key   |
 | (none)   | firing   | finding / engine signal, no for-duration       | no open alert with the key   |
 | pending  | firing   | finding again after the for-duration           | created_at <= now - for      |
+| firing   | firing   | finding again, its message changed (a figure)  | message differs              |
 | open     | resolved | the rule's evaluation no longer finds it       | state <> resolved            |
 """
 
@@ -60,8 +61,8 @@ def queries() -> dict[str, str]:
 
 
 def open_alerts_of_rule_sql() -> str:
-    """The evaluator's read of a rule's open alerts, subject -> state: an expression of its
-    rules query (a RawSQL annotation)."""
+    """The evaluator's read of a rule's open alerts, subject -> [state, message]: an expression
+    of its rules query (a RawSQL annotation)."""
     return queries()["alert_open_of_rule"]
 
 
@@ -159,6 +160,9 @@ class Observation:
     findings: Sequence[Finding]
     open_now: Mapping[str, str]
     hold: timedelta | None = None
+    # The open alerts' messages (subject -> message): a firing alert whose finding now reads
+    # differently ("2 of 2 runs failed" become "3 of 5") is given the current one.
+    open_messages: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -170,11 +174,13 @@ class Observed:
 def alerts_observe(*, observations: Sequence[Observation]) -> Observed:
     """The evaluator's path, for every rule evaluated in a tick, set-based: open (pending, or
     firing when the rule has no for-duration), advance pending -> firing after the for-duration,
-    link the affected runs, and resolve each rule's open alerts that
-    are no longer found. At most three statements - opens, links, resolutions - each run only
-    when needed: an alert already firing for a finding is left as is, so the steady state of an
-    incident costs the links statement alone (it links only runs not yet linked, and counts only
-    alerts that gained runs). Idempotent: evaluating twice gives the same rows. More than one
+    link the affected runs, give a firing alert its finding's current message, and resolve each
+    rule's open alerts that are no longer found. At most four statements - opens, links,
+    messages, resolutions - each run only when needed: an alert already firing for a finding
+    whose message is unchanged is left as is, so the steady state of an incident costs the links
+    statement alone (it links only runs not yet linked, and counts only alerts that gained runs)
+    - and the messages statement when a figure moved. Idempotent: evaluating twice gives the
+    same rows. More than one
     statement runs in one transaction (the caller's, if it has one); a rule that could not be
     evaluated must not be passed (its alerts stay as they are)."""
     opens: list[tuple[AlertRule, Finding, timedelta]] = []
@@ -182,6 +188,7 @@ def alerts_observe(*, observations: Sequence[Observation]) -> Observed:
     link_runs: list[str] = []
     resolve_rules: dict[int, str] = {}
     found_keys: list[str] = []
+    reworded: dict[str, str] = {}  # key -> the firing alert's current message
     open_alerts = 0
     for o in observations:
         hold = o.rule.for_duration if o.hold is None else o.hold
@@ -190,13 +197,15 @@ def alerts_observe(*, observations: Sequence[Observation]) -> Observed:
             key = alert_key(rule_id=o.rule.pk, subject=finding.subject)
             if o.open_now.get(finding.subject) != "firing":
                 opens.append((o.rule, finding, hold))
+            elif o.open_messages.get(finding.subject, finding.message) != finding.message:
+                reworded[key] = finding.message
             link_keys += [key] * len(finding.run_ids)
             link_runs += [str(run_id) for run_id in finding.run_ids]
         if set(o.open_now) - set(by_subject):
             resolve_rules[o.rule.pk] = o.rule.name
             found_keys += [alert_key(rule_id=o.rule.pk, subject=s) for s in by_subject]
         open_alerts += len(by_subject)
-    statements = bool(opens) + bool(link_runs) + bool(resolve_rules)
+    statements = bool(opens) + bool(link_runs) + bool(reworded) + bool(resolve_rules)
     if not statements:
         return Observed(open_alerts=open_alerts, changed=False)
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
@@ -204,6 +213,9 @@ def alerts_observe(*, observations: Sequence[Observation]) -> Observed:
             cursor.execute(queries()["alert_open_many"], _open_many_params(opens))
         if link_runs:
             cursor.execute(queries()["alert_link_many"], {"keys": link_keys, "runs": link_runs})
+        if reworded:
+            params = {"keys": list(reworded), "messages": list(reworded.values())}
+            cursor.execute(queries()["alert_message_update"], params)
         resolved: list[tuple[int, int]] = []
         if resolve_rules:
             cursor.execute(queries()["alert_resolve"], {"rule_ids": list(resolve_rules), "keys": found_keys})

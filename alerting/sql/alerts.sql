@@ -86,6 +86,15 @@ DO UPDATE SET last_seen_at = statement_timestamp(), message = EXCLUDED.message,
                                    <= statement_timestamp() - (SELECT hold FROM f WHERE f.key = EXCLUDED.key)
                               THEN statement_timestamp() ELSE alerting_alert.fired_at END
 
+-- name: alert_message_update
+-- A firing alert whose finding now reads differently (a failure rate "2 of 2 runs failed" that
+-- became "3 of 5"): the open alert says the current figure (issue 27, item 5), so the admin, the
+-- customer's page and any later e-mail read it. Only rows whose message changed are written.
+UPDATE alerting_alert a
+   SET message = u.message, last_seen_at = statement_timestamp()
+  FROM unnest(%(keys)s::text[], %(messages)s::text[]) AS u(key, message)
+ WHERE a.key = u.key AND a.state = 'firing' AND a.message IS DISTINCT FROM u.message
+
 -- name: alert_resolve
 -- Open alerts of the given rules no longer found: resolved. One never announced (pending, or
 -- firing but its first page held by the cooldown) is marked announced as resolved: nobody was
@@ -133,6 +142,7 @@ SELECT u.id FROM alerting_alert u
 
 -- name: alert_open_of_rule
 -- An expression for the evaluator's rules query (RawSQL): each rule's open alerts,
--- subject -> state (alert_open_rule_idx).
-SELECT COALESCE(jsonb_object_agg(a.subject, a.state), '{}'::jsonb) FROM alerting_alert a
+-- subject -> [state, message] (alert_open_rule_idx; the message: is the finding's different).
+SELECT COALESCE(jsonb_object_agg(a.subject, jsonb_build_array(a.state, a.message)), '{}'::jsonb)
+  FROM alerting_alert a
  WHERE a.rule_id = alerting_alertrule.id AND a.state <> 'resolved'
