@@ -125,8 +125,10 @@ class AlertRule(models.Model):
     cooldown = models.DurationField(
         default=timedelta(minutes=5),
         help_text=(
-            "No second announcement of the same alert within this time: an incident that clears "
-            "and comes back within it reopens the same alert instead of paging again."
+            "At most one page per subject within this time: an incident that clears and comes "
+            "back is a new alert (it waits out its for-duration again), but its first page waits "
+            "until this time has passed since the subject's last page; if it clears before, "
+            "nobody is told it began or ended."
         ),
     )
     severity = models.CharField(max_length=10, choices=AlertSeverity.choices, default=AlertSeverity.WARNING)
