@@ -45,13 +45,13 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from agents.breaker import CircuitBreaker, _redis
+from alerting.models import AlertRule, RuleKind
+from alerting.transitions import Finding
 from liveness.heartbeat import consumers_alive
 from liveness.last_run import last_run_ages, last_run_start_counting
 from liveness.queues import BrokerUnreadable, queue_depths
 from scheduler.models import RUN_TERMINAL_STATES, RunState
-from supervisor.alerts import Finding
-from supervisor.models import AlertRule, RuleKind
-from supervisor.periodic import PERIODIC_TASKS
+from supervisor.periodic import periodic_tasks_shipped
 
 from .words import duration_words, plural
 
@@ -560,7 +560,7 @@ _SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 
 
 def _periodic_wanted(rule: AlertRule) -> list[str]:
-    return [rule.target] if rule.target else [row for row, *_ in PERIODIC_TASKS]
+    return [rule.target] if rule.target else [row for row, *_ in periodic_tasks_shipped()]
 
 
 def _periodic_params(rules: Rules) -> dict[str, Any]:

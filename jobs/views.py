@@ -26,6 +26,7 @@ from alerting.customer import (
     customer_rule_get,
     customer_rules_with_state,
 )
+from alerting.models import AlertRule
 from reports.timeline import run_timeline
 from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
 from scheduler.limits import LimitExceeded, RateLimited
@@ -42,7 +43,6 @@ from scheduler.services.jobs import (
 )
 from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
-from supervisor.models import AlertRule
 
 from .forms import AlertRuleForm, JobForm, job_save, time_zone_names
 from .presenters import (

@@ -100,7 +100,7 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
         count = getattr(obj, "open_alerts", 0) or 0
         if not count:
             return mark_safe('<span class="sas-muted">0</span>')
-        url = reverse("admin:supervisor_alert_changelist") + f"?links__run__id__exact={obj.id}&status=open"
+        url = reverse("admin:alerting_alert_changelist") + f"?links__run__id__exact={obj.id}&status=open"
         return format_html('<a class="sas-badge sas-critical" href="{}">{}</a>', url, count)
 
     @admin.display(description="correlation id")
@@ -189,7 +189,7 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
             "runs_attention_url": f"{changelist}?attention=needs",
             "runs_stuck_url": f"{changelist}?attention=stuck",
             "steps_overdue_url": reverse("admin:scheduler_step_changelist") + "?overdue=yes",
-            "alerts_open_url": reverse("admin:supervisor_alert_changelist") + "?status=open",
+            "alerts_open_url": reverse("admin:alerting_alert_changelist") + "?status=open",
             "jobs_url": reverse("admin:scheduler_job_changelist"),
             "periodic_tasks_url": reverse("admin:django_celery_beat_periodictask_changelist"),
             "consumer_stale": settings.SAS_MONITORING["CONSUMER_STALE"],

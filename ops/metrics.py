@@ -36,6 +36,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from alerting.models import AlertSeverity
 from liveness import counters as engine_metrics
 from liveness.last_run import last_run_key
 from liveness.queues import queue_statuses
@@ -43,7 +44,6 @@ from ops.selectors import BREAKER_SERVICES, breaker_statuses, webhook_breaker_na
 from sasproject.redis_client import get_redis
 from scheduler.models import RUN_TERMINAL_STATES, RUN_UNFINISHED_STATES
 from scheduler.workflows import get_workflow, registered_workflows
-from supervisor.models import AlertSeverity
 from webhooks.workflows import WEBHOOK_WORKFLOW
 
 logger = logging.getLogger(__name__)
@@ -108,12 +108,12 @@ WHERE next_execution_at IS NOT NULL AND next_execution_at <= now()
 # Resolved and pending alerts are not open (alert_open_rule_idx: state <> 'resolved').
 SQL_ALERTS_OPEN = """
 SELECT a.severity, (r.owner_id IS NOT NULL) AS customer, count(*)
-  FROM supervisor_alert a LEFT JOIN supervisor_alertrule r ON r.id = a.rule_id
+  FROM alerting_alert a LEFT JOIN alerting_alertrule r ON r.id = a.rule_id
  WHERE a.state <> 'resolved' AND a.state = 'firing' AND a.acknowledged_at IS NULL
  GROUP BY 1, 2
 """
 # Enabled alert rules (alertrule_enabled_kind_idx): those past SAS_ALERT_MAX_RULES are not evaluated.
-SQL_ALERT_RULES_ENABLED = "SELECT count(*) FROM supervisor_alertrule WHERE enabled"
+SQL_ALERT_RULES_ENABLED = "SELECT count(*) FROM alerting_alertrule WHERE enabled"
 
 
 def _rows(sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:

@@ -30,6 +30,7 @@ VIEW_APPS = (
     "scheduler",
     "supervisor",
     "ops",
+    "alerting",
     "orders",
     "catalogue",
     "exports",

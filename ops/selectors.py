@@ -1,7 +1,7 @@
 """Read-only queries for the operator tools: what needs attention across the apps, and the
 engine's health (runs per state, overdue steps, open alerts, circuit breakers, periodic tasks).
 
-These read every app - the scheduler's runs and steps, the supervisor's alerts and periodic
+These read every app - the scheduler's runs and steps, alerting's alerts and the periodic
 tasks, the agents' breakers in Redis - which is why they live here, above all of them, and not
 in the engine (no engine app imports `ops`; pyproject.toml's import-linter contracts check it).
 Every count is served by an index: see each function.
@@ -21,12 +21,12 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker, _redis
+from alerting.models import ALERT_OPEN_STATES, Alert, AlertRun, AlertSeverity
 from liveness.last_run import last_runs
 from liveness.queues import QueueStatus, queue_statuses
 from scheduler.models import Run, ScheduledJob, Step
 from scheduler.selectors import count_per_run, run_list_annotated, run_state_counts, steps_overdue_count
-from supervisor.models import ALERT_OPEN_STATES, Alert, AlertRun, AlertSeverity
-from supervisor.periodic import PERIODIC_TASKS
+from supervisor.periodic import periodic_tasks_shipped
 
 from .models import OperatorAction
 
@@ -186,10 +186,11 @@ def engine_periodic_tasks() -> list[PeriodicTaskInfo]:
     from django_celery_beat.models import PeriodicTask
 
     ran = last_runs()
-    names = [row[0] for row in PERIODIC_TASKS]
+    shipped = periodic_tasks_shipped()
+    names = [row[0] for row in shipped]
     rows = {t.name: t for t in PeriodicTask.objects.filter(name__in=names).select_related("interval")}
     infos: list[PeriodicTaskInfo] = []
-    for name, task, _queue, _setting in PERIODIC_TASKS:
+    for name, task, _queue, _setting in shipped:
         row = rows.get(name)
         if row is None:
             infos.append(PeriodicTaskInfo(name, task, None, False, None, None, ran.get(task)))

@@ -25,6 +25,8 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
+from alerting.default_rules import default_rules_ensure
+from alerting.models import AlertRule
 from sastools.harness import (
     AGENT_QUEUES,
     CONTROL_QUEUES,
@@ -36,13 +38,11 @@ from sastools.harness import (
     wait_for,
 )
 from simulator.client import SimulatorControl
-from supervisor.default_rules import default_rules_ensure
-from supervisor.models import AlertRule
 
 ENGINE_TABLES = [
     "scheduler_runevent",
     "scheduler_taskexecutionhistory",
-    "supervisor_alert",
+    "alerting_alert",
     "orders_order",
     "scheduler_step",
     "scheduler_run",
@@ -95,7 +95,7 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
             default_rules_ensure(rule_model=AlertRule)
             # ...and the shipped roles (ops/0001_roles' groups), which the flush empties too.
             roles_ensure(group_model=Group, permission_model=Permission)
-            # ...and the engine's beat rows (supervisor/0002's migration): without them the
+            # ...and the shipped beat rows (the engine's and alerting's migrations): without them the
             # session engine's beat, reloading its schedule, sweeps no more and dispatches no job
             # (CI: 13 live tests waited for runs that nothing moved after a throttle test's flush).
             periodic_tasks_ensure(

@@ -324,8 +324,8 @@ def test_message_checks__anything__problem_or_none_never_raise(args: Any, kwargs
 @DB
 @given(ids=st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=5))
 def test_alert_acknowledge__any_ids__count_of_existing_only(django_user_model: Any, ids: list[int]) -> None:
-    from supervisor.acknowledge import alert_acknowledge
-    from supervisor.models import Alert
+    from alerting.models import Alert
+    from alerting.transitions import alert_acknowledge
 
     operator, _ = django_user_model.objects.get_or_create(username="prop-ops", defaults={"is_staff": True})
     existing = set(

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kombu import Connection, Exchange, Queue
 
+from alerting.models import Alert
 from alerting.services import alert_rules_evaluate
 from sastools.rabbit import amqp_url
-from supervisor.models import Alert
 
 from .conftest import rule, run
 

@@ -32,10 +32,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from alerting.models import Alert, AlertRule
 from sastools.harness import Proc, celery_beat, celery_worker, wait_for
 from sastools.rabbit import amqp_url, session_vhost
 from scheduler.models import Run
-from supervisor.models import Alert, AlertRule
 from webhooks.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_verify
 
 from .conftest import run

@@ -15,13 +15,13 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker
+from alerting.models import Alert, AlertRule
 from alerting.services import alert_email_build, alert_rules_evaluate
 from alerting.tasks import alert_email_send
 from liveness.heartbeat import consumers_beat
 from liveness.last_run import last_run_key, last_run_record
 from ops.selectors import alerts_open_by_severity, runs_need_attention_count
 from scheduler.models import Run, ScheduledJob, Step, TaskExecutionHistory
-from supervisor.models import Alert, AlertRule
 
 from .conftest import error_step, job, rule, run, user
 
@@ -298,7 +298,7 @@ def test_cooldown__return_ending_before_its_page__nobody_told_it_began_or_ended(
 
 
 def test_engine_signal_and_evaluator__same_incident__one_alert() -> None:
-    from supervisor.alerts import alert_raise
+    from alerting.transitions import alert_raise
 
     r = rule("step_error")
     parent = run(state="compensated")

@@ -13,9 +13,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
+from alerting.models import Alert
 from alerting.services import alert_rules_evaluate
 from liveness.last_run import last_run_key, last_run_record
-from supervisor.models import Alert
 
 from .conftest import rule, run
 

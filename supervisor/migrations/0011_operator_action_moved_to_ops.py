@@ -6,7 +6,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("supervisor", "0009_alertrule_name_and_recipients_checked"),
+        ("supervisor", "0010_alert_models_to_alerting"),
         ("ops", "0003_operator_action_moved"),
     ]
 
