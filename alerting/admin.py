@@ -21,7 +21,6 @@ from adminkit.readonly import ReadOnlyAdmin
 from scheduler.admin import OPERATE_PERMISSION, run_link
 from scheduler.permissions import staff_may
 
-from .transitions import alert_acknowledge
 from .models import Alert, AlertRule
 from .rules import alert_rules_enable_refusal
 from .transitions import alert_acknowledge
