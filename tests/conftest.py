@@ -82,7 +82,10 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
     set up before the test's own fixtures, so torn down after the flush). pytest-django runs
     transactional tests last, but `--dist loadfile` hands a process one file after another, and a
     later file's test found no rule and raised no alert (`make test-fast`: the live tests, whose
-    `live_db` puts the rules back, were no longer in between)."""
+    `live_db` puts the rules back, were no longer in between). A test asks for `transactional_db`
+    by name: with `django_db(transaction=True)` the flush comes after this fixture's teardown
+    (pytest-django's own fixture is set up first), and the rows stay gone - refused at collection
+    (`pytest_collection_modifyitems`)."""
     yield
     if "transactional_db" in request.fixturenames:
         from django.contrib.auth.models import Group, Permission
@@ -162,16 +165,19 @@ def live_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
         truncate_engine_tables()
 
 
-@pytest.fixture(scope="session")
-def worker_env(django_db_setup: Any) -> dict[str, str]:
-    """The environment of every subprocess: the test database and the test Redis."""
+def _database_url(name: str) -> str:
+    """A URL of the configured PostgreSQL server for the database `name`."""
     db = settings.DATABASES["default"]
     user = db.get("USER") or "postgres"
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or 5432
+    return f"postgres://{user}{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{name}"
+
+
+@pytest.fixture(scope="session")
+def worker_env(django_db_setup: Any) -> dict[str, str]:
+    """The environment of every subprocess: the test database and the test Redis."""
     env = dict(os.environ)
-    env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+    env["DATABASE_URL"] = _database_url(settings.DATABASES["default"]["NAME"])
     env["DJANGO_SETTINGS_MODULE"] = "sasproject.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"
@@ -300,6 +306,26 @@ def pytest_configure(config: pytest.Config) -> None:
         "django.contrib.auth.hashers.MD5PasswordHasher",
         *(h for h in settings.PASSWORD_HASHERS if "MD5" not in h),
     ]
+    _test_database_from_template(config)
+
+
+def _test_database_from_template(config: pytest.Config) -> None:
+    """Each process's test database is a copy of a migrated template (sastools/testdb.py), made
+    once per schema by the first process (pytest-xdist's controller, before its workers start;
+    they inherit its name through the environment). SAS_TEST_DB_TEMPLATE=0 migrates each test
+    database itself, as Django does by default."""
+    if os.environ.get("SAS_TEST_DB_TEMPLATE", "1") == "0":
+        return
+    from django.db import connections
+
+    from sastools.testdb import template_ready
+
+    name = os.environ.get("SAS_TEST_DB_TEMPLATE_NAME", "")
+    if not name or not hasattr(config, "workerinput"):
+        name = template_ready(_database_url(settings.DATABASES["default"]["NAME"]))
+        os.environ["SAS_TEST_DB_TEMPLATE_NAME"] = name
+    settings.DATABASES["default"]["TEST"]["TEMPLATE"] = name
+    connections["default"].settings_dict["TEST"]["TEMPLATE"] = name
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -310,6 +336,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for tier in tiers(item):
             item.add_marker(tier)
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and marker.kwargs.get("transaction"):
+            raise pytest.UsageError(
+                f"{item.nodeid}: ask for the `transactional_db` fixture instead of "
+                "django_db(transaction=True) (tests/conftest.py, `_shipped_rules_after_flush`)"
+            )
     items.sort(key=rank)  # stable: the rest keep their order
 
 

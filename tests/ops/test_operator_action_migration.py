@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
-
-pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("ops", "0002_roles_staff_work"), ("supervisor", "0009_alertrule_name_and_recipients_checked")]
 
@@ -31,7 +28,7 @@ def _tables() -> set[str]:
 
 
 def test_operator_action_moved__rows_kept__groups_and_users_hold_ops_permissions(
-    django_user_model: Any,
+    transactional_db: None, django_user_model: Any
 ) -> None:
     latest = MigrationExecutor(connection).loader.graph.leaf_nodes()
     old = _migrate(BEFORE)
