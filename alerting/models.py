@@ -10,7 +10,7 @@ open, with every affected run linked (`AlertRun`), resolved when its condition c
 
 These models were the supervisor's until issue 27: moved without moving data (alerting 0002
 renamed the tables `supervisor_*` -> `alerting_*` and moved their content types, so the
-permissions and the groups holding them followed; docs/decisions.md).
+permissions and the groups holding them followed; docs/decisions.md, record 38).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class RuleKind(models.TextChoices):
     # More than `threshold` job occurrences are due.
     DUE_BACKLOG = "due_backlog", "Due backlog over a threshold"
     # A periodic task (the supervisor's sweep, the jobs dispatcher) has not run within
-    # `threshold` times its interval. A dead man's switch: see docs/decisions.md.
+    # `threshold` times its interval. A dead man's switch: see docs/decisions.md, record 10.
     PERIODIC_NOT_RUN = "periodic_not_run", "The supervisor or the dispatcher not run within N x its interval"
 
 

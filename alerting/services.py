@@ -4,7 +4,7 @@ makes (e-mail and signed webhook), queued - never sent - by the evaluator.
 Invariant: a tick is idempotent and bounded (at most SAS_ALERT_MAX_RULES rules - no more can be
 enabled, alerting/rules.py, and any over it from before are logged and counted; one
 index-backed statement or Redis pipeline per rule *kind*, alerting/conditions.py); two
-evaluators (beat's periodic task and the control worker's watchdog, docs/decisions.md) never run
+evaluators (beat's periodic task and the control worker's watchdog, docs/decisions.md, record 10) never run
 a tick at once - a PostgreSQL advisory lock, tried, not waited for. The tick's round trips, so
 that it fits in a few milliseconds (issue 21's benchmark, bench/README.md "Alerting"): the lock,
 one read of the rules with their open alerts and whether an announcement is due, one statement
