@@ -314,7 +314,21 @@ class FiringSerializer(serializers.Serializer[dict[str, Any]]):
 
 class JobRunSerializer(serializers.Serializer[dict[str, Any]]):
     id = serializers.UUIDField()
-    state = serializers.ChoiceField(choices=RunState.choices)
+    state = serializers.ChoiceField(
+        choices=RunState.choices,
+        help_text="The engine's state. A run that failed with nothing to undo is `compensated` here "
+        "(its undo phase ran, with nothing in it); `outcome` says what people read.",
+    )
+    outcome = serializers.ChoiceField(
+        choices=RunState.choices,
+        source="shown_state",
+        help_text="How the run ended as the pages show it (scheduler/outcomes.py): `failed` where it "
+        "failed with nothing to undo, `compensated` only where some step was undone; otherwise `state`.",
+    )
+    reason = serializers.CharField(
+        allow_blank=True,
+        help_text="Why it failed, in a sentence (`error` is the engine's text, for operators and support).",
+    )
     scheduled_for = serializers.DateTimeField(allow_null=True, help_text="The occurrence it is a run of.")
     attempt = serializers.IntegerField(help_text="0: first run of the occurrence; n: its n-th retry.")
     error = serializers.CharField(allow_blank=True)

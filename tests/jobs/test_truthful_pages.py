@@ -165,7 +165,7 @@ def _states(web: Client, job: Job, run: Run) -> dict[str, str]:
 
 
 def test_run_failed_with_nothing_to_undo__reads_failed__one_that_undid_a_step__compensated(
-    web: Client, user: Any
+    web: Client, api: Any, user: Any
 ) -> None:
     # The first step refused (a task that raised, a call answered 404): nothing had an effect.
     nothing = _one_off(user)
@@ -192,6 +192,13 @@ def test_run_failed_with_nothing_to_undo__reads_failed__one_that_undid_a_step__c
     timeline = nothing_page[nothing_page.index('id="timeline"') :]
     assert "Run Failed" in timeline and 'data-status="failed"' in timeline
     assert "Run Compensated" not in timeline
+    # The runs API: `state` the engine's, `outcome` what the pages say, `reason` in a sentence.
+    for job, run, outcome in ((nothing, nothing_run, "failed"), (undid, undid_run, "compensated")):
+        (listed,) = api.get(f"/api/jobs/{job.pk}/runs/").json()["results"]
+        assert (listed["id"], listed["state"], listed["outcome"]) == (str(run.pk), "compensated", outcome)
+    (failed,) = api.get(f"/api/jobs/{nothing.pk}/runs/").json()["results"]
+    assert failed["reason"] and failed["reason"] != failed["error"]
+    assert "nightly_export: ValueError" in failed["error"]
     # The report: the failed one counted failed, the other undone.
     report = web.get("/reports/")
     assert report.status_code == 200, report.content[:500]
