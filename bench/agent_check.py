@@ -276,5 +276,6 @@ def main() -> None:
     ]
     print_table(rows)
 
+
 if __name__ == "__main__":
     main()

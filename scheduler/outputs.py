@@ -28,9 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.aggregates import JSONBAgg
-from django.db.models import JSONField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import JSONObject
 from django.urls import reverse
 
 from .models import Run, Step
@@ -140,21 +137,20 @@ def steps_outputs(*, run: Run, steps: Iterable[Step]) -> list[dict[str, Any]]:
     return [output_data(s, workflow=run.workflow) for s in sorted(done, key=lambda s: s.seq)]
 
 
-def runs_with_outputs(runs: QuerySet[Run]) -> QuerySet[Run]:
-    """`runs` (a page of a job's runs, already scoped to their owner) annotated with
-    `output_steps`: the forward steps of each run that returned something, in step order, as one
-    JSON array (a probe of step_run_seq_unique per run) - the page's outputs come with the page's
-    own query. Read them with `outputs_of`."""
-    steps = Step.objects.filter(run_id=OuterRef("pk"), kind=Step.Kind.FORWARD, result__isnull=False)
-    rows = JSONBAgg(JSONObject(**{c: c for c in _OUTPUT_COLUMNS if c != "run_id"}), order_by="seq")
-    one = steps.order_by().values("run_id").annotate(rows=rows).values("rows")
-    return runs.annotate(output_steps=Subquery(one, output_field=JSONField()))
-
-
-def outputs_of(run: Run) -> list[dict[str, Any]]:
-    """The outputs of a run read through `runs_with_outputs`, as `output_data` shows them."""
-    rows = getattr(run, "output_steps", None) or []
-    return [output_data(Step(run_id=run.pk, **row), workflow=run.workflow) for row in rows]
+def runs_outputs(*, owner_id: int, runs: Iterable[Run]) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """The outputs of a page of the owner's runs (as `steps_outputs`), in one query
+    (step_run_seq_unique): run id -> its outputs (a run of someone else's is left out, whatever
+    the caller passed)."""
+    workflows = {r.pk: r.workflow for r in runs}
+    found: dict[uuid.UUID, list[dict[str, Any]]] = {pk: [] for pk in workflows}
+    if not workflows:
+        return found
+    steps = Step.objects.filter(
+        run_id__in=list(workflows), run__owner_id=owner_id, kind=Step.Kind.FORWARD, result__isnull=False
+    )
+    for step in steps.only(*_OUTPUT_COLUMNS).order_by("run_id", "seq"):
+        found[step.run_id].append(output_data(step, workflow=workflows[step.run_id]))
+    return found
 
 
 def output_visible(*, user: Any, run: Run) -> bool:
