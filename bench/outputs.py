@@ -226,7 +226,12 @@ def time_requests(get: Any, urls: list[str], *, samples: int) -> dict[str, Any]:
     for url in urls[:5]:  # warm-up: plans, templates, caches
         get(url, secure=True)
     statements: list[str] = []
-    with connection.execute_wrapper(lambda execute, sql, *a: statements.append(sql) or execute(sql, *a)):
+
+    def counted(execute: Any, sql: str, *rest: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, *rest)
+
+    with connection.execute_wrapper(counted):
         get(urls[0], secure=True)
     wall, cpu = [], []
     for i in range(samples):

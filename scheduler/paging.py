@@ -26,6 +26,7 @@ class IdFirstPaginator(Paginator):
 
     def __init__(self, object_list: QuerySet[Any], per_page: int, *, count: int | None = None) -> None:
         super().__init__(object_list, per_page)
+        self.rows = object_list
         if count is not None:
             self.count = count  # the cached_property's value, known
 
@@ -37,6 +38,5 @@ class IdFirstPaginator(Paginator):
         top = bottom + self.per_page
         if top + self.orphans >= self.count:
             top = self.count
-        rows: QuerySet[Any] = self.object_list
-        ids = rows.values("pk")[bottom:top]
-        return self._get_page(rows.filter(pk__in=ids), number, self)
+        ids = self.rows.values("pk")[bottom:top]
+        return Page(self.rows.filter(pk__in=ids), number, self)
