@@ -276,6 +276,5 @@ def main() -> None:
     ]
     print_table(rows)
 
-
 if __name__ == "__main__":
     main()
