@@ -24,8 +24,10 @@ class IdFirstPaginator(Paginator):
     `count`: the number of rows if the caller has it (`job_get_counted` counts a job's runs and
     history in the job's own query), else Django's count(*) query."""
 
-    def __init__(self, object_list: QuerySet[Any], per_page: int, *, count: int | None = None) -> None:
-        super().__init__(object_list, per_page)
+    def __init__(
+        self, object_list: QuerySet[Any], per_page: int, *args: Any, count: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(object_list, per_page, *args, **kwargs)  # orphans, ... as Django's
         self.rows = object_list
         if count is not None:
             self.count = count  # the cached_property's value, known

@@ -57,8 +57,7 @@ def test_id_first_pages__are_djangos_pages(
 ) -> None:
     rows = job_runs(owner_id=user.pk, job_id=job_with_runs.pk)
     django = Paginator(rows, per_page, orphans=orphans)
-    ours = IdFirstPaginator(rows, per_page)
-    ours.orphans = orphans
+    ours = IdFirstPaginator(rows, per_page, orphans=orphans)
 
     assert (ours.count, ours.num_pages) == (django.count, django.num_pages)
     for number in django.page_range:
