@@ -44,11 +44,11 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
+from liveness.counters import agent_request_refused, attempt_observe
 from sasproject.json_input import json_parse
 from sasproject.logs import log_context
 from scheduler.attempts import StartMark, attempt_start_mark
 from scheduler.messages import agent_request_problem, message_step_label
-from scheduler.metrics import agent_request_refused, attempt_observe
 from scheduler.selectors import HeldRequest, step_request_held
 from scheduler.services import scheduler_instance_id, step_reply
 
@@ -318,7 +318,7 @@ class AgentTask(Task):
 
     def observed(self, attempt: Callable[..., str], kwargs: dict[str, Any]) -> str:
         """Run one attempt, `attempt(**request)`, and count it in the engine's metrics
-        (scheduler/metrics.py): its outcome, its time at work and its time in the queue. Its
+        (liveness/counters.py): its outcome, its time at work and its time in the queue. Its
         outcome is the first attempt's of a task run by a worker, so the task's Celery state
         (Flower's) says whether it failed. Every kind of agent goes through here: the short ones
         (`perform`) and the long steps' pages and heartbeat work (agents/long.py) - and so every

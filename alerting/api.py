@@ -16,8 +16,8 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from alerting.models import AlertRule
 from sasproject.tokens.authentication import HashedTokenAuthentication
-from supervisor.models import AlertRule
 
 from .customer import (
     AlertRuleInputError,

@@ -45,13 +45,14 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from agents.breaker import CircuitBreaker, _redis
-from sasproject.broker_queues import BrokerUnreadable, queue_depths
+from alerting.models import AlertRule, RuleKind
+from alerting.transitions import Finding
+from liveness.heartbeat import consumers_alive
+from liveness.last_run import last_run_ages, last_run_start_counting
+from liveness.queues import BrokerUnreadable, queue_depths
 from scheduler.models import RUN_TERMINAL_STATES, RunState
-from supervisor.alerts import Finding
-from supervisor.models import AlertRule, RuleKind
-from supervisor.periodic import PERIODIC_TASKS
+from supervisor.periodic import periodic_tasks_shipped
 
-from . import liveness
 from .words import duration_words, plural
 
 logger = logging.getLogger("sas.alerts")
@@ -531,8 +532,10 @@ def queue_no_consumer(rules: Rules) -> Found:
             if queue not in queues:
                 queues.append(queue)
     depths = {name: depth for name, (depth, _) in queue_depths(names=queues).items()}
-    # Consumers are looked for only where work waits (a SCAN each).
-    idle = {q: d for q, d in depths.items() if d > 0 and liveness.consumers_alive(queue=q) == 0}
+    # Consumers are looked for only where work waits (one round trip for those queues).
+    waiting = [q for q, d in depths.items() if d > 0]
+    alive = consumers_alive(queues=waiting) if waiting else {}
+    idle = {q: depths[q] for q in waiting if alive.get(q, 0) == 0}
     for rule in rules:
         for queue in [rule.target] if rule.target else settings.SAS_ALERT_QUEUES:
             if queue in idle:
@@ -557,7 +560,7 @@ _SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 
 
 def _periodic_wanted(rule: AlertRule) -> list[str]:
-    return [rule.target] if rule.target else [row for row, *_ in PERIODIC_TASKS]
+    return [rule.target] if rule.target else [row for row, *_ in periodic_tasks_shipped()]
 
 
 def _periodic_params(rules: Rules) -> dict[str, Any]:
@@ -566,14 +569,14 @@ def _periodic_params(rules: Rules) -> dict[str, Any]:
 
 def _periodic_not_run(rules: Rules, rows: Rows) -> Found:
     """The dead man's switch: the task of a periodic row has not completed within `threshold`
-    x its interval. Its last run is recorded by the worker that ran it (alerting/liveness.py),
-    so a dead beat and a dead worker both show: the last runs of every row, one MGET."""
+    x its interval. Its last run is recorded by the worker that ran it (liveness/last_run.py),
+    so a dead beat and a dead worker both show: the last runs of every row, one HMGET."""
     found = _found(rules)
     periodic = {name: (task, every * _SECONDS.get(period, 1)) for name, task, every, period in rows}
-    ages = liveness.last_run_ages(tasks=sorted({task for task, _ in periodic.values()}))
+    ages = last_run_ages(tasks=sorted({task for task, _ in periodic.values()}))
     for task, age in ages.items():
         if age is None:
-            liveness.last_run_start_counting(task=task)
+            last_run_start_counting(task=task)
     for rule in rules:
         for name in _periodic_wanted(rule):
             if name not in periodic:

@@ -7,7 +7,7 @@ with their own webhook secret (webhooks/destinations.py, `alert_webhook_url_chec
 
 Every number is bounded (a rule is evaluated every few seconds: its cost is the platform's),
 and a customer has at most SAS_ALERT_RULES_PER_USER rules; none is added past the platform's
-SAS_ALERT_MAX_RULES enabled rules (supervisor/rules.py: past it, it would never be evaluated).
+SAS_ALERT_MAX_RULES enabled rules (alerting/rules.py: past it, it would never be evaluated).
 Bad input raises AlertRuleInputError naming the field and the limit, and nothing is written.
 """
 
@@ -21,11 +21,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
+from alerting.models import CUSTOMER_RULE_KINDS, Alert, AlertRule, AlertState, RuleKind
+from alerting.rules import alert_rules_enable_refusal
 from sasproject.names import control_characters_error
 from scheduler.dispatcher.selectors import job_get
 from scheduler.models import Job
-from supervisor.models import CUSTOMER_RULE_KINDS, Alert, AlertRule, AlertState, RuleKind
-from supervisor.rules import alert_rules_enable_refusal
 from webhooks.destinations import UrlRefused, alert_webhook_url_check
 
 # kind -> (threshold minimum, maximum, what the threshold is)
@@ -146,7 +146,7 @@ def customer_rule_create(*, owner_id: int, data: CustomerRuleInput) -> AlertRule
             raise AlertRuleInputError(
                 {"job": [f"at most {settings.SAS_ALERT_RULES_PER_USER} alert rules per user"]}
             )
-        # The platform's cap: a rule past it would never be evaluated (supervisor/rules.py).
+        # The platform's cap: a rule past it would never be evaluated (alerting/rules.py).
         if why := alert_rules_enable_refusal(enabling=[None]):
             raise AlertRuleInputError({"job": [why]})
         if AlertRule.objects.filter(owner_id=owner_id, name=name).exists():

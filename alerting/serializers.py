@@ -9,6 +9,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from alerting.models import CUSTOMER_RULE_KINDS
 from sasproject.api_input import (
     ClosedSerializer,
     StrictBooleanField,
@@ -17,7 +18,6 @@ from sasproject.api_input import (
     StrictIntegerField,
 )
 from sasproject.names import control_characters_refuse
-from supervisor.models import CUSTOMER_RULE_KINDS
 
 from .customer import MIN_RUNS_LIMITS, WINDOW_MINUTES_LIMITS
 

@@ -2,13 +2,13 @@
 makes (e-mail and signed webhook), queued - never sent - by the evaluator.
 
 Invariant: a tick is idempotent and bounded (at most SAS_ALERT_MAX_RULES rules - no more can be
-enabled, supervisor/rules.py, and any over it from before are logged and counted; one
+enabled, alerting/rules.py, and any over it from before are logged and counted; one
 index-backed statement or Redis pipeline per rule *kind*, alerting/conditions.py); two
-evaluators (beat's periodic task and the control worker's watchdog, docs/decisions.md) never run
+evaluators (beat's periodic task and the control worker's watchdog, docs/decisions.md, record 10) never run
 a tick at once - a PostgreSQL advisory lock, tried, not waited for. The tick's round trips, so
 that it fits in a few milliseconds (issue 21's benchmark, bench/README.md "Alerting"): the lock,
 one read of the rules with their open alerts and whether an announcement is due, one statement
-per kind, then the writes set-based (supervisor/alerts.py, `alerts_observe`: opens, links and
+per kind, then the writes set-based (alerting/transitions.py, `alerts_observe`: opens, links and
 resolutions of every rule in one transaction, or the links statement alone in an incident's
 steady state), the announcement claim only when something is due, the unlock. A rule whose
 condition fails to read (a Redis or database error) is logged and skipped - its alerts stay as
@@ -34,19 +34,19 @@ from django.db.models import BooleanField, F, JSONField
 from django.db.models.expressions import RawSQL
 from django.urls import reverse
 
+from liveness.last_run import last_run_record
 from sasproject.names import control_characters_replaced
 from scheduler.services import run_submit
-from supervisor.alerts import (
-    ANNOUNCEMENTS_DUE_SQL,
-    OPEN_ALERTS_OF_RULE_SQL,
+
+from .conditions import conditions_evaluate
+from .models import Alert, AlertRule, RuleKind
+from .transitions import (
     Observation,
     alert_announcements_claim,
     alerts_observe,
+    announcements_due_sql,
+    open_alerts_of_rule_sql,
 )
-from supervisor.models import Alert, AlertRule, RuleKind
-
-from . import liveness
-from .conditions import conditions_evaluate
 from .webhook import (
     ALERT_CORRELATION_PREFIX,
     ALERT_WEBHOOK_NO_SECRET,
@@ -86,16 +86,16 @@ def alert_rules_evaluate() -> Tick:
         rules = list(
             AlertRule.objects.filter(enabled=True)
             .annotate(
-                # Static statements of supervisor/alerts.py, no parameter: nothing to inject.
-                open_alerts=RawSQL(OPEN_ALERTS_OF_RULE_SQL, (), output_field=JSONField()),  # noqa: S611
-                announcements_due=RawSQL(ANNOUNCEMENTS_DUE_SQL, (), output_field=BooleanField()),  # noqa: S611
+                # Static statements of sql/alerts.sql, no parameter: nothing to inject.
+                open_alerts=RawSQL(open_alerts_of_rule_sql(), (), output_field=JSONField()),  # noqa: S611
+                announcements_due=RawSQL(announcements_due_sql(), (), output_field=BooleanField()),  # noqa: S611
             )
             # One past the cap: whether any is left out (below).
             .order_by(F("owner_id").asc(nulls_first=True), "id")[: settings.SAS_ALERT_MAX_RULES + 1]
         )
         not_evaluated = 0
         if len(rules) > settings.SAS_ALERT_MAX_RULES:
-            # Past the cap: none can be enabled past it now (supervisor/rules.py), but rules
+            # Past the cap: none can be enabled past it now (alerting/rules.py), but rules
             # enabled before it was lowered can be - never silently skipped (issue 26).
             rules = rules[: settings.SAS_ALERT_MAX_RULES]
             not_evaluated = AlertRule.objects.filter(enabled=True).count() - len(rules)
@@ -113,7 +113,8 @@ def alert_rules_evaluate() -> Tick:
             Observation(
                 rule=rule,
                 findings=found[rule.pk],
-                open_now=rule.open_alerts,
+                open_now={subject: state for subject, (state, _) in rule.open_alerts.items()},
+                open_messages={subject: message for subject, (_, message) in rule.open_alerts.items()},
                 hold=timedelta(seconds=rule.threshold) if rule.kind == RuleKind.CIRCUIT_OPEN else None,
             )
             for rule in rules
@@ -127,7 +128,7 @@ def alert_rules_evaluate() -> Tick:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [EVALUATOR_LOCK])
     try:
-        liveness.last_run_record(task=EVALUATE_TASK)
+        last_run_record(task=EVALUATE_TASK)
     except redis.RedisError:
         logger.warning("could not record the evaluator's run in Redis")
     return Tick(
@@ -207,8 +208,12 @@ def alert_event_id(*, alert: Alert, state: str) -> str:
 
 
 def alert_document(*, alert: Alert, state: str) -> dict[str, Any]:
+    """The webhook's body (and what the e-mail reads): the alert, and under "links" the same
+    absolute links its e-mail carries (SAS_PUBLIC_URL; none when it is unset) - "alert" (an
+    operator's rule), "job", and "runs": run id -> its page."""
     rule = alert.rule
     runs = [str(r) for r in alert.links.order_by("-linked_at").values_list("run_id", flat=True)[:50]]
+    links = alert_links(alert=alert, runs=runs)
     return {
         "event": f"alert.{state}",
         "event_id": alert_event_id(alert=alert, state=state),
@@ -225,6 +230,12 @@ def alert_document(*, alert: Alert, state: str) -> dict[str, Any]:
             "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
             "job_id": rule.job_id if rule else None,
             "runs": runs,
+            "links": {
+                **{page: links[page] for page in ("alert", "job") if page in links},
+                "runs": {run: links[run] for run in runs if run in links},
+            }
+            if links
+            else {},
         },
     }
 
@@ -259,7 +270,7 @@ def alert_links(*, alert: Alert, runs: list[str]) -> dict[str, str]:
         links = {"job": base + reverse("jobs:detail", args=[job])}
         links.update({run: base + reverse("jobs:run", args=[job, run]) for run in runs})
         return links
-    links = {"alert": base + reverse("admin:supervisor_alert_change", args=[alert.pk])}
+    links = {"alert": base + reverse("admin:alerting_alert_change", args=[alert.pk])}
     if rule.job_id is not None:
         links["job"] = base + reverse("admin:scheduler_job_change", args=[rule.job_id])
     links.update({run: base + reverse("admin:scheduler_run_change", args=[run]) for run in runs})
@@ -275,7 +286,8 @@ def alert_email_build(*, alert_id: int, state: str) -> EmailMessage | None:
     if not to:
         return None
     doc = alert_document(alert=alert, state=state)["alert"]
-    links = alert_links(alert=alert, runs=doc["runs"])
+    pages = {page: url for page, url in doc["links"].items() if page != "runs"}
+    links = {**pages, **doc["links"].get("runs", {})}
     word = "RESOLVED" if state == "resolved" else "FIRING"
     subject = f"[{alert.severity}] {word}: {alert.rule.name}" + (
         f" ({alert.subject})" if alert.subject else ""

@@ -12,8 +12,6 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
-from scheduler.metrics import periodic_mark
-
 from .services import alert_email_build, alert_rules_evaluate
 
 logger = logging.getLogger("sas.alerts")
@@ -21,12 +19,12 @@ logger = logging.getLogger("sas.alerts")
 
 # A periodic engine task like the sweep: no task events (one a second would bury the agents'
 # tasks in Flower and cost each one's events, bench/README.md "Monitoring"); its health signal
-# is its last run as it records it (`periodic_mark`: the engine-health page and /metrics).
+# is its last success, recorded by liveness (liveness/last_run.py: the engine-health page,
+# /metrics and the dead man's switch).
 @shared_task(name="alerting.evaluate", ignore_result=True, send_events=False)
 def alerting_evaluate() -> dict[str, Any]:
     """One evaluation tick. Off (returns) when SAS_ALERTS_ENABLED is off. Survives a database
     outage: logs and returns, the next tick (or the watchdog) tries again."""
-    periodic_mark(task="alerting.evaluate")
     if not settings.SAS_ALERTS_ENABLED:
         return {"ran": False}
     try:

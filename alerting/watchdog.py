@@ -1,5 +1,6 @@
-"""A thread in every worker: it beats for the queues the worker consumes (alerting/liveness.py)
-and - in the worker that consumes the supervisor queue - is the evaluator's second clock.
+"""A thread in the worker that consumes the supervisor queue: the evaluator's second clock. (It
+also beat for the worker's queues until issue 27; the one worker heartbeat is the consumer's
+bootstep, liveness/heartbeat.py, and the evaluator's last run is read from liveness/last_run.py.)
 
 Why a thread and not beat alone (docs/decisions.md, "Alerting's dead man's switch"): the rules
 that say "the supervisor has not run" must be evaluated when beat is the thing that died. Beat
@@ -12,7 +13,6 @@ issue's Prometheus rules) is for; it is named as the remaining gap in docs/opera
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from typing import Any
@@ -21,7 +21,8 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 
-from . import liveness
+from liveness.last_run import last_run_age
+
 from .services import EVALUATE_TASK, alert_rules_evaluate
 
 logger = logging.getLogger("sas.alerts")
@@ -29,18 +30,13 @@ logger = logging.getLogger("sas.alerts")
 EVALUATOR_QUEUE = "supervisor"
 
 
-def _loop(*, queues: list[str], worker: str, stop: threading.Event) -> None:
+def _loop(*, stop: threading.Event) -> None:
     every = float(settings.SAS_ALERT_HEARTBEAT_INTERVAL)
-    evaluates = EVALUATOR_QUEUE in queues
     while not stop.wait(every):
-        try:
-            liveness.consumers_beat(queues=queues, worker=worker, ttl=every * 3)
-        except redis.RedisError:
-            logger.warning("consumer heartbeat not written (Redis)")
-        if not (evaluates and settings.SAS_ALERTS_ENABLED):
+        if not settings.SAS_ALERTS_ENABLED:
             continue
         try:
-            age = liveness.last_run_age(task=EVALUATE_TASK)
+            age = last_run_age(task=EVALUATE_TASK)
             if age is None or age > 3 * float(settings.SAS["ALERTS_INTERVAL"]):
                 close_old_connections()
                 tick = alert_rules_evaluate()
@@ -60,39 +56,20 @@ _started: list[threading.Event] = []
 
 
 def watchdog_start(sender: Any = None, **kwargs: Any) -> None:
-    """`worker_ready` receiver: start the thread once per worker process."""
+    """`worker_ready` receiver: start the thread once per worker process that consumes the
+    supervisor queue (the evaluator's)."""
     if _started:
         return
-    consumer = sender
-    app = consumer.app
+    app = sender.app
     queues = sorted(app.amqp.queues.consume_from or app.amqp.queues)
-    worker = str(getattr(consumer, "hostname", "worker"))
+    if EVALUATOR_QUEUE not in queues:
+        return
     stop = threading.Event()
     _started.append(stop)
-    with contextlib.suppress(redis.RedisError):
-        liveness.consumers_beat(
-            queues=queues, worker=worker, ttl=float(settings.SAS_ALERT_HEARTBEAT_INTERVAL) * 3
-        )
-    threading.Thread(
-        target=_loop,
-        kwargs={"queues": queues, "worker": worker, "stop": stop},
-        name="sas-watchdog",
-        daemon=True,
-    ).start()
+    threading.Thread(target=_loop, kwargs={"stop": stop}, name="sas-watchdog", daemon=True).start()
 
 
 def watchdog_stop(sender: Any = None, **kwargs: Any) -> None:
-    """`worker_shutdown`: stop beating (a stopped worker's queues show as unconsumed after TTL)."""
+    """`worker_shutdown`: stop the thread."""
     for stop in _started:
         stop.set()
-
-
-# Tasks whose completion the dead man's switch watches (the periodic rows' tasks).
-def last_run_recorded(sender: Any = None, task: Any = None, state: str | None = None, **kwargs: Any) -> None:
-    """`task_postrun`: a periodic task of the engine completed - record when (Redis)."""
-    name = getattr(task, "name", "")
-    if state == "SUCCESS" and name in settings.SAS_ALERT_WATCHED_TASKS:
-        try:
-            liveness.last_run_record(task=name)
-        except redis.RedisError:
-            logger.warning("last run of %s not recorded (Redis)", name)

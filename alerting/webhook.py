@@ -33,9 +33,9 @@ from django.conf import settings
 
 from agents.base import PermanentFault
 from agents.egress import EgressPolicy, egress_policy_register
+from alerting.models import Alert
 from scheduler.models import Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
-from supervisor.models import Alert
 from webhooks.destinations import CALLBACK_POLICY
 from webhooks.signing import EVENT_ID_HEADER
 from webhooks.tasks import WebhookAgent

@@ -104,12 +104,9 @@ def measure(
     env: dict[str, str], *, variant: str, concurrency: int, orders: int, samples: int, sim: Any
 ) -> dict:
     from django.contrib.auth import get_user_model
-    from django.db.models import Max, Min
 
-    from bench.engine import ENGINE_QUEUES, ORDER, _wait_all_completed
-    from orders.services import order_submit
+    from bench.engine import ENGINE_QUEUES, order_latencies, orders_burst, orders_warm
     from sastools.harness import celery_beat, celery_worker
-    from scheduler.models import Run
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -125,30 +122,13 @@ def measure(
     beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting")
     try:
         _switch_verified(variant, worker, sim)
-        for _ in range(5):
-            order_submit(owner_id=user.id, data=ORDER)
-        _wait_all_completed(5, timeout=60)
-        truncate_engine()
+        orders_warm(user.id)
         assert worker.popen is not None
         cpu_before = cpu_seconds(worker.popen.pid)
-        for _ in range(orders):
-            order_submit(owner_id=user.id, data=ORDER)
-        _wait_all_completed(orders, timeout=600)
+        elapsed = orders_burst(user.id, orders)
         cpu = cpu_seconds(worker.popen.pid) - cpu_before
-        span = Run.objects.aggregate(first=Min("created_at"), last=Max("finished_at"))
-        elapsed = (span["last"] - span["first"]).total_seconds()
         truncate_engine()
-        latencies = []
-        for _ in range(samples):
-            order = order_submit(owner_id=user.id, data=ORDER)
-            while True:
-                run = Run.objects.only("state", "created_at", "finished_at").get(pk=order.run_id)
-                if run.state == Run.State.COMPLETED:
-                    break
-                if run.is_terminal:
-                    raise RuntimeError(f"bench order ended {run.state}")
-                time.sleep(0.003)
-            latencies.append((run.finished_at - run.created_at).total_seconds())
+        latencies = order_latencies(user.id, samples)
         lat = summary(latencies)
         return {"orders_per_s": orders / elapsed, "p50": lat["p50"], "p99": lat["p99"], "cpu": cpu / orders}
     finally:
@@ -275,6 +255,7 @@ def main() -> None:
         ("within 5% of the floor (one round trip)", "yes" if verdicts["floor"] else "no"),
     ]
     print_table(rows)
+
 
 if __name__ == "__main__":
     main()

@@ -88,7 +88,7 @@ def make_jobs(count: int) -> list[int]:
 
 
 def make_rules(count: int, jobs: list[int]) -> None:
-    from supervisor.models import AlertRule
+    from alerting.models import AlertRule
 
     AlertRule.objects.all().delete()
     specs: list[dict[str, object]] = []
@@ -124,7 +124,7 @@ def make_rules(count: int, jobs: list[int]) -> None:
 
 
 def _rules_by_kind() -> dict[str, list[Any]]:
-    from supervisor.models import AlertRule
+    from alerting.models import AlertRule
 
     by_kind: dict[str, list[Any]] = {}
     for rule in AlertRule.objects.filter(enabled=True).order_by("id"):
@@ -172,7 +172,7 @@ def plans() -> None:
     from django.utils import timezone
 
     from alerting.conditions import JIT_OFF_SQL, STATEMENTS
-    from supervisor.operator import steps_failed_matching_queryset
+    from ops.bulk import steps_failed_matching_queryset
 
     now = timezone.now()
     with connection.cursor() as cursor:
@@ -286,9 +286,9 @@ def main() -> None:
     bench_environment()
     from django.db import connection
 
+    from alerting.models import AlertRule
     from alerting.services import alert_rules_evaluate
     from scheduler.models import Job, TaskExecutionHistory
-    from supervisor.models import AlertRule
 
     t0 = time.perf_counter()
     if args.no_fill:

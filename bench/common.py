@@ -92,7 +92,7 @@ def truncate_engine() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE scheduler_runevent, scheduler_taskexecutionhistory, supervisor_alert, orders_order, "
+            "TRUNCATE scheduler_runevent, scheduler_taskexecutionhistory, alerting_alert, orders_order, "
             "scheduler_step, scheduler_run CASCADE"
         )
 

@@ -63,11 +63,9 @@ def engine(
     env: dict[str, str], concurrency: int, orders: int, samples: int, *, app: str = "sasproject"
 ) -> dict[str, float]:
     from django.contrib.auth import get_user_model
-    from django.db.models import Max, Min
 
-    from orders.services import order_submit
     from sastools.harness import celery_beat, celery_worker
-    from scheduler.models import Run, TaskExecutionHistory
+    from scheduler.models import TaskExecutionHistory
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -84,34 +82,15 @@ def engine(
     beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting")
     try:
         # Warm-up: a few orders so pools, connections and caches are hot.
-        for _ in range(5):
-            order_submit(owner_id=user.id, data=ORDER)
-        _wait_all_completed(5, timeout=60)
-        truncate_engine()
-
-        for _ in range(orders):
-            order_submit(owner_id=user.id, data=ORDER)
-        _wait_all_completed(orders, timeout=600)
-        span = Run.objects.aggregate(first=Min("created_at"), last=Max("finished_at"))
-        elapsed = (span["last"] - span["first"]).total_seconds()
+        orders_warm(user.id)
+        elapsed = orders_burst(user.id, orders)
         attempts = TaskExecutionHistory.objects.filter(kind="attempt").exclude(ended_at=None)
         durations = [
             (a.ended_at - a.started_at).total_seconds() for a in attempts.only("started_at", "ended_at")
         ]
         attempt = summary(durations)
         truncate_engine()
-
-        latencies = []
-        for _ in range(samples):
-            order = order_submit(owner_id=user.id, data=ORDER)
-            while True:
-                run = Run.objects.only("state", "created_at", "finished_at").get(pk=order.run_id)
-                if run.state == Run.State.COMPLETED:
-                    break
-                if run.is_terminal:
-                    raise RuntimeError(f"bench order ended {run.state}")
-                time.sleep(0.003)
-            latencies.append((run.finished_at - run.created_at).total_seconds())
+        latencies = order_latencies(user.id, samples)
         lat = summary(latencies)
         return {
             "orders_per_s": orders / elapsed,
@@ -124,6 +103,50 @@ def engine(
         beat.stop()
         worker.stop()
         truncate_engine()
+
+
+def orders_warm(user_id: int) -> None:
+    """A few orders so pools, connections and caches are hot; the engine's tables emptied after."""
+    from orders.services import order_submit
+
+    for _ in range(5):
+        order_submit(owner_id=user_id, data=ORDER)
+    _wait_all_completed(5, timeout=60)
+    truncate_engine()
+
+
+def orders_burst(user_id: int, orders: int) -> float:
+    """Submit `orders` orders at once and wait for all; the seconds from the first submit to the
+    last Completed (the database's clock)."""
+    from django.db.models import Max, Min
+
+    from orders.services import order_submit
+    from scheduler.models import Run
+
+    for _ in range(orders):
+        order_submit(owner_id=user_id, data=ORDER)
+    _wait_all_completed(orders, timeout=600)
+    span = Run.objects.aggregate(first=Min("created_at"), last=Max("finished_at"))
+    return (span["last"] - span["first"]).total_seconds()
+
+
+def order_latencies(user_id: int, samples: int) -> list[float]:
+    """`samples` orders one at a time: seconds from submit to Completed, each."""
+    from orders.services import order_submit
+    from scheduler.models import Run
+
+    latencies = []
+    for _ in range(samples):
+        order = order_submit(owner_id=user_id, data=ORDER)
+        while True:
+            run = Run.objects.only("state", "created_at", "finished_at").get(pk=order.run_id)
+            if run.state == Run.State.COMPLETED:
+                break
+            if run.is_terminal:
+                raise RuntimeError(f"bench order ended {run.state}")
+            time.sleep(0.003)
+        latencies.append((run.finished_at - run.created_at).total_seconds())
+    return latencies
 
 
 def _wait_all_completed(n: int, timeout: float) -> None:

@@ -119,14 +119,14 @@ def consumers_cost() -> list[tuple[str, str]]:
     (every worker, every SAS_CONSUMER_HEARTBEAT s) against `celery inspect active_queues`."""
     from celery import current_app
 
-    from ops.queues import consumers_alive, queue_names
+    from liveness.heartbeat import consumers_alive, consumers_key
+    from liveness.queues import queue_names
     from sasproject.redis_client import get_redis
-    from sasproject.worker_heartbeat import consumers_key
 
     names = queue_names()
     started = time.perf_counter()
     for _ in range(50):
-        consumers_alive(names)
+        consumers_alive(queues=names)
     read = (time.perf_counter() - started) / 50
     started = time.perf_counter()
     for _ in range(50):

@@ -232,13 +232,10 @@ def engine_measured(
     """bench/engine.py's `engine`, with the CPU meter running from the burst to the last latency
     sample only (the processes' start-up and the warm-up are not counted)."""
     from django.contrib.auth import get_user_model
-    from django.db.models import Max, Min
 
     from bench.common import summary, truncate_engine
-    from bench.engine import ENGINE_QUEUES, ORDER, _wait_all_completed
-    from orders.services import order_submit
+    from bench.engine import ENGINE_QUEUES, order_latencies, orders_burst, orders_warm
     from sastools.harness import celery_beat, celery_worker
-    from scheduler.models import Run
 
     truncate_engine()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -252,28 +249,11 @@ def engine_measured(
     ).start(ready_marker=None)  # the bench logs at WARNING: no " ready." line; the warm-up waits
     beat = celery_beat(log_dir=logs, env=env).start(ready_marker=None)
     try:
-        for _ in range(5):
-            order_submit(owner_id=user.id, data=ORDER)
-        _wait_all_completed(5, timeout=60)
-        truncate_engine()
+        orders_warm(user.id)
         meter.begin()
-        for _ in range(orders):
-            order_submit(owner_id=user.id, data=ORDER)
-        _wait_all_completed(orders, timeout=600)
-        span = Run.objects.aggregate(first=Min("created_at"), last=Max("finished_at"))
-        elapsed = (span["last"] - span["first"]).total_seconds()
+        elapsed = orders_burst(user.id, orders)
         truncate_engine()
-        latencies = []
-        for _ in range(samples):
-            order = order_submit(owner_id=user.id, data=ORDER)
-            while True:
-                run = Run.objects.only("state", "created_at", "finished_at").get(pk=order.run_id)
-                if run.state == Run.State.COMPLETED:
-                    break
-                if run.is_terminal:
-                    raise RuntimeError(f"bench order ended {run.state}")
-                time.sleep(0.003)
-            latencies.append((run.finished_at - run.created_at).total_seconds())
+        latencies = order_latencies(user.id, samples)
         meter.stop.set()
         return {"orders_per_s": orders / elapsed, "latency_p50": summary(latencies)["p50"]}
     finally:

@@ -33,7 +33,7 @@ DAYS = 14
 FILL_SQL = """
 -- No FK triggers while loading (the data is consistent by construction).
 SET session_replication_role = replica;
-TRUNCATE scheduler_runevent, scheduler_taskexecutionhistory, supervisor_alert, orders_order,
+TRUNCATE scheduler_runevent, scheduler_taskexecutionhistory, alerting_alert, orders_order,
          scheduler_step, scheduler_run, scheduler_job CASCADE;
 DELETE FROM auth_user WHERE username LIKE 'rbench%%';
 

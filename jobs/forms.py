@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from django import forms
 from django.utils import timezone
 
+from alerting.models import CUSTOMER_RULE_KINDS
 from sasproject.json_input import JSONFormField
 from sasproject.names import control_characters_refuse
 from scheduler.dispatcher.cron import zone_error
@@ -34,7 +35,6 @@ from scheduler.limits import (
 from scheduler.models import Job, OverlapPolicy
 from scheduler.services.jobs import CATCHUP_WINDOW_MAX, CATCHUP_WINDOW_MESSAGE, job_create, job_update
 from scheduler.workflows import Workflow, WorkflowInputError, workflows_permitted
-from supervisor.models import CUSTOMER_RULE_KINDS
 
 from .errors import FIELD_TO_SERVICE, input_messages, split_errors
 

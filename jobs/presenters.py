@@ -8,11 +8,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from alerting.models import AlertRule, RuleKind
 from scheduler.dispatcher.selectors import job_schedule_text
 from scheduler.models import Job, Run, Step, TaskExecutionHistory
 from scheduler.outcomes import run_shown, run_undone_of
 from scheduler.workflows import step_label_of
-from supervisor.models import AlertRule, RuleKind
 
 from .reasons import attempt_reason, run_reason
 

@@ -26,6 +26,7 @@ from alerting.customer import (
     customer_rule_get,
     customer_rules_with_state,
 )
+from alerting.models import AlertRule
 from reports.timeline import run_rows, run_timeline
 from scheduler.dispatcher.selectors import (
     job_get,
@@ -51,7 +52,6 @@ from scheduler.services.jobs import (
 )
 from scheduler.throttles import page_rate_refusal
 from scheduler.workflows import WorkflowInputError
-from supervisor.models import AlertRule
 
 from .forms import AlertRuleForm, JobForm, job_save, time_zone_names
 from .presenters import (

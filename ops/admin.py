@@ -14,7 +14,6 @@ The health page keeps its URLs under the run admin: /admin/scheduler/run/health/
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,11 +34,13 @@ from orders.models import Order
 from reports.timeline import run_timeline
 from scheduler.admin import AttentionFilter, RunAdmin, actor_name
 from scheduler.models import Run
-from supervisor.operator import run_operator_actions
 
 from . import beat_admin, selectors  # noqa: F401  (beat_admin registers the periodic tasks' admin)
-from .operator_admin import P_BREAKER, P_BULK, P_OPERATE, P_SWEEP_PREVIEW, OperatorToolsMixin, _has
+from .operator_admin import OperatorToolsMixin
+from .operator_pages import _has
 from .roles import permission_missing_words
+from .run_actions import P_BREAKER, P_BULK, P_OPERATE, P_SWEEP_PREVIEW
+from .selectors import run_operator_actions
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,10 @@ def _with_alerts(names: Sequence[Any]) -> list[Any]:
 
 class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
     """The scheduler's run admin plus what reads the other apps: open alerts per run (a column,
-    a detail field and the "needs attention" filter) and the link to the run's order."""
+    a detail field and the "needs attention" filter) and the link to the run's order; and the
+    operator's audited actions (ops/operator_admin.py)."""
+
+    actions = ("cancel_runs", "resume_compensation")
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         return _with_alerts(super().get_list_display(request))
@@ -96,7 +100,7 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
         count = getattr(obj, "open_alerts", 0) or 0
         if not count:
             return mark_safe('<span class="sas-muted">0</span>')
-        url = reverse("admin:supervisor_alert_changelist") + f"?links__run__id__exact={obj.id}&status=open"
+        url = reverse("admin:alerting_alert_changelist") + f"?links__run__id__exact={obj.id}&status=open"
         return format_html('<a class="sas-badge sas-critical" href="{}">{}</a>', url, count)
 
     @admin.display(description="correlation id")
@@ -108,8 +112,8 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
         return format_html('<code>{}</code> (<a href="{}">order</a>)', obj.correlation_id, url)
 
     # -- cancel / resume / give up: a confirmation page with a reason, and the audit entry -------
-    # The scheduler's RunAdmin does them by its services alone (an admin LogEntry); here each goes
-    # through the operator service, which writes the OperatorAction shown on the run (issue 21).
+    # Each goes through the operator's audited service, which writes the OperatorAction shown on
+    # the run (issue 21); the scheduler's RunAdmin has no actions of its own (issue 27).
 
     @admin.action(description="Cancel selected runs", permissions=["operate"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
@@ -118,13 +122,6 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
     @admin.action(description="Resume compensation of selected failed runs", permissions=["operate"])
     def resume_compensation(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
         return self.runs_action_confirm(request, queryset, "resume", "resume_compensation")
-
-    def operate_view(self, request: HttpRequest, object_id: uuid.UUID, operation: str) -> HttpResponse:
-        """The scheduler admin's direct POST (no reason, no audit) goes through the confirmation
-        page's action instead: a POST without a reason or the row's version is refused there."""
-        if operation not in ("cancel", "resume", "give_up"):
-            raise PermissionDenied
-        return self.run_action_view(request, object_id, operation)
 
     # -- the run's timeline (reports) -------------------------------------------------------------
 
@@ -192,7 +189,7 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
             "runs_attention_url": f"{changelist}?attention=needs",
             "runs_stuck_url": f"{changelist}?attention=stuck",
             "steps_overdue_url": reverse("admin:scheduler_step_changelist") + "?overdue=yes",
-            "alerts_open_url": reverse("admin:supervisor_alert_changelist") + "?status=open",
+            "alerts_open_url": reverse("admin:alerting_alert_changelist") + "?status=open",
             "jobs_url": reverse("admin:scheduler_job_changelist"),
             "periodic_tasks_url": reverse("admin:django_celery_beat_periodictask_changelist"),
             "consumer_stale": settings.SAS_MONITORING["CONSUMER_STALE"],

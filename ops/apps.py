@@ -4,8 +4,10 @@ from django.apps import AppConfig
 
 
 class OpsConfig(AppConfig):
-    """Operator tools that read every app: the engine-health page and the run admin's view of
-    alerts and orders (later metrics and alert rules). Above every other app; none imports it."""
+    """The operator's room (issue 27): the audited actions on runs and breakers, their audit
+    (`OperatorAction`) and permissions (`ops.*`), which actions fit a run (one table, one
+    selector: run_actions.py), the roles, the engine-health page, /metrics and the run admin's
+    view of alerts and orders. Above every other app; none imports it."""
 
     name = "ops"
     verbose_name = "Operator tools"

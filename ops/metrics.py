@@ -2,7 +2,7 @@
 
 A custom prometheus_client Collector (no metric objects in process memory): every scrape reads
 PostgreSQL (live runs and steps, due jobs, open alerts, finished runs), Redis (the counters and
-histograms the engine's processes add to, scheduler/metrics.py; breakers; periodic tasks' last
+histograms the engine's processes add to, liveness/counters.py; breakers; periodic tasks' last
 runs; consumers' heartbeats) and the broker (queue depths). So any web process answers the same
 figures whichever worker processes, on whichever hosts, did the work; docs/decisions.md,
 "Metrics read at scrape time", says why this and not prometheus_client's multiprocess mode.
@@ -36,13 +36,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ops.queues import queue_statuses
+from alerting.models import AlertSeverity
+from liveness import counters as engine_metrics
+from liveness.last_run import last_run_key
+from liveness.queues import queue_statuses
 from ops.selectors import BREAKER_SERVICES, breaker_statuses, webhook_breaker_names
 from sasproject.redis_client import get_redis
-from scheduler import metrics as engine_metrics
 from scheduler.models import RUN_TERMINAL_STATES, RUN_UNFINISHED_STATES
 from scheduler.workflows import get_workflow, registered_workflows
-from supervisor.models import AlertSeverity
 from webhooks.workflows import WEBHOOK_WORKFLOW
 
 logger = logging.getLogger(__name__)
@@ -107,12 +108,12 @@ WHERE next_execution_at IS NOT NULL AND next_execution_at <= now()
 # Resolved and pending alerts are not open (alert_open_rule_idx: state <> 'resolved').
 SQL_ALERTS_OPEN = """
 SELECT a.severity, (r.owner_id IS NOT NULL) AS customer, count(*)
-  FROM supervisor_alert a LEFT JOIN supervisor_alertrule r ON r.id = a.rule_id
+  FROM alerting_alert a LEFT JOIN alerting_alertrule r ON r.id = a.rule_id
  WHERE a.state <> 'resolved' AND a.state = 'firing' AND a.acknowledged_at IS NULL
  GROUP BY 1, 2
 """
 # Enabled alert rules (alertrule_enabled_kind_idx): those past SAS_ALERT_MAX_RULES are not evaluated.
-SQL_ALERT_RULES_ENABLED = "SELECT count(*) FROM supervisor_alertrule WHERE enabled"
+SQL_ALERT_RULES_ENABLED = "SELECT count(*) FROM alerting_alertrule WHERE enabled"
 
 
 def _rows(sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -403,7 +404,7 @@ class EngineCollector(Collector):
         pipe = client.pipeline(transaction=False)
         pipe.hgetall(engine_metrics.attempts_key())
         pipe.hgetall(engine_metrics.supervisor_key())
-        pipe.hgetall(engine_metrics.periodic_key())
+        pipe.hgetall(last_run_key())
         pipe.hgetall(engine_metrics.refused_key())
         attempts, supervisor, periodic, refused_counts = (_decode(raw) for raw in pipe.execute())
         yield from _attempt_families(attempts)
@@ -429,7 +430,7 @@ class EngineCollector(Collector):
         yield recoveries
         last = GaugeMetricFamily(
             "sas_periodic_task_last_run_timestamp_seconds",
-            "When each periodic engine task last ran, recorded by the task itself (epoch seconds).",
+            "When each periodic engine task last completed, recorded at its success (epoch seconds).",
             labels=["task"],
         )
         for task, value in sorted(periodic.items()):

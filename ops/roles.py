@@ -6,8 +6,9 @@
 - **Operators**: everything read-only has, plus every action: cancel / resume / give up a run,
   acknowledge alerts and reset breakers (`scheduler.change_run`, which means "may operate");
   pause / resume / run / edit jobs (`scheduler.change_job`); change the periodic tasks'
-  intervals; and each operator tool's own permission (`supervisor.OperatorAction`'s custom
-  permissions: resubmit, compensate, retry a compensation, mark one done, hold a breaker, bulk);
+  intervals; and each operator tool's own permission (`ops.OperatorAction`'s custom
+  permissions, named `supervisor.*` before issue 27: resubmit, compensate, retry a
+  compensation, mark one done, hold a breaker, bulk);
   and staff work (`scheduler.staff_work`, issue 26): schedule staff-only work (`task:*`, the
   catalogue's reprice) through the API, the pages and the admin, reprice the catalogue, read any
   user's report, send given-up webhook deliveries again. In the periodic tasks' admin an
@@ -25,21 +26,31 @@ READ_ONLY_GROUP = "Operators (read-only)"
 OPERATOR_GROUP = "Operators"
 
 # Whose models the read-only role may view (every model of these apps).
-VIEW_APPS = ("scheduler", "supervisor", "orders", "catalogue", "exports", "webhooks", "django_celery_beat")
+VIEW_APPS = (
+    "scheduler",
+    "supervisor",
+    "ops",
+    "alerting",
+    "orders",
+    "catalogue",
+    "exports",
+    "webhooks",
+    "django_celery_beat",
+)
 
-READ_ONLY_EXTRA = ("supervisor.view_sweep_preview",)
+READ_ONLY_EXTRA = ("ops.view_sweep_preview",)
 
 OPERATOR_EXTRA = (
     "scheduler.change_run",
     "scheduler.change_job",
     "django_celery_beat.change_periodictask",
     "django_celery_beat.add_intervalschedule",
-    "supervisor.resubmit_step",
-    "supervisor.compensate_run",
-    "supervisor.retry_compensation",
-    "supervisor.mark_compensation_done",
-    "supervisor.operate_breaker",
-    "supervisor.bulk_resubmit",
+    "ops.resubmit_step",
+    "ops.compensate_run",
+    "ops.retry_compensation",
+    "ops.mark_compensation_done",
+    "ops.operate_breaker",
+    "ops.bulk_resubmit",
     # Staff work (issue 26, scheduler/permissions.py): staff-only workflows, the catalogue's
     # reprice, any user's report, the admin actions with no narrower permission.
     "scheduler.staff_work",

@@ -1,7 +1,7 @@
 """Read-only queries for the operator tools: what needs attention across the apps, and the
 engine's health (runs per state, overdue steps, open alerts, circuit breakers, periodic tasks).
 
-These read every app - the scheduler's runs and steps, the supervisor's alerts and periodic
+These read every app - the scheduler's runs and steps, alerting's alerts and the periodic
 tasks, the agents' breakers in Redis - which is why they live here, above all of them, and not
 in the engine (no engine app imports `ops`; pyproject.toml's import-linter contracts check it).
 Every count is served by an index: see each function.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,14 +21,14 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker, _redis
-from sasproject.redis_client import get_redis
-from scheduler.metrics import periodic_key
+from alerting.models import ALERT_OPEN_STATES, Alert, AlertRun, AlertSeverity
+from liveness.last_run import last_runs
+from liveness.queues import QueueStatus, queue_statuses
 from scheduler.models import Run, ScheduledJob, Step
 from scheduler.selectors import count_per_run, run_list_annotated, run_state_counts, steps_overdue_count
-from supervisor.models import ALERT_OPEN_STATES, Alert, AlertRun, AlertSeverity
-from supervisor.periodic import PERIODIC_TASKS
+from supervisor.periodic import periodic_tasks_shipped
 
-from .queues import QueueStatus, queue_statuses
+from .models import OperatorAction
 
 logger = logging.getLogger(__name__)
 
@@ -164,9 +165,8 @@ class PeriodicTaskInfo:
     enabled: bool
     every_seconds: float | None
     last_run_at: Any
-    # When the task last ran as the engine saw it: written by the task itself when it runs
-    # (scheduler/metrics.py `periodic_mark`), not beat's last_run_at (which beat writes back
-    # only every few minutes). None: never recorded.
+    # When the task last completed, as the worker that ran it recorded it (liveness/last_run.py),
+    # not beat's last_run_at (which beat writes back only every few minutes). None: never.
     ran_at: datetime | None = None
 
     @property
@@ -181,28 +181,16 @@ class PeriodicTaskInfo:
         return (timezone.now() - self.ran_at).total_seconds() > 3 * self.every_seconds + 10
 
 
-def periodic_runs() -> dict[str, datetime]:
-    """Task name -> when it last ran, as recorded by the task itself in Redis."""
-    try:
-        raw = get_redis().hgetall(periodic_key())
-    except redis.RedisError:
-        logger.warning("cannot read the periodic tasks' last runs (Redis)", exc_info=True)
-        return {}
-    return {
-        (k.decode() if isinstance(k, bytes) else str(k)): datetime.fromtimestamp(float(v), tz=UTC)
-        for k, v in raw.items()
-    }
-
-
 def engine_periodic_tasks() -> list[PeriodicTaskInfo]:
     """The engine's django-celery-beat rows (supervisor sweep, scheduler tick) with intervals."""
     from django_celery_beat.models import PeriodicTask
 
-    ran = periodic_runs()
-    names = [row[0] for row in PERIODIC_TASKS]
+    ran = last_runs()
+    shipped = periodic_tasks_shipped()
+    names = [row[0] for row in shipped]
     rows = {t.name: t for t in PeriodicTask.objects.filter(name__in=names).select_related("interval")}
     infos: list[PeriodicTaskInfo] = []
-    for name, task, _queue, _setting in PERIODIC_TASKS:
+    for name, task, _queue, _setting in shipped:
         row = rows.get(name)
         if row is None:
             infos.append(PeriodicTaskInfo(name, task, None, False, None, None, ran.get(task)))
@@ -298,4 +286,14 @@ def engine_health() -> EngineHealth:
         jobs_overdue=jobs_overdue(),
         queues=queue_statuses(),
         oldest_pending=oldest_pending_step(),
+    )
+
+
+def run_operator_actions(*, run_id: uuid.UUID | str) -> list[OperatorAction]:
+    """The audit entries of a run, newest first: those on it and the one that started it (a
+    resubmission of an older run). Index-backed (opaction_run_idx, opaction_new_run_idx)."""
+    return list(
+        OperatorAction.objects.filter(Q(run_id=run_id) | Q(new_run_id=run_id))
+        .select_related("step")
+        .order_by("-created_at", "-id")[:200]
     )

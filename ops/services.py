@@ -1,7 +1,7 @@
 """Operator actions that reach past the engine: a circuit breaker opened or closed by hand.
 
 The breakers are the agents' (shared Redis state, `agents/breaker.py`); the audit entry is the
-supervisor's `OperatorAction`. Both are below ops, so the service that joins them lives here.
+operator's `OperatorAction` (ops/models.py). The actions on runs are `ops/run_services.py`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import redis
 from django.contrib.auth.base_user import AbstractBaseUser
 
 from agents.breaker import CLOSED, OPEN, CircuitBreaker
-from supervisor.models import OperatorAction
-from supervisor.operator import OperatorRefused, actor_name, operator_action_record
 
+from .audit import OperatorRefused, actor_name, audit_record, reason_checked
+from .models import OperatorAction
 from .selectors import breaker_is_known
 
 # How long a breaker may be held open or closed by hand: a minute to a day.
@@ -40,14 +40,13 @@ def breaker_operate(
             {"minutes": [f"between {BREAKER_HOLD_MIN_MINUTES} and {BREAKER_HOLD_MAX_MINUTES}"]},
         )
     action = OperatorAction.Action.BREAKER_OPEN if state == OPEN else OperatorAction.Action.BREAKER_CLOSE
-    if not reason.strip():
-        raise OperatorRefused("reason", "say why (the reason is required and kept in the audit)")
+    why = reason_checked(reason)
     try:
         CircuitBreaker(service).force(state=state, seconds=minutes * 60, by=actor_name(user))
     except redis.RedisError as exc:
         raise OperatorRefused(
             "state", f"Redis could not be reached; the breaker is unchanged ({exc})"
         ) from exc
-    return operator_action_record(
-        action=action, user=user, reason=reason, target=service, detail={"state": state, "minutes": minutes}
+    return audit_record(
+        action=action, user=user, reason=why, target=service, detail={"state": state, "minutes": minutes}
     )

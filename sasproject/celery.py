@@ -70,7 +70,7 @@ def _name_beat_in_logs(**kwargs: Any) -> None:
 
 
 def _add_queue_heartbeat() -> None:
-    from sasproject.worker_heartbeat import QueueHeartbeat
+    from liveness.heartbeat import QueueHeartbeat
 
     app.steps["consumer"].add(QueueHeartbeat)
 
@@ -81,8 +81,8 @@ _add_queue_heartbeat()
 @before_task_publish.connect
 def _stamp_sent_at(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
     """Every message carries when it was published (`sas_sent_at`, epoch seconds): the agent
-    measures its schedule-to-start from it (scheduler/metrics.py) and the health page the age
-    of the oldest message in a queue (ops/queues.py). A header, not an argument: tasks and
+    measures its schedule-to-start from it (liveness/counters.py) and the health page the age
+    of the oldest message in a queue (liveness/queues.py). A header, not an argument: tasks and
     their signatures are unchanged, and a worker reads it as `task.request.sas_sent_at`."""
     if headers is not None:
         headers.setdefault("sas_sent_at", time.time())

@@ -8,7 +8,7 @@ password never checked. So N concurrent guesses get at most the limit's worth of
 right password past the limit is refused like a wrong one (a guesser must not learn it).
 A success takes its own count back (it was no failure) and clears its (username, address).
 
-Keyed so that nobody can lock out everyone (SAS_LOGIN_THROTTLE, docs/decisions.md):
+Keyed so that nobody can lock out everyone (SAS_LOGIN_THROTTLE, docs/decisions.md, record 19):
 - (username, address), FAILURES_PER_USERNAME in WINDOW: one address guessing one name is locked
   out; the same name from elsewhere is not.
 - the address over all names, FAILURES_PER_IP: one address guessing many names is locked out.
@@ -23,7 +23,7 @@ in front, each appending to SAS_TRUSTED_PROXY_HEADER (X-Forwarded-For); 0 = REMO
 address counts as its /64 (one host holds a whole /64).
 
 Redis unreachable: sign-in FAILS CLOSED - 503 "temporarily unavailable", no password checked (an
-attacker who can take Redis down must not get unlimited guesses; docs/decisions.md). Sessions
+attacker who can take Redis down must not get unlimited guesses; docs/decisions.md, record 19). Sessions
 already signed in and API tokens are not affected.
 
 The username is hashed in the keys (any text a client types, bounded length, no user data in

@@ -36,7 +36,7 @@ from typing import Any
 FIELDS = ("event", "run", "step", "lease", "attempt", "operation", "outcome")
 
 # Periodic engine tasks whose every run would otherwise log two lines (received, succeeded) and a
-# third in beat (sending due task): the beat rows of supervisor/periodic.py's PERIODIC_TASKS
+# third in beat (sending due task): the shipped beat rows (supervisor/periodic.py's periodic_tasks_shipped)
 # (tests/sasproject/test_logs.py keeps the two lists equal; settings cannot import an app).
 QUIET_TASKS = frozenset(
     {"supervisor.sweep", "scheduler.tick", "scheduler.jobs_dispatch", "alerting.evaluate"}

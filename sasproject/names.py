@@ -19,6 +19,7 @@ from __future__ import annotations
 import unicodedata
 
 from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 
 CONTROL_CHARACTERS_MESSAGE = (
     "must not contain control characters (line breaks, tabs, NUL, invisible format characters)"
@@ -52,3 +53,15 @@ def control_characters_replaced(text: str, *, by: str = " ") -> str:
     """`text` with every control character replaced by `by` (a stored name that predates the
     rule, on its way into an e-mail subject)."""
     return "".join(by if is_control_character(char) else char for char in text)
+
+
+def recipients_validate(value: str) -> None:
+    """Comma-separated e-mail addresses (the field `AlertRule.recipients`), each a valid one."""
+    for address in (a.strip() for a in value.split(",")):
+        if address:
+            try:
+                validate_email(address)
+            except ValidationError:
+                raise ValidationError(
+                    f"not an e-mail address: {address!r} (comma-separated addresses)", code="invalid"
+                ) from None

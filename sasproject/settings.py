@@ -105,6 +105,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_beat",
+    # Who is alive (issue 27): heartbeats, periodic tasks' last runs, queue depths, counters.
+    "liveness",
     "scheduler",
     "agents",
     "supervisor",
@@ -843,7 +845,7 @@ SAS_MONITORING: dict[str, Any] = {
     "METRICS_TOKEN": os.environ.get("SAS_METRICS_TOKEN", ""),
     "METRICS_BASIC_AUTH": os.environ.get("SAS_METRICS_BASIC_AUTH", ""),
     # Each worker writes "alive, consuming these queues" into Redis every CONSUMER_HEARTBEAT
-    # seconds (sasproject/worker_heartbeat.py); a consumer not heard from for CONSUMER_STALE
+    # seconds (liveness/heartbeat.py); a consumer not heard from for CONSUMER_STALE
     # seconds counts as gone (a frozen or killed worker). The health page and /metrics read them.
     "CONSUMER_HEARTBEAT": env_float("SAS_CONSUMER_HEARTBEAT", 5.0),
     "CONSUMER_STALE": env_float("SAS_CONSUMER_STALE", 15.0),
@@ -863,8 +865,8 @@ INSTALLED_APPS += ["alerting"]
 SAS_ALERTS_ENABLED = env_bool("SAS_ALERTS_ENABLED", True)
 # At most this many enabled rules are evaluated per tick (bounded cost; by id).
 SAS_ALERT_MAX_RULES = int(os.environ.get("SAS_ALERT_MAX_RULES", "500"))
-# Workers write a heartbeat per consumed queue this often (TTL 3x); the control worker's
-# watchdog checks the evaluator at the same pace (alerting/watchdog.py).
+# The control worker's watchdog checks the evaluator this often (alerting/watchdog.py). Workers'
+# heartbeats per queue are SAS_MONITORING["CONSUMER_HEARTBEAT"]'s (liveness/heartbeat.py).
 SAS_ALERT_HEARTBEAT_INTERVAL = env_float("SAS_ALERT_HEARTBEAT_INTERVAL", 2.0)
 # Start-up grace (seconds): after the evaluator's process starts, the dead man's switch
 # ("Supervisor / Jobs dispatcher not running") and "a queue with work and no consumer" are not
@@ -875,7 +877,8 @@ SAS_ALERT_STARTUP_GRACE = env_float("SAS_ALERT_STARTUP_GRACE", 60.0)
 SAS_PUBLIC_URL = os.environ.get("SAS_PUBLIC_URL", "")
 # Queues the "queue with work and no consumer" rule watches when the rule names none.
 SAS_ALERT_QUEUES = env_list("SAS_ALERT_QUEUES", [q for q in SAS_QUEUES if q != "bench"])
-# Tasks whose completions are recorded for the dead man's switch (the periodic rows' tasks).
+# Tasks whose completions are recorded (liveness/last_run.py: the health page, /metrics and the
+# dead man's switch read it) - the periodic rows' tasks.
 SAS_ALERT_WATCHED_TASKS = frozenset(
     ["supervisor.sweep", "scheduler.tick", "scheduler.jobs_dispatch", "alerting.evaluate"]
 )

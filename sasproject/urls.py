@@ -61,6 +61,12 @@ urlpatterns = [
     # /healthz, /readyz, /metrics (issue 19) for load balancers and Prometheus. By name, as the
     # other apps' URLs: sasproject never imports ops (pyproject.toml's "ops-on-top" contract).
     path("", include("ops.urls")),
+    # Alert e-mails sent before issue 27 link to the alert models' old admin address (they
+    # moved from supervisor to alerting): sent on to the new one.
+    re_path(
+        r"^admin/supervisor/(?P<model>alert|alertrule|alertrun)/(?P<rest>.*)$",
+        RedirectView.as_view(url="/admin/alerting/%(model)s/%(rest)s", permanent=True, query_string=True),
+    ),
     path("admin/", admin.site.urls),
     path(
         "accounts/login/",

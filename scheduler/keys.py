@@ -1,5 +1,5 @@
 """Which idempotency key a resubmitted step sends, and whether its refusal would come back - the
-rules of issue 28, written once and asked by every operator action (supervisor/operator.py, the
+rules of issue 28, written once and asked by every operator action (ops/run_services.py, the
 admin's confirmation pages, the bulk dry run) and by the engine's own resume service.
 
 A remote service stores the first answer it gave for a key - the success, and also the

@@ -1,5 +1,5 @@
-"""Pages of a long, ordered query that cost the same on page 500 as on page 1 (issue 28,
-bench/outputs.py: a job with 10,000 runs).
+"""Pages of a long, ordered query that read none of the rows they skip (issue 28,
+bench/outputs.py: a job with 10,000 runs; docs/decisions.md, record 40: why not keyset pagination).
 
 Django's Paginator slices the query itself: `... ORDER BY created_at DESC, id DESC LIMIT 20
 OFFSET 9980` reads, and computes every annotation of, the 9,980 rows it skips. `IdFirstPaginator`

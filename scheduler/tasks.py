@@ -17,7 +17,6 @@ from . import services
 # imports each app's `tasks`) registers it.
 from .dispatcher.tasks import jobs_dispatch
 from .messages import message_step_label, reply_problem
-from .metrics import periodic_mark
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +52,12 @@ def scheduler_kick() -> int:
 
 
 # The periodic tasks send no task events (send_events=False): one to three a second would bury
-# the agents' tasks in Flower (issue 19). Each records its own last run instead (`periodic_mark`),
-# which the engine-health page and /metrics show.
+# the agents' tasks in Flower (issue 19). Liveness records each one's last success instead
+# (liveness/last_run.py), which the engine-health page and /metrics show.
 @shared_task(name="scheduler.tick", ignore_result=True, send_events=False)
 def scheduler_tick() -> int:
     """Periodic safety net (django-celery-beat): picks up work whose kick was lost, and steps
     whose backoff `not_before` has come."""
-    periodic_mark(task="scheduler.tick")
     try:
         return _pump_all(services.scheduler_instance_id())
     except DatabaseError:

@@ -224,7 +224,7 @@ def attempts_recorded(f: Facts) -> Invariant:
 
 
 def alerts_once_and_resolved(f: Facts) -> Invariant:
-    """Should have fired (supervisor/receivers.py): a forward step in Error for want of attempts
+    """Should have fired (alerting/receivers.py): a forward step in Error for want of attempts
     or time (not a refusal for good, such as a declined card: a business outcome) is linked to a
     step_error alert; a compensation in Error (its run only partly undone) to a
     run_needs_operator alert. Once per incident: no two alerts of one key open at the same time.

@@ -174,7 +174,7 @@ def drained(stack: Stack) -> dict[str, int]:
         "   WHERE process_state = 'processing'"
         " UNION ALL SELECT 'one-off occurrences due', count(*) FROM scheduler_scheduledjob sj"
         "   JOIN scheduler_job j ON j.id = sj.job_id WHERE j.enabled AND NOT j.is_recurring"
-        " UNION ALL SELECT 'transient alerts open', count(*) FROM supervisor_alert"
+        " UNION ALL SELECT 'transient alerts open', count(*) FROM alerting_alert"
         "   WHERE state <> 'resolved' AND kind = ANY(%s)",
         (list(UNFINISHED), sorted(check.TRANSIENT_ALERT_KINDS)),
     )
@@ -234,7 +234,7 @@ def gather(
         for r in q(
             "SELECT a.id, a.kind, a.key, a.state, a.created_at, a.resolved_at,"
             " array_remove(array_agg(DISTINCT l.run_id::text) || array_agg(DISTINCT a.run_id::text), NULL)"
-            " FROM supervisor_alert a LEFT JOIN supervisor_alertrun l ON l.alert_id = a.id GROUP BY a.id"
+            " FROM alerting_alert a LEFT JOIN alerting_alertrun l ON l.alert_id = a.id GROUP BY a.id"
         )
     ]
     f.stuck = monitor_stuck

@@ -4,13 +4,8 @@ from django.apps import AppConfig
 
 
 class SupervisorConfig(AppConfig):
+    """The sweep of steps past their deadlines, and its dry run (the alerts it causes are
+    raised by alerting's receivers of the engine's signals, alerting/receivers.py)."""
+
     name = "supervisor"
     verbose_name = "Supervisor"
-
-    def ready(self) -> None:
-        from scheduler.signals import step_errored, step_struggling
-
-        from . import receivers
-
-        step_errored.connect(receivers.on_step_errored, dispatch_uid="supervisor.on_step_errored")
-        step_struggling.connect(receivers.on_step_struggling, dispatch_uid="supervisor.on_step_struggling")

@@ -2,7 +2,7 @@
 
 It knows nothing of the business: it only finds attempts whose deadline passed and hands them to
 the engine's expire transition; alerts come from the engine's `step_errored` signal
-(`supervisor/receivers.py`), so the scheduler never calls up into this app.
+(alerting/receivers.py), so the scheduler never calls up into an app above it.
 """
 
 from __future__ import annotations

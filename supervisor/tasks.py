@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
-from scheduler.metrics import periodic_mark, supervisor_recoveries_add
+from liveness.counters import supervisor_recoveries_add
 from scheduler.services import runs_skip_unstarted, scheduler_instance_id
 
 from .services import step_expire_sweep
@@ -17,14 +17,14 @@ logger = logging.getLogger(__name__)
 
 
 # send_events=False: a sweep a second would bury the agents' tasks in Flower (issue 19). Its
-# health signal is its last run as recorded by itself (`periodic_mark`: the engine-health page,
-# /metrics' sas_periodic_task_last_run_timestamp_seconds and the SasSweepStale alert).
+# health signal is its last success as liveness records it (liveness/last_run.py: the
+# engine-health page, /metrics' sas_periodic_task_last_run_timestamp_seconds, the SasSweepStale
+# alert and the dead man's switch).
 @shared_task(name="supervisor.sweep", ignore_result=True, send_events=False)
 def supervisor_sweep() -> dict[str, int]:
     """Sweep expired Processing steps, then skip job occurrences not started within their
     schedule-to-start. Survives a database outage: logs and returns, the next
     beat tick tries again (a sweep that ran half-way committed its finished batches)."""
-    periodic_mark(task="supervisor.sweep")
     try:
         result = step_expire_sweep(
             batch=settings.SAS["SWEEP_BATCH"], instance=f"supervisor@{scheduler_instance_id()}"

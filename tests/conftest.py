@@ -25,6 +25,8 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, connection
 
+from alerting.default_rules import default_rules_ensure
+from alerting.models import AlertRule
 from sastools.harness import (
     AGENT_QUEUES,
     CONTROL_QUEUES,
@@ -36,13 +38,11 @@ from sastools.harness import (
     wait_for,
 )
 from simulator.client import SimulatorControl
-from supervisor.default_rules import default_rules_ensure
-from supervisor.models import AlertRule
 
 ENGINE_TABLES = [
     "scheduler_runevent",
     "scheduler_taskexecutionhistory",
-    "supervisor_alert",
+    "alerting_alert",
     "orders_order",
     "scheduler_step",
     "scheduler_run",
@@ -82,25 +82,28 @@ def _shipped_rules_after_flush(request: pytest.FixtureRequest, django_db_blocker
     set up before the test's own fixtures, so torn down after the flush). pytest-django runs
     transactional tests last, but `--dist loadfile` hands a process one file after another, and a
     later file's test found no rule and raised no alert (`make test-fast`: the live tests, whose
-    `live_db` puts the rules back, were no longer in between)."""
+    `live_db` puts the rules back, were no longer in between). A test asks for `transactional_db`
+    by name: with `django_db(transaction=True)` the flush comes after this fixture's teardown
+    (pytest-django's own fixture is set up first), and the rows stay gone - refused at collection
+    (`pytest_collection_modifyitems`)."""
     yield
     if "transactional_db" in request.fixturenames:
         from django.contrib.auth.models import Group, Permission
-
-        from ops.roles import roles_ensure
-
         from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+        from ops.roles import roles_ensure
         from supervisor.periodic import periodic_tasks_ensure
 
         with django_db_blocker.unblock():
             default_rules_ensure(rule_model=AlertRule)
             # ...and the shipped roles (ops/0001_roles' groups), which the flush empties too.
             roles_ensure(group_model=Group, permission_model=Permission)
-            # ...and the engine's beat rows (supervisor/0002's migration): without them the
+            # ...and the shipped beat rows (the engine's and alerting's migrations): without them the
             # session engine's beat, reloading its schedule, sweeps no more and dispatches no job
             # (CI: 13 live tests waited for runs that nothing moved after a throttle test's flush).
-            periodic_tasks_ensure(interval_model=IntervalSchedule, task_model=PeriodicTask, intervals=settings.SAS)
+            periodic_tasks_ensure(
+                interval_model=IntervalSchedule, task_model=PeriodicTask, intervals=settings.SAS
+            )
 
 
 @pytest.fixture(autouse=True)
@@ -162,16 +165,19 @@ def live_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
         truncate_engine_tables()
 
 
-@pytest.fixture(scope="session")
-def worker_env(django_db_setup: Any) -> dict[str, str]:
-    """The environment of every subprocess: the test database and the test Redis."""
+def _database_url(name: str) -> str:
+    """A URL of the configured PostgreSQL server for the database `name`."""
     db = settings.DATABASES["default"]
     user = db.get("USER") or "postgres"
     password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or 5432
+    return f"postgres://{user}{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{name}"
+
+
+@pytest.fixture(scope="session")
+def worker_env(django_db_setup: Any) -> dict[str, str]:
+    """The environment of every subprocess: the test database and the test Redis."""
     env = dict(os.environ)
-    env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+    env["DATABASE_URL"] = _database_url(settings.DATABASES["default"]["NAME"])
     env["DJANGO_SETTINGS_MODULE"] = "sasproject.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"
@@ -289,6 +295,39 @@ def tiers(item: pytest.Item) -> list[str]:
     return found
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A fast password hasher in the test process (Django's "Speeding up the tests"): PBKDF2's
+    870,000 rounds cost 0.4 s a hash on 2 cores, and the sign-in, token and admin tests hash
+    hundreds of times (the sign-in throttle's tests alone took 150 s of `make test-fast`; the
+    whole tier went from 393 s to 200 s at a load average of 6). The defaults stay after it, so
+    a PBKDF2 hash made elsewhere still checks; a test about the real hashers sets them itself.
+    Worker subprocesses keep the real settings."""
+    settings.PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+        *(h for h in settings.PASSWORD_HASHERS if "MD5" not in h),
+    ]
+    _test_database_from_template(config)
+
+
+def _test_database_from_template(config: pytest.Config) -> None:
+    """Each process's test database is a copy of a migrated template (sastools/testdb.py), made
+    once per schema by the first process (pytest-xdist's controller, before its workers start;
+    they inherit its name through the environment). SAS_TEST_DB_TEMPLATE=0 migrates each test
+    database itself, as Django does by default."""
+    if os.environ.get("SAS_TEST_DB_TEMPLATE", "1") == "0":
+        return
+    from django.db import connections
+
+    from sastools.testdb import template_ready
+
+    name = os.environ.get("SAS_TEST_DB_TEMPLATE_NAME", "")
+    if not name or not hasattr(config, "workerinput"):
+        name = template_ready(_database_url(settings.DATABASES["default"]["NAME"]))
+        os.environ["SAS_TEST_DB_TEMPLATE_NAME"] = name
+    settings.DATABASES["default"]["TEST"]["TEMPLATE"] = name
+    connections["default"].settings_dict["TEST"]["TEMPLATE"] = name
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         path = item.path.as_posix()
@@ -297,6 +336,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for tier in tiers(item):
             item.add_marker(tier)
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and marker.kwargs.get("transaction"):
+            raise pytest.UsageError(
+                f"{item.nodeid}: ask for the `transactional_db` fixture instead of "
+                "django_db(transaction=True) (tests/conftest.py, `_shipped_rules_after_flush`)"
+            )
     items.sort(key=rank)  # stable: the rest keep their order
 
 

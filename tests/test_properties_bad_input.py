@@ -324,8 +324,8 @@ def test_message_checks__anything__problem_or_none_never_raise(args: Any, kwargs
 @DB
 @given(ids=st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=5))
 def test_alert_acknowledge__any_ids__count_of_existing_only(django_user_model: Any, ids: list[int]) -> None:
-    from supervisor.models import Alert
-    from supervisor.operator import alert_acknowledge
+    from alerting.models import Alert
+    from alerting.transitions import alert_acknowledge
 
     operator, _ = django_user_model.objects.get_or_create(username="prop-ops", defaults={"is_staff": True})
     existing = set(
@@ -378,7 +378,7 @@ def test_job_update__any_editable_values__edit_or_refusal_nothing_changed(
         assert Job.objects.filter(pk=job.pk).values().get() == before
 
 
-# -- operator actions (supervisor/operator.py) ---------------------------------------------------
+# -- operator actions (ops/run_services.py) ---------------------------------------------------
 
 OPERATOR_ACTIONS = (
     "step_resubmit",
@@ -393,8 +393,8 @@ reasons = st.text(max_size=40) | st.sampled_from(
 
 
 def _engine_rows() -> list[tuple[Any, ...]]:
+    from ops.models import OperatorAction
     from scheduler.models import Step
-    from supervisor.models import OperatorAction
 
     return [
         *Run.objects.order_by("pk").values_list("pk", "state", "updated_at"),
@@ -423,9 +423,10 @@ def _engine_rows() -> list[tuple[Any, ...]]:
 def test_operator_actions__any_target_reason_and_seen__action_or_refusal_nothing_changed(
     django_user_model: Any, action: str, target: Any, reason: str, seen_real: bool, seen_other: datetime
 ) -> None:
+    from ops import run_services as operator
+    from ops.audit import REASON_MAX, OperatorRefused
+    from ops.models import OperatorAction
     from scheduler.models import Step
-    from supervisor import operator
-    from supervisor.models import OperatorAction
     from tests.engine_workflow import register_engine_workflow, submit
 
     register_engine_workflow()
@@ -449,10 +450,10 @@ def test_operator_actions__any_target_reason_and_seen__action_or_refusal_nothing
     kwargs = {"run_id" if run_action else "step_id": ident, "user": user, "reason": reason, "seen": seen}
 
     before = _engine_rows()
-    refused: operator.OperatorRefused | None = None
+    refused: OperatorRefused | None = None
     try:
         entry = getattr(operator, action)(**kwargs)
-    except operator.OperatorRefused as exc:
+    except OperatorRefused as exc:
         refused = exc
     if refused is not None:
         assert refused.code in ("state", "stale", "reason", "input"), refused.code
@@ -460,6 +461,6 @@ def test_operator_actions__any_target_reason_and_seen__action_or_refusal_nothing
         assert _engine_rows() == before  # refused: nothing written
         return
     # Done: only with a reason, the row as it was shown, and an audit entry of it.
-    assert reason.strip() and len(reason.strip()) <= operator.REASON_MAX
+    assert reason.strip() and len(reason.strip()) <= REASON_MAX
     assert seen_real and isinstance(entry, OperatorAction)
     assert OperatorAction.objects.filter(pk=entry.pk).exists()

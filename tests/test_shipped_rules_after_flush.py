@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from django_celery_beat.models import PeriodicTask
 
-from supervisor.default_rules import default_rules_ensure
-from supervisor.models import AlertRule
-from supervisor.periodic import PERIODIC_TASKS
+from alerting.default_rules import default_rules_ensure
+from alerting.models import AlertRule
+from supervisor.periodic import periodic_tasks_shipped
 
 
 def _shipped() -> set[str]:
@@ -26,5 +26,5 @@ def test_second__the_shipped_rules_are_back(transactional_db: None) -> None:
     default_rules_ensure(rule_model=AlertRule)  # adds what is missing, changes nothing else
     assert before and before == _shipped()
     # The engine's beat rows are back too: the session engine's sweeps and dispatcher need them.
-    names = {name for name, *_ in PERIODIC_TASKS}
+    names = {name for name, *_ in periodic_tasks_shipped()}
     assert set(PeriodicTask.objects.filter(name__in=names).values_list("name", flat=True)) == names

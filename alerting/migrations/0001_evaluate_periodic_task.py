@@ -5,12 +5,14 @@ from django.db import migrations
 
 
 def create(apps, schema_editor):
+    from alerting.periodic import PERIODIC_TASKS
     from supervisor.periodic import periodic_tasks_ensure
 
     periodic_tasks_ensure(
         interval_model=apps.get_model("django_celery_beat", "IntervalSchedule"),
         task_model=apps.get_model("django_celery_beat", "PeriodicTask"),
         intervals=settings.SAS,
+        rows=PERIODIC_TASKS,
     )
 
 

@@ -1,7 +1,7 @@
 """The operator's admin for the scheduler's models: runs, steps, jobs and the execution history.
 
-Everything here is read-only: a run's state changes only through the scheduler's services
-(`run_cancel`, `run_resume_compensation`), which the actions and buttons call. Queries live in
+Everything here is read-only: a run's state changes only through the operator's audited actions,
+whose buttons, pages and changelist actions `ops/` adds (ops/operator_admin.py, issue 27). Queries live in
 `scheduler/selectors.py`. Lists of big tables avoid whole-table work: per-row counts are
 subqueries evaluated for the page only, filter choices come from the workflow registry (not a
 DISTINCT over the table), and result counts are capped.
@@ -19,22 +19,18 @@ import json
 import uuid
 from typing import Any
 
-from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.contrib import admin
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
-from django.urls import URLPattern, path, reverse
+from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.views.decorators.http import require_POST
 
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
 from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
 from scheduler import selectors
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.permissions import staff_may
-from scheduler.services import RunNotCancellable, run_cancel, run_give_up, run_resume_compensation
 
 # The permission that lets a staff user act on runs (cancel, resume compensation, reset a
 # breaker). Nobody edits a run's fields; "change" is reused as "may operate".
@@ -266,7 +262,6 @@ class RunAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     list_per_page = 50
-    actions = ("cancel_runs", "resume_compensation")
     inlines = (StepInline, RunEventInline, HistoryInline)
     fieldsets = (
         (
@@ -409,105 +404,6 @@ class RunAdmin(ReadOnlyAdmin):
     @admin.display(description="input")
     def input_json(self, obj: Run) -> SafeString:
         return json_block(obj.input)
-
-    # -- actions ---------------------------------------------------------------------------------
-
-    @admin.action(description="Cancel selected runs", permissions=["operate"])
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
-        self._per_run(request, queryset, verb="Cancelled", call=run_cancel)
-        return None  # (ops' OperatorRunAdmin, registered, asks first: a confirmation page)
-
-    @admin.action(description="Resume compensation of selected failed runs", permissions=["operate"])
-    def resume_compensation(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse | None:
-        self._per_run(request, queryset, verb="Resumed compensation of", call=run_resume_compensation)
-        return None
-
-    def _per_run(self, request: HttpRequest, queryset: QuerySet[Run], *, verb: str, call: Any) -> None:
-        """Call a service once per run (each its own transaction) and report every outcome."""
-        done: list[str] = []
-        for run_id in queryset.order_by().values_list("pk", flat=True):
-            try:
-                call(run_id=run_id, actor=actor_name(request))
-            except (RunNotCancellable, Run.DoesNotExist) as exc:
-                self.message_user(request, f"Run {str(run_id)[-8:]}: {exc}", messages.ERROR)
-            else:
-                done.append(str(run_id)[-8:])
-                self._audit(request, run_id, f"{verb} run (admin action).")
-        if done:
-            self.message_user(request, f"{verb} {len(done)} run(s): {', '.join(done)}", messages.SUCCESS)
-
-    def _audit(self, request: HttpRequest, run_id: Any, message: str) -> None:
-        """An admin LogEntry, so the run's "History" and the index's recent actions show who
-        acted (the engine's own history rows are written by the service)."""
-        run = Run.objects.filter(pk=run_id).first()
-        if run is not None:
-            self.log_change(request, run, message)
-
-    # -- extra pages: per-run buttons ---------------------------------------------------------------
-
-    def get_urls(self) -> list[URLPattern]:
-        wrap = self.admin_site.admin_view
-        extra = [
-            path(
-                "<uuid:object_id>/operate/<str:operation>/",
-                wrap(require_POST(self.operate_view)),
-                name="scheduler_run_operate",
-            ),
-        ]
-        return extra + super().get_urls()
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        run = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        if run is not None:
-            context["can_operate"] = self.has_operate_permission(request)
-            context["can_cancel"] = run.state in (Run.State.PENDING, Run.State.RUNNING)
-            context["can_resume"] = run.state == Run.State.FAILED
-            context["can_give_up"] = run.state == Run.State.COMPENSATING
-        return super().change_view(request, object_id, form_url, extra_context=context)
-
-    def operate_view(self, request: HttpRequest, object_id: uuid.UUID, operation: str) -> HttpResponse:
-        if not self.has_operate_permission(request):
-            raise PermissionDenied
-        run = get_object_or_404(Run, pk=object_id)
-        if operation == "give_up":
-            return self._operate_with_reason(request, run, operation)
-        calls = {
-            "cancel": (run_cancel, "Cancelled"),
-            "resume": (run_resume_compensation, "Resumed compensation of"),
-        }
-        if operation not in calls:
-            raise PermissionDenied
-        call, verb = calls[operation]
-        try:
-            call(run_id=run.pk, actor=actor_name(request))
-        except RunNotCancellable as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-        else:
-            self.message_user(request, f"{verb} run {str(run.pk)[-8:]}.", messages.SUCCESS)
-            self._audit(request, run.pk, f"{verb} run (detail page).")
-        return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[run.pk]))
-
-    def _operate_with_reason(self, request: HttpRequest, run: Run, operation: str) -> HttpResponse:
-        """Give the run up: needs the operator's reason (kept in the run's error and its event).
-        Marking a compensation done by hand has its own confirmation page, permission and audit
-        entry (`ops/operator_admin.py`)."""
-        reason = request.POST.get("reason", "").strip()
-        try:
-            run_give_up(run_id=run.pk, actor=actor_name(request), reason=reason)
-            verb = "Gave up"
-        except RunNotCancellable as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-        else:
-            self.message_user(request, f"{verb} run {str(run.pk)[-8:]}: {reason}", messages.SUCCESS)
-            self._audit(request, run.pk, f"{verb} run: {reason}")
-        return HttpResponseRedirect(reverse("admin:scheduler_run_change", args=[run.pk]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import logging
 from celery import shared_task
 from django.db import DatabaseError
 
-from scheduler.metrics import periodic_mark
 from scheduler.services.dispatch import scheduler_instance_id
 
 from . import tick
@@ -21,7 +20,6 @@ def jobs_dispatch() -> int:
     """The jobs dispatcher's tick (django-celery-beat, every SAS["JOBS_DISPATCH_INTERVAL"] s):
     settle ended job runs, fire due occurrences; then, when the next row is due before beat's next
     tick, wake for it (`jobs_dispatch_wake`). Safe to run in several workers at once."""
-    periodic_mark(task="scheduler.jobs_dispatch")
     try:
         done = tick.jobs_dispatch(instance=scheduler_instance_id(), relay=tick.jobs_dispatch_relay)
         tick.jobs_dispatch_wake()

@@ -5,12 +5,13 @@ from django.db import migrations
 
 
 def create_periodic_tasks(apps, schema_editor):
-    from supervisor.periodic import periodic_tasks_ensure
+    from supervisor.periodic import PERIODIC_TASKS, periodic_tasks_ensure
 
     periodic_tasks_ensure(
         interval_model=apps.get_model("django_celery_beat", "IntervalSchedule"),
         task_model=apps.get_model("django_celery_beat", "PeriodicTask"),
         intervals=settings.SAS,
+        rows=PERIODIC_TASKS,
     )
 
 

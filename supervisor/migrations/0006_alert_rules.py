@@ -11,7 +11,7 @@ def _forward(apps, schema_editor):
     """Ship the default rules, and fold the old key-based alerts into them: one open alert per
     (rule, subject) - the old per-run "compensation failed" alerts of one outage become one
     alert with each run linked."""
-    from supervisor.default_rules import default_rules_ensure
+    from alerting.default_rules import default_rules_ensure
 
     AlertRule = apps.get_model("supervisor", "AlertRule")
     Alert = apps.get_model("supervisor", "Alert")

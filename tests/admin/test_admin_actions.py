@@ -11,9 +11,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from alerting.models import Alert
+from alerting.transitions import alert_acknowledge
+from ops.models import OperatorAction
 from scheduler.models import Run, Step, TaskExecutionHistory
-from supervisor.models import Alert, OperatorAction
-from supervisor.operator import alert_acknowledge
 
 from .factories import order_completed, order_failed, order_pending, order_running
 
@@ -194,7 +195,7 @@ def test_acknowledge_action__open_alerts__acknowledged_by_operator(
     assert alerts[0].kind == "run_needs_operator" and alerts[0].count == 2
     assert set(alerts[0].links.values_list("run_id", flat=True)) == {failed.run_id, other.run_id}
 
-    url = reverse("admin:supervisor_alert_changelist")
+    url = reverse("admin:alerting_alert_changelist")
     response = _action(staff_client, url, "acknowledge", [a.pk for a in alerts])
 
     assert any("Acknowledged 1 alert(s)" in t for t in _messages(response))
@@ -228,7 +229,7 @@ def test_alert_changelist__open_first(staff_client: Client, operator: Any, custo
         state="resolved", resolved_at=an_hour_ago, created_at=an_hour_ago
     )
     new = order_failed(customer)
-    html = staff_client.get(reverse("admin:supervisor_alert_changelist")).content.decode()
+    html = staff_client.get(reverse("admin:alerting_alert_changelist")).content.decode()
     # The open alert (the newer run) comes before the resolved one (the older run).
     assert Alert.objects.count() == 2
     assert html.index(str(new.run_id)[-8:]) < html.index(str(old.run_id)[-8:])

@@ -88,7 +88,7 @@ def browser_data(live_db: None, engine_paused: None, manual_scheduler: None) -> 
     data["running"] = order_running(customer)
     data["failed"] = order_failed(customer)
     # An open warning beside the failed run's critical alert: the index shows both severities.
-    from supervisor.models import Alert
+    from alerting.models import Alert
 
     Alert.objects.create(
         kind="steps_overdue", severity="warning", message="2 steps overdue", key="browser:overdue"
@@ -154,7 +154,7 @@ def test_admin__in_chromium__runs_detail_and_health(
             assert page.locator("input[value='Reset breaker']").count() == 3
             page.screenshot(path=str(shots / "04-engine-health.png"), full_page=True)
 
-            page.goto(f"{admin_server}/admin/supervisor/alert/")
+            page.goto(f"{admin_server}/admin/alerting/alert/")
             page.wait_for_selector("#result_list")
             page.screenshot(path=str(shots / "05-alerts.png"), full_page=True)
         finally:
@@ -230,8 +230,8 @@ def test_operator_tools__in_chromium__resubmit_bulk_dry_run_and_sweep_preview(
 ) -> None:
     from playwright.sync_api import sync_playwright
 
+    from ops.models import OperatorAction
     from scheduler.models import Step
-    from supervisor.models import OperatorAction
 
     failed_run = str(operator_data["failed"].run_id)
     outage_runs = {str(o.run_id) for o in operator_data["outage"]}

@@ -12,9 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from alerting.models import Alert
 from orders.workflows import ORDER_WORKFLOW
 from scheduler.models import Run, Step, TaskExecutionHistory
-from supervisor.models import Alert
 
 from .factories import order_completed, order_failed, order_pending, order_running
 
@@ -25,7 +25,7 @@ CHANGELISTS = [
     "admin:scheduler_run_changelist",
     "admin:scheduler_step_changelist",
     "admin:scheduler_taskexecutionhistory_changelist",
-    "admin:supervisor_alert_changelist",
+    "admin:alerting_alert_changelist",
     "admin:orders_order_changelist",
 ]
 
@@ -84,7 +84,7 @@ def test_detail_pages__staff__render_read_only(staff_client: Client, orders: dic
     for url in (
         reverse("admin:scheduler_step_change", args=[step.pk]),
         reverse("admin:scheduler_taskexecutionhistory_change", args=[history.pk]),
-        reverse("admin:supervisor_alert_change", args=[alert.pk]),
+        reverse("admin:alerting_alert_change", args=[alert.pk]),
         reverse("admin:orders_order_change", args=[orders["failed"].pk]),
     ):
         html = _text(staff_client.get(url))

@@ -16,9 +16,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker
+from ops.models import OperatorAction
 from ops.roles import OPERATOR_GROUP, READ_ONLY_GROUP
 from scheduler.models import Run, Step
-from supervisor.models import OperatorAction
 
 from .factories import (
     claim,

@@ -125,7 +125,10 @@ def test_agent__step_run_in_place__held_as_its_claim_returned_it__no_lookup(
         assert held["idempotency_key"] == claimed_charge.idempotency_key
         # Another lease for the same step: looked up, and refused (no step holds it).
         with django_assert_num_queries(1):
-            assert payment_charge.held_request({**message, "lease": "00000000-0000-0000-0000-000000000001"}) is None
+            assert (
+                payment_charge.held_request({**message, "lease": "00000000-0000-0000-0000-000000000001"})
+                is None
+            )
     finally:
         eager._in_place.reset(token)
     # Outside the in-place call the same request is looked up (and held: the step is Processing).

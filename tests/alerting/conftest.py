@@ -13,9 +13,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from alerting.models import AlertRule
 from scheduler.models import Job, Run, Step
 from scheduler.services import job_create
-from supervisor.models import AlertRule
 
 _n = itertools.count()
 

@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
+from alerting.models import Alert, AlertRule
 from alerting.services import alert_rules_evaluate
-from supervisor.models import Alert, AlertRule
 
 from .conftest import rule, run
 
@@ -36,7 +36,7 @@ def test_index_panel__open_alerts_by_severity__counted_and_linked(staff: Client)
     assert "?status=open&amp;severity__exact=critical" in html
 
     alert = Alert.objects.get()
-    page = staff.get(reverse("admin:supervisor_alert_change", args=[alert.pk])).content.decode()
+    page = staff.get(reverse("admin:alerting_alert_change", args=[alert.pk])).content.decode()
     for r in failed:  # every affected run, not only the first
         assert reverse("admin:scheduler_run_change", args=[r.pk]) in page
     listed = staff.get(reverse("admin:scheduler_run_changelist"), {"attention": "needs"}).content.decode()
@@ -45,7 +45,7 @@ def test_index_panel__open_alerts_by_severity__counted_and_linked(staff: Client)
 
 def test_rule_admin__edit_threshold__saved(staff: Client) -> None:
     r = rule("due_backlog", threshold=100)
-    url = reverse("admin:supervisor_alertrule_change", args=[r.pk])
+    url = reverse("admin:alerting_alertrule_change", args=[r.pk])
     assert staff.get(url).status_code == 200
     data: dict[str, Any] = {
         "name": r.name,
@@ -64,3 +64,10 @@ def test_rule_admin__edit_threshold__saved(staff: Client) -> None:
     response = staff.post(url, data)
     assert response.status_code == 302, response.content.decode()[-2000:]
     assert AlertRule.objects.get(pk=r.pk).threshold == 250
+
+
+def test_old_admin_address__alert_page__redirected_to_alerting(staff: Client) -> None:
+    """An e-mail sent before the alert models moved (issue 27) links to /admin/supervisor/alert/."""
+    response = staff.get("/admin/supervisor/alert/12/change/?status=open")
+    assert response.status_code == 301
+    assert response["Location"] == "/admin/alerting/alert/12/change/?status=open"

@@ -1,5 +1,5 @@
 """The alert rule "a queue with work and no consumer" reads depth through the one reader,
-sasproject/broker_queues.py, on either broker (issue 27): on RabbitMQ a passive queue_declare's
+liveness/queues.py, on either broker (issue 27): on RabbitMQ a passive queue_declare's
 message count; a broker that cannot be read skips that rule, logged, and the tick goes on with
 the others. The evaluator in-process on real PostgreSQL, Redis and the machine's RabbitMQ
 (tests/alerting/test_live.py runs the live rules in real workers on both brokers)."""
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kombu import Connection, Exchange, Queue
 
+from alerting.models import Alert
 from alerting.services import alert_rules_evaluate
 from sastools.rabbit import amqp_url
-from supervisor.models import Alert
 
 from .conftest import rule, run
 

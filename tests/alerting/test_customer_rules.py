@@ -10,9 +10,9 @@ import pytest
 from django.core import mail
 from rest_framework.test import APIClient
 
+from alerting.models import Alert, AlertRule
 from alerting.services import alert_rules_evaluate
 from alerting.tasks import alert_email_send
-from supervisor.models import Alert, AlertRule
 
 from ..orders.conftest import token_client
 from .conftest import job, rule, run, user

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from alerting.models import Alert
 from alerting.services import alert_email_build, alert_rules_evaluate
 from alerting.words import duration_words
 from scheduler.models import Run
-from supervisor.models import Alert
 
 from .conftest import job, rule, run, user
 
@@ -56,7 +56,7 @@ def test_email__public_url__links_to_alert_and_runs__resolved_says_what_and_how_
     alert = Alert.objects.get(rule=r)
     firing = alert_email_build(alert_id=alert.pk, state="firing")
     assert firing is not None
-    assert f"Alert: https://sas.example.com/admin/supervisor/alert/{alert.pk}/change/" in firing.body
+    assert f"Alert: https://sas.example.com/admin/alerting/alert/{alert.pk}/change/" in firing.body
     assert f"https://sas.example.com/admin/scheduler/run/{failed.pk}/change/" in firing.body
 
     Alert.objects.filter(pk=alert.pk).update(fired_at=timezone.now() - timedelta(minutes=12))

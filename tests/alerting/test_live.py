@@ -13,7 +13,7 @@ prefix, so the session engine (paused meanwhile) never takes their messages.
   both mails; beat started again resolves the dead man's switch.
 
 Both run on Redis and on RabbitMQ (`both_brokers`): on RabbitMQ the queue's depth is a passive
-queue_declare's message count (sasproject/broker_queues.py), and the watchdog keeps evaluating.
+queue_declare's message count (liveness/queues.py), and the watchdog keeps evaluating.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from alerting.models import Alert, AlertRule
 from sastools.harness import Proc, celery_beat, celery_worker, wait_for
 from sastools.rabbit import amqp_url, session_vhost
 from scheduler.models import Run
-from supervisor.models import Alert, AlertRule
 from webhooks.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, signature_verify
 
 from .conftest import run
@@ -99,6 +99,10 @@ def alert_env(
         "SAS_ALERTS_ENABLED": "1",
         "SAS_ALERTS_INTERVAL": "1",
         "SAS_ALERT_HEARTBEAT_INTERVAL": "0.5",
+        # Workers beat for their queues every half second, gone after 2 s (liveness/heartbeat.py):
+        # a killed worker's queue shows as unconsumed soon.
+        "SAS_CONSUMER_HEARTBEAT": "0.5",
+        "SAS_CONSUMER_STALE": "2",
         # These tests are about the rules, not the start-up grace (test_startup_grace.py).
         "SAS_ALERT_STARTUP_GRACE": "0",
         "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
@@ -209,12 +213,14 @@ def test_beat_and_a_worker_stopped__dead_mans_switch_and_no_consumer_fire_then_r
     beat = procs["beat"]()
     webhook = procs["worker"]("webhook", "agent.webhook", pool="threads")
     procs["worker"]("control", CONTROL)
+    # The one last-run record (liveness/last_run.py), under the workers' prefix.
+    last_runs = f"{prefix}sas:periodic:last_run"
     wait_for(
-        lambda: redis_client.get(f"{prefix}sas:lastrun:alerting.evaluate"),
+        lambda: redis_client.hget(last_runs, "alerting.evaluate"),
         timeout=30,
         what="an evaluation by beat",
     )
-    wait_for(lambda: redis_client.get(f"{prefix}sas:lastrun:supervisor.sweep"), timeout=30, what="a sweep")
+    wait_for(lambda: redis_client.hget(last_runs, "supervisor.sweep"), timeout=30, what="a sweep")
     # All is well while beat and the workers run.
     assert not Alert.objects.exists(), list(Alert.objects.values_list("subject", "message"))
 

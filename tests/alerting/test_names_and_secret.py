@@ -26,11 +26,11 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.base import PermanentFault
+from alerting.models import AlertRule
 from alerting.tasks import alert_email_send
 from alerting.webhook import ALERT_WEBHOOK_WORKFLOW, AlertWebhookAgent
 from sastools.harness import REPO
 from scheduler.models import Run
-from supervisor.models import AlertRule
 
 from .conftest import job, rule, run, user
 from .test_rules import only_alert, tick
@@ -50,7 +50,7 @@ ADMIN_RULE = {
     "recipients": "",
     "webhook_url": "",
 }
-ADD = reverse("admin:supervisor_alertrule_add")
+ADD = reverse("admin:alerting_alertrule_add")
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_admin_change__crlf_in_name__error_and_the_rule_unchanged(staff: Client)
     before = AlertRule.objects.values().get(pk=r.pk)
 
     response = staff.post(
-        reverse("admin:supervisor_alertrule_change", args=[r.pk]),
+        reverse("admin:alerting_alertrule_change", args=[r.pk]),
         {**ADMIN_RULE, "name": "Payments\nX-Injected: 1"},
     )
 

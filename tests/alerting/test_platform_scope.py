@@ -10,10 +10,10 @@ from datetime import timedelta
 
 import pytest
 
+from alerting.default_rules import DEFAULT_RULES
+from alerting.models import Alert, AlertRule
 from alerting.services import alert_rules_evaluate
 from scheduler.models import Job
-from supervisor.default_rules import DEFAULT_RULES
-from supervisor.models import Alert, AlertRule
 
 from .conftest import job, rule, run, user
 

@@ -20,10 +20,10 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from alerting.customer import AlertRuleInputError, CustomerRuleInput, customer_rule_create
+from alerting.models import AlertRule
+from alerting.rules import RULE_CAP_LOCK
 from alerting.services import alert_rules_evaluate
 from ops.metrics import EngineCollector
-from supervisor.models import AlertRule
-from supervisor.rules import RULE_CAP_LOCK
 
 from ..orders.conftest import token_client
 from .conftest import job, rule, user
@@ -105,12 +105,12 @@ def test_admin__add_and_enable_at_the_cap__refused_on_enabled__disabled_add_allo
     settings.SAS_ALERT_MAX_RULES = CAP
     _fill(CAP)
     dormant = rule("run_needs_operator", enabled=False)
-    add = reverse("admin:supervisor_alertrule_add")
+    add = reverse("admin:alerting_alertrule_add")
 
     added = staff.post(add, {**ADMIN_RULE, "name": "one too many"})
     kept_off = staff.post(add, {**{k: v for k, v in ADMIN_RULE.items() if k != "enabled"}, "name": "off"})
     enabled = staff.post(
-        reverse("admin:supervisor_alertrule_change", args=[dormant.pk]),
+        reverse("admin:alerting_alertrule_change", args=[dormant.pk]),
         {**ADMIN_RULE, "name": dormant.name},
     )
 
@@ -128,7 +128,7 @@ def test_admin__an_enabled_rule_at_the_cap__still_edited(staff: Client, settings
     settings.SAS_ALERT_MAX_RULES = CAP
     first, *_ = _fill(CAP)
     response = staff.post(
-        reverse("admin:supervisor_alertrule_change", args=[first.pk]),
+        reverse("admin:alerting_alertrule_change", args=[first.pk]),
         {**ADMIN_RULE, "name": "renamed"},
     )
     assert response.status_code == 302
@@ -153,7 +153,7 @@ def test_admin_list__ticks_past_the_cap_together__refused_none_enabled(staff: Cl
         data[f"form-{i}-id"] = str(r.pk)
         data[f"form-{i}-enabled"] = "on"  # the two disabled ones ticked
 
-    response = staff.post(reverse("admin:supervisor_alertrule_changelist"), data)
+    response = staff.post(reverse("admin:alerting_alertrule_changelist"), data)
 
     assert response.status_code == 200
     assert LIMIT_TEXT in response.content.decode()
@@ -161,7 +161,7 @@ def test_admin_list__ticks_past_the_cap_together__refused_none_enabled(staff: Cl
 
     # One of them alone fits.
     data[f"form-{rows.index(off[1])}-enabled"] = ""
-    response = staff.post(reverse("admin:supervisor_alertrule_changelist"), data)
+    response = staff.post(reverse("admin:alerting_alertrule_changelist"), data)
     assert response.status_code == 302
     assert set(AlertRule.objects.filter(enabled=True)) == {*on, off[0]}
 

@@ -15,12 +15,13 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.breaker import CircuitBreaker
-from alerting import liveness
+from alerting.models import Alert, AlertRule
 from alerting.services import alert_email_build, alert_rules_evaluate
 from alerting.tasks import alert_email_send
+from liveness.heartbeat import consumers_beat
+from liveness.last_run import last_run_key, last_run_record
 from ops.selectors import alerts_open_by_severity, runs_need_attention_count
 from scheduler.models import Run, ScheduledJob, Step, TaskExecutionHistory
-from supervisor.models import Alert, AlertRule
 
 from .conftest import error_step, job, rule, run, user
 
@@ -201,7 +202,7 @@ def test_queue_no_consumer__work_and_no_heartbeat__fires_then_a_consumer_resolve
     try:
         alert = assert_fires_once(r, subject="alerttest.q")
         assert "1 message and no live consumer" in alert.message
-        liveness.consumers_beat(queues=["alerttest.q"], worker="w1@test", ttl=30)
+        consumers_beat(queues=["alerttest.q"], worker="w1@test")
         assert_resolves(r)
     finally:
         redis_client.delete(f"{prefix}alerttest.q")
@@ -215,11 +216,10 @@ def test_periodic_not_run__sweep_older_than_n_intervals__fires_and_resolves(
     # session's prefix, and would resolve the incident between two evaluations.
     settings.REDIS_PREFIX = f"{settings.REDIS_PREFIX}deadman-{uuid.uuid4().hex[:8]}:"
     r = rule("periodic_not_run", target="sas: supervisor sweep", threshold=5)
-    key = f"{settings.REDIS_PREFIX}{liveness.LASTRUN_KEY}supervisor.sweep"
-    redis_client.set(key, str(timezone.now().timestamp() - 3600))
+    redis_client.hset(last_run_key(), "supervisor.sweep", str(timezone.now().timestamp() - 3600))
     alert = assert_fires_once(r, subject="sas: supervisor sweep")
     assert "has not run for" in alert.message
-    liveness.last_run_record(task="supervisor.sweep")
+    last_run_record(task="supervisor.sweep")
     assert_resolves(r)
 
 
@@ -298,7 +298,7 @@ def test_cooldown__return_ending_before_its_page__nobody_told_it_began_or_ended(
 
 
 def test_engine_signal_and_evaluator__same_incident__one_alert() -> None:
-    from supervisor.alerts import alert_raise
+    from alerting.transitions import alert_raise
 
     r = rule("step_error")
     parent = run(state="compensated")

@@ -13,9 +13,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from alerting import liveness
+from alerting.models import Alert
 from alerting.services import alert_rules_evaluate
-from supervisor.models import Alert
+from liveness.last_run import last_run_key, last_run_record
 
 from .conftest import rule, run
 
@@ -27,10 +27,7 @@ def restarted(settings: Any, redis_client: Any) -> Any:
     """What a clean restart looks like to the evaluator: the sweep's last run as old as the
     downtime (an hour), work waiting in a queue whose workers are not up yet."""
     settings.REDIS_PREFIX = f"{settings.REDIS_PREFIX}grace-{uuid.uuid4().hex[:8]}:"
-    redis_client.set(
-        f"{settings.REDIS_PREFIX}{liveness.LASTRUN_KEY}supervisor.sweep",
-        str(timezone.now().timestamp() - 3600),
-    )
+    redis_client.hset(last_run_key(), "supervisor.sweep", str(timezone.now().timestamp() - 3600))
     prefix = django_settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
     queue = f"gracetest{uuid.uuid4().hex[:8]}.q"
     redis_client.lpush(f"{prefix}{queue}", "{}")
@@ -67,7 +64,7 @@ def test_within_the_grace__an_incident_open_before__neither_resolved_nor_paged_a
     before = Alert.objects.get(rule=deadman)
     assert before.state == "firing"
     settings.SAS_ALERT_STARTUP_GRACE = 3600
-    liveness.last_run_record(task="supervisor.sweep")  # would resolve it, were it evaluated
+    last_run_record(task="supervisor.sweep")  # would resolve it, were it evaluated
     assert alert_rules_evaluate().ran
     after = Alert.objects.get(rule=deadman)
     assert (after.state, after.count, after.announced_state) == ("firing", before.count, "firing")

@@ -16,9 +16,9 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.http_call import validate_http_call_input
+from alerting.models import AlertRule
 from orders.workflows import callback_url_validator
 from scheduler.workflows import WorkflowInputError
-from supervisor.models import AlertRule
 from webhooks.destinations import HTTPS_REQUIRED
 
 from ..orders.conftest import token_client

@@ -23,10 +23,10 @@ from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
+from liveness.counters import refused_key
 from sasproject.redis_client import get_redis
 from sastools.harness import procfile_process, wait_for
 from scheduler import transitions
-from scheduler.metrics import refused_key
 from scheduler.models import Run, Step
 from scheduler.services import run_cancel, run_submit
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow
@@ -82,6 +82,7 @@ def _held_charge(user: Any, *, amount: str) -> Any:
     return claim
 
 
+@pytest.mark.both_brokers  # forged through Redis and through RabbitMQ
 def test_forged_requests__no_step_wrong_lease_wrong_operation__no_remote_call(engine, demo_user):
     order = wait_run(submit_order(demo_user).run_id, (Run.State.COMPLETED,), timeout=60)
     charge = step(order.id, "charge_payment")
@@ -144,6 +145,7 @@ def test_forged_requests__no_step_wrong_lease_wrong_operation__no_remote_call(en
     assert engine.agents.alive()
 
 
+@pytest.mark.both_brokers  # forged through Redis and through RabbitMQ
 def test_held_step__wrong_lease_refused__altered_payload_ignored__cancelled_run_never_calls(
     engine, demo_user, manual_scheduler
 ):
@@ -201,6 +203,7 @@ def test_held_step__wrong_lease_refused__altered_payload_ignored__cancelled_run_
     assert Step.objects.get(pk=cancelled.step_id).process_state == Step.State.CANCELLED
 
 
+@pytest.mark.both_brokers  # forged through Redis and through RabbitMQ
 def test_reply_for_unknown_step__dropped_and_logged__worker_keeps_going(engine, demo_user):
     at = len(engine.control.log())
     for outcome in ("success", "continue", "permanent", "transient"):

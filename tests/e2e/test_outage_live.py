@@ -50,7 +50,7 @@ from simulator.client import SimulatorControl
 from .helpers import assert_repriced_once, attempt_statuses, stall_once, stall_remove, stalled_lease
 
 ENGINE_TABLES = (
-    "scheduler_runevent, scheduler_taskexecutionhistory, supervisor_alert, orders_order, scheduler_step,"
+    "scheduler_runevent, scheduler_taskexecutionhistory, alerting_alert, orders_order, scheduler_step,"
     " scheduler_run"
 )
 

@@ -15,10 +15,10 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from alerting.models import Alert
 from orders.models import Order
 from sastools.harness import wait_for
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
-from supervisor.models import Alert
 
 from .helpers import submit_order, wait_run
 

@@ -11,8 +11,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from alerting.models import Alert, AlertRule
 from alerting.services import alert_rules_evaluate
-from supervisor.models import Alert, AlertRule
 
 from ..alerting.conftest import job, run
 from .conftest import make_user

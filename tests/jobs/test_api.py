@@ -434,7 +434,7 @@ def test_run_at_and_start_at_without_offset__read_in_the_jobs_zone_as_the_previe
     api: APIClient,
 ) -> None:
     # One rule for every time a job is given (run_at, start_at, end_at, the preview's window, a
-    # backfill's range): without an offset it is the job's wall clock (docs/decisions.md).
+    # backfill's range): without an offset it is the job's wall clock (docs/decisions.md, record 2).
     zone = "America/New_York"
     once = _create(api, name="once", cron="", recurring=False, timezone=zone, run_at="2031-06-01T09:00:00")
     windowed = _create(

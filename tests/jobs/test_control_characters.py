@@ -16,9 +16,9 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from alerting.models import AlertRule
 from sasproject.names import control_character_find, control_characters_replaced
 from scheduler.models import Job
-from supervisor.models import AlertRule
 
 from ..alerting.conftest import job as make_job
 from .conftest import job_body, row_counts

@@ -14,10 +14,10 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from alerting.customer import CustomerRuleInput, customer_rule_create
+from alerting.models import RuleKind
 from scheduler.models import Job, Run
 from scheduler.services import step_claim_due, step_reply
 from scheduler.services.jobs import job_create, job_run_now
-from supervisor.models import RuleKind
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from supervisor.models import Alert, AlertRule
+from alerting.models import Alert, AlertRule
 
 from ..alerting.conftest import job, user
 from .test_metrics_live import metrics_settings, scrape, value

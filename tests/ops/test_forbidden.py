@@ -136,8 +136,8 @@ def test_forbidden_outside_the_admin__the_sites_page(rf: RequestFactory) -> None
 
 def test_role_holding__the_shipped_roles() -> None:
     assert role_holding("scheduler.view_run") == READ_ONLY_GROUP
-    assert role_holding("supervisor.view_sweep_preview") == READ_ONLY_GROUP
-    assert role_holding("supervisor.resubmit_step") == OPERATOR_GROUP
+    assert role_holding("ops.view_sweep_preview") == READ_ONLY_GROUP
+    assert role_holding("ops.resubmit_step") == OPERATOR_GROUP
     assert role_holding("scheduler.change_run") == OPERATOR_GROUP
     assert role_holding("auth.view_user") is None
     assert role_holding("scheduler.delete_run") is None

@@ -17,9 +17,9 @@ import pytest
 from celery import current_app
 from django.conf import settings
 
-from sasproject.broker_queues import DEFAULT_SEP
+from liveness.last_run import last_run_record
+from liveness.queues import DEFAULT_SEP
 from sastools.harness import procfile_process, wait_for
-from scheduler.metrics import periodic_mark
 
 from ..admin.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, _free_port
 
@@ -75,7 +75,7 @@ def test_health_page__queue_with_work_and_frozen_consumer__row_red(
 
     queue = "agent.shipping"
     _clear_queue(redis_client, queue)
-    periodic_mark(task="supervisor.sweep")
+    last_run_record(task="supervisor.sweep")
     worker = start_worker(name="shipping-frozen", queues=queue, concurrency=1, SAS_CONSUMER_HEARTBEAT="0.5")
     shots = artifacts_dir / "ops"
     shots.mkdir(parents=True, exist_ok=True)

@@ -20,11 +20,11 @@ from django.conf import settings
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from alerting.models import Alert
+from liveness import counters as engine_metrics
 from ops import metrics as ops_metrics
 from sastools.harness import AGENT_QUEUES, wait_for
-from scheduler import metrics as engine_metrics
 from scheduler.models import Run, TaskExecutionHistory
-from supervisor.models import Alert
 
 from ..e2e.helpers import submit_order, wait_run
 

@@ -59,7 +59,7 @@ def test_queue_statuses__rabbitmq_broker__depth_from_a_passive_declare(settings)
 
     from kombu import Connection, Exchange, Queue
 
-    from ops.queues import queue_statuses
+    from liveness.queues import queue_statuses
 
     url = os.environ.get("SAS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
     name = f"test{os.getpid()}.depth"

@@ -1,5 +1,5 @@
 """/metrics exports the agents' refused requests (issue 26): `sas_agent_requests_refused_total`,
-by operation and reason, from the Redis hash the agents add to (scheduler/metrics.py)."""
+by operation and reason, from the Redis hash the agents add to (liveness/counters.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from scheduler import metrics as engine_metrics
+from liveness import counters as engine_metrics
 
 from .test_metrics_live import metrics_settings, scrape, value  # noqa: F401 (a fixture)
 

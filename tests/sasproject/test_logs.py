@@ -6,7 +6,7 @@ import json
 import logging
 
 from sasproject.logs import QUIET_TASKS, ContextFilter, JsonFormatter, QuietPeriodicFilter, log_context
-from supervisor.periodic import PERIODIC_TASKS
+from supervisor.periodic import periodic_tasks_shipped
 
 
 def _record(name: str, level: int, msg: str, args: object, **extra: object) -> logging.LogRecord:
@@ -16,7 +16,7 @@ def _record(name: str, level: int, msg: str, args: object, **extra: object) -> l
 
 
 def test_quiet_tasks__exactly_the_engines_periodic_tasks() -> None:
-    assert {task for _, task, _, _ in PERIODIC_TASKS} == QUIET_TASKS
+    assert {task for _, task, _, _ in periodic_tasks_shipped()} == QUIET_TASKS
 
 
 def test_quiet_filter__drops_periodic_info_lines_keeps_their_errors_and_every_other_task() -> None:

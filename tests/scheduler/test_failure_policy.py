@@ -10,6 +10,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from alerting.models import Alert
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.services import (
     StepNotMarkable,
@@ -20,7 +21,6 @@ from scheduler.services import (
     step_reply,
 )
 from scheduler.signals import step_struggling
-from supervisor.models import Alert
 from supervisor.services import step_expire_sweep
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 

@@ -5,7 +5,7 @@ replays it for that key, as real payment providers do. So after a definitive ref
 said no: nothing happened) the operator's resubmit must send under a new key generation, or the
 cause fixed changes nothing; after an ambiguous outcome (a timeout: something may have happened)
 it must keep the key, so the remote deduplicates it. Every action goes through the audited
-operator service, as the admin calls it (supervisor/operator.py).
+operator service, as the admin calls it (ops/run_services.py).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from ops import bulk, run_services
+from ops.audit import OperatorRefused
+from ops.models import OperatorAction
 from sastools.harness import wait_for
 from scheduler.models import Run, Step, TaskExecutionHistory
-from supervisor import operator
-from supervisor.models import OperatorAction
 
 from ..e2e.helpers import step, submit_order, wait_run, wait_step_state
 
@@ -61,13 +62,13 @@ def _failed_refund(engine: Any, demo_user: Any) -> tuple[Run, Step]:
 
 
 def _resubmit_refund(run: Run, refund: Step, user: Any) -> OperatorAction:
-    return operator.step_resubmit(
+    return run_services.step_resubmit(
         step_id=refund.pk, user=user, reason="payment provider fixed the account", seen=refund.updated_at
     )
 
 
 def _resume_run(run: Run, refund: Step, user: Any) -> OperatorAction:
-    return operator.run_resume_compensation_by_operator(
+    return run_services.run_resume_compensation_by_operator(
         run_id=run.pk, user=user, reason="payment provider fixed the account", seen=run.updated_at
     )
 
@@ -132,7 +133,7 @@ def test_charge_refused_for_good__cause_fixed__forward_resubmit_in_place_complet
         first_key = charge.idempotency_key
         engine.sim.set_faults("payment", permanent_rate=0.0)  # the cause fixed
 
-        operator.step_resubmit(
+        run_services.step_resubmit(
             step_id=charge.pk, user=ops_user, reason="provider fixed the declines", seen=charge.updated_at
         )
 
@@ -176,10 +177,10 @@ def test_refund_timed_out__operator_retries_now__same_key__the_remote_dedupes_on
         if row.process_state != Step.State.PENDING or row.failure_count == 0:
             return None
         try:
-            return operator.step_compensation_retry(
+            return run_services.step_compensation_retry(
                 step_id=row.pk, user=ops_user, reason="payment latency fixed", seen=row.updated_at
             )
-        except operator.OperatorRefused:
+        except OperatorRefused:
             return None  # claimed meanwhile: its next backoff
 
     entry = wait_for(retry_now, timeout=60, what="the refund waiting out its backoff, retried now")
@@ -208,7 +209,7 @@ def test_bulk_dry_run__declined_card_marked_would_be_refused_again__left_out_unl
     now = timezone.now()
     since, until = now - timedelta(hours=1), now + timedelta(minutes=5)
 
-    plan = {i.run_id: i for i in operator.bulk_resubmit_plan(reason="refused (4", since=since, until=until)}
+    plan = {i.run_id: i for i in bulk.bulk_resubmit_plan(reason="refused (4", since=since, until=until)}
 
     card, shipping = plan[str(declined.run_id)], plan[str(rejected.run_id)]
     assert card.plan == "skip" and "refused again" in card.why  # a declined card stays declined
@@ -216,14 +217,12 @@ def test_bulk_dry_run__declined_card_marked_would_be_refused_again__left_out_unl
     assert (shipping.plan, shipping.repeats) == ("resubmit_run", "")
     picked = {
         i.run_id: i
-        for i in operator.bulk_resubmit_plan(
-            reason="refused (4", since=since, until=until, include_repeats=True
-        )
+        for i in bulk.bulk_resubmit_plan(reason="refused (4", since=since, until=until, include_repeats=True)
     }
     assert picked[str(declined.run_id)].plan == "resubmit_run"
     assert picked[str(declined.run_id)].repeats == "card_declined"
 
-    outcomes = operator.bulk_resubmit(
+    outcomes = bulk.bulk_resubmit(
         tokens=[i.token for i in plan.values() if i.plan != "skip"],
         user=ops_user,
         reason="shipping fixed",

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from alerting.models import Alert, AlertRule
 from alerting.services import alert_rules_evaluate
-from supervisor.models import Alert, AlertRule
 
 from ..alerting.conftest import job, run
 from ..orders.conftest import make_user

@@ -7,9 +7,9 @@ from typing import Any
 from django.test import Client
 from rest_framework.test import APIClient
 
+from alerting.models import Alert
 from sastools.harness import wait_for
 from scheduler.models import Run, RunEvent
-from supervisor.models import Alert
 from webhooks.models import WebhookDelivery
 from webhooks.workflows import WEBHOOK_WORKFLOW
 

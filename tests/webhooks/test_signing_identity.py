@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from alerting.models import Alert, AlertRule
 from alerting.webhook import ALERT_WEBHOOK_WORKFLOW, alert_webhook_deliver
 from orders.services import order_submit
 from scheduler.models import Run, Step
 from scheduler.services import run_submit, step_claim_due
-from supervisor.models import Alert, AlertRule
 from webhooks.models import WebhookDelivery
 from webhooks.services import webhook_secret_get_or_create
 from webhooks.signing import signature_verify

@@ -6,11 +6,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from supervisor.periodic import PERIODIC_TASKS, periodic_tasks_ensure
+from supervisor.periodic import periodic_tasks_ensure, periodic_tasks_shipped
 
 
 class Command(BaseCommand):
-    help = "Create the supervisor sweep and scheduler tick periodic tasks (django-celery-beat)."
+    help = "Create every shipped periodic task (django-celery-beat): the engine's and each app's."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--reset", action="store_true", help="restore intervals an operator changed")
@@ -27,4 +27,6 @@ class Command(BaseCommand):
                 f"periodic tasks {'reset' if options['reset'] else 'created'}: {', '.join(touched)}"
             )
         else:  # already there: the migration creates them, so this is also a new database's case
-            self.stdout.write(f"periodic tasks in place: {', '.join(name for name, *_ in PERIODIC_TASKS)}")
+            self.stdout.write(
+                f"periodic tasks in place: {', '.join(name for name, *_ in periodic_tasks_shipped())}"
+            )

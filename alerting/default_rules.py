@@ -1,5 +1,6 @@
-"""The operator alert rules that ship, created by a data migration (supervisor 0006) and then
-edited in the admin (an edited or deleted rule is never overwritten)."""
+"""The operator alert rules that ship, created by a data migration (supervisor 0006, from when the
+alert models were the supervisor's) and then edited in the admin (an edited or deleted rule is
+never overwritten)."""
 
 from __future__ import annotations
 

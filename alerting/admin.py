@@ -1,6 +1,6 @@
 """Operator alerts and alert rules. Alerts: open ones first; acknowledging is the only change an
 operator makes (an alert resolves itself when its condition clears). Rules: edited here (the
-shipped ones come from a data migration, supervisor/default_rules.py)."""
+shipped ones come from a data migration, alerting/default_rules.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from scheduler.admin import OPERATE_PERMISSION, run_link
 from scheduler.permissions import staff_may
 
 from .models import Alert, AlertRule
-from .operator import alert_acknowledge
 from .rules import alert_rules_enable_refusal
+from .transitions import alert_acknowledge
 
 
 class AlertStatusFilter(admin.SimpleListFilter):
@@ -144,7 +144,7 @@ class AlertAdmin(ReadOnlyAdmin):
 
 class AlertRuleAdminForm(forms.ModelForm):
     """The rule's fields (their validators: no control character in the name, addresses in the
-    recipients), and the platform's cap when the rule becomes enabled (supervisor/rules.py)."""
+    recipients), and the platform's cap when the rule becomes enabled (alerting/rules.py)."""
 
     class Meta:
         model = AlertRule

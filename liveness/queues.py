@@ -1,6 +1,6 @@
 """How many messages wait in a Celery queue, read from the broker - the one reader of queue
-depth, whichever the broker (issue 27): the engine-health page and /metrics (ops/queues.py) and
-the alert rule "a queue with work and no consumer" (alerting/conditions.py) both call it.
+depth, whichever the broker (issue 27): the engine-health page and /metrics (`queue_statuses`,
+below) and the alert rule "a queue with work and no consumer" (alerting/conditions.py) call it.
 
 - Redis: LLEN of each queue's lists, its priority sub-queues included, under the broker's
   global key prefix (one pipeline); with `oldest`, the age of each list's tail message too.
@@ -8,6 +8,9 @@ the alert rule "a queue with work and no consumer" (alerting/conditions.py) both
   unacked ones; no age - AMQP cannot peek without consuming). A queue not declared yet has none.
 
 Any failure (broker down, another scheme) raises `BrokerUnreadable`, one type the callers catch.
+
+`queue_statuses` is the queues as an operator sees them: depth, oldest message and consumers
+alive (liveness/heartbeat.py) of every engine queue, for the engine-health page and /metrics.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
 from sasproject.redis_client import get_redis
+
+from .heartbeat import consumers_alive
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +123,44 @@ def queue_depths(*, names: Sequence[str], oldest: bool = False) -> Depths:
         return _amqp_depths(names)
     except Exception as exc:  # redis, kombu, amqp and socket errors alike: one type for callers
         raise BrokerUnreadable(f"broker unreachable: {exc.__class__.__name__}") from exc
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    name: str
+    depth: int | None  # None: the broker could not be read
+    oldest_age: float | None  # seconds since the oldest waiting message was published
+    consumers: int  # workers heard from within CONSUMER_STALE seconds
+    error: str = ""
+
+    @property
+    def stalled(self) -> bool:
+        """Work waits and nobody consumes it: the health page shows the row red."""
+        return bool(self.depth) and self.consumers == 0
+
+
+def queue_names() -> list[str]:
+    """Every queue the engine routes to (settings.SAS_QUEUES = CELERY_TASK_QUEUES)."""
+    return list(settings.SAS_QUEUES)
+
+
+def queue_statuses(*, oldest: bool = True) -> list[QueueStatus]:
+    """Depth, oldest message age and live consumers of every engine queue. Never raises: an
+    unreadable broker leaves depth None (with the error), unreadable heartbeats count 0."""
+    names = queue_names()
+    try:
+        consumers = consumers_alive(queues=names)
+    except Exception:
+        logger.warning("cannot read the consumers' heartbeats (Redis)", exc_info=True)
+        consumers = dict.fromkeys(names, 0)
+    error = ""
+    try:
+        depths = queue_depths(names=names, oldest=oldest)
+    except BrokerUnreadable as exc:
+        logger.warning("cannot read the queues from the broker", exc_info=True)
+        depths, error = {}, str(exc)
+    statuses = []
+    for name in names:
+        depth, age = depths.get(name, (None, None))
+        statuses.append(QueueStatus(name, depth, age, consumers.get(name, 0), error))
+    return statuses

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .alerts import alert_raise
 from .models import RuleKind
+from .transitions import alert_raise
 
 
 def on_step_errored(

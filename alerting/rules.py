@@ -1,7 +1,7 @@
 """The cap on enabled alert rules (issue 26, item 7): the evaluator reads at most
 SAS_ALERT_MAX_RULES enabled rules per tick (its cost is bounded), so a rule past the cap would be
 enabled and never evaluated. Instead a rule is not enabled past it: a customer's create
-(alerting/customer.py) and an operator's add, edit or list "enabled" tick (supervisor/admin.py)
+(alerting/customer.py) and an operator's add, edit or list "enabled" tick (alerting/admin.py)
 ask `alert_rules_enable_refusal`, written once here, and are refused with its message.
 
 Race-free: the count is taken under a transaction-scoped advisory lock, held until the caller's

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from supervisor.operator import steps_failed_matching, steps_failed_matching_queryset
+from ops.bulk import steps_failed_matching, steps_failed_matching_queryset
 
 pytestmark = pytest.mark.django_db
 

@@ -20,15 +20,15 @@ Layout (`<prefix>` is SAS_REDIS_PREFIX):
   any remote call (issue 26): `not_held` (no step of that operation is Processing under the
   request's lease - forged, replayed, or its run cancelled or deleted), `malformed`.
 - `<prefix>sas:metrics:supervisor` - hash: `retried`, `errored`, `requeued` recoveries.
-- `<prefix>sas:periodic:last_run` - hash: periodic task name -> epoch seconds of its last run,
-  written by the task itself when it ran (not beat's `last_run_at`, which lags by minutes).
+
+The periodic tasks' last runs are liveness/last_run.py's; moved here from scheduler/metrics.py
+(issue 27) so the engine, /metrics and alerting read one low room.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import time
 from collections.abc import Mapping
 
 from django.conf import settings
@@ -83,10 +83,6 @@ def supervisor_key() -> str:
     return f"{settings.REDIS_PREFIX}sas:metrics:supervisor"
 
 
-def periodic_key() -> str:
-    return f"{settings.REDIS_PREFIX}sas:periodic:last_run"
-
-
 def _enabled() -> bool:
     return bool(settings.SAS_MONITORING["METRICS"])
 
@@ -139,13 +135,3 @@ def supervisor_recoveries_add(counts: Mapping[str, int]) -> None:
         pipe.execute()
     except Exception:
         logger.warning("metrics: could not count the sweep's recoveries (Redis)", exc_info=True)
-
-
-def periodic_mark(*, task: str) -> None:
-    """Record that the periodic task `task` ran now, as the engine saw it (the health page and
-    /metrics read it). Written even with SAS_METRICS off: it is the periodic tasks' health
-    signal, which Flower no longer shows (their task events are off)."""
-    try:
-        get_redis().hset(periodic_key(), task, f"{time.time():.3f}")
-    except Exception:
-        logger.warning("could not record the last run of %s (Redis)", task, exc_info=True)
