@@ -1,35 +1,54 @@
 """Step outputs on the customer's pages and API, for a job with 10,000 runs (issue 28 item 2).
 
     SAS_BENCH_DB=benchoutputs python bench/outputs.py [--runs 10000] [--body-bytes 4096] [--samples 300]
+                                                     [--rounds 2] [--baseline /tmp/sas-main]
 
 Builds its own database (SAS_BENCH_DB, migrated to this branch's schema): one customer, one
 `http.call` job, and --runs runs of it, each with its one step Processed and its result as the
 `http.call` agent stores it (status, content type, the kept headers, a body of --body-bytes of
 incompressible text - 4096 is SAS_HTTP_JOB_RESPONSE_MAX_BYTES, the most the agent keeps - and
 body_truncated) and its history rows. The first run is made by the services (job_run_now and a
-real reply); the others are copies of it in SQL with their own ids, keys and times.
+real reply); the others are copies of it in SQL with their own ids, keys and times; then VACUUM
+ANALYZE, as autovacuum leaves a table after a bulk insert.
 
-Then, warm cache, in this process through Django's test client (the whole view, template and
-serializer; no HTTP server), it times --samples requests of each of: the run page of a random run,
-the job page (its first runs page, and its last), the runs API (first page and last page, with a
-real API token) and the progress API, and prints p50 / p99. Then the storage an output adds:
+Then, warm cache, in a process of its own through Django's test client (the whole view, template
+and serializer; no HTTP server), it times --samples requests of each of: the run page of a random
+run, the job page (its first runs page, and its last), the runs API (first page and last page,
+with a real API token) and the progress API, and prints p50 / p99 of the wall clock, the p50 of
+the process's CPU (what a shared machine's load moves least) and the queries a request makes.
+With --baseline (a checkout of other code, e.g. main's: `git archive main | tar -x -C
+/tmp/sas-main`), that code fills a database of its own the same way (SAS_BENCH_DB + "_baseline",
+migrated by its own migrations: its indexes, not this branch's) and serves the same requests, the
+two measured in turn for --rounds rounds, the order alternating (issue 28's before / after in one
+run). Every fill, measurement and clean-up runs in a process of its own with its code's modules
+(--code). Then the storage an output adds:
 pg_column_size of the stored result (and of its headers), and pg_total_relation_size of the
-results alone and of the step table, per run. Last, the same requests again with every result
-set NULL (nothing to show): the difference is what showing outputs costs.
+results alone and of the step table, per run. Last, the same requests again (one round) with
+every result set NULL (nothing to show): the difference is what showing outputs costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The code measured: this checkout, or (a variant's process, --code) another one - say main's,
+# `git archive main | tar -x -C /tmp/sas-main` - whose jobs/, scheduler/, templates serve the
+# requests against the same database.
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]) if "--code" in sys.argv else Path(__file__).parent.parent
+sys.path.insert(0, str(CODE.resolve()))
 
-from bench.common import bench_environment, fmt_ms, percentile, print_table
+from bench.common import BENCH_DB, bench_environment, fmt_ms, percentile, print_table  # noqa: E402
+
+REPO_DIR = Path(__file__).resolve().parent.parent
 
 
 def _columns(table: str) -> list[str]:
@@ -115,7 +134,9 @@ def _clone(*, template_run: Any, copies: int, body_bytes: int) -> None:
             "JOIN scheduler_step s2 ON s2.run_id = m.run_id WHERE h.run_id = %s",
             [template_run.pk],
         )
-        cursor.execute("ANALYZE scheduler_run, scheduler_step, scheduler_taskexecutionhistory")
+        # As autovacuum leaves tables after a bulk insert (its insert threshold): statistics, and
+        # the visibility map that lets an index-only scan skip the heap.
+        cursor.execute("VACUUM ANALYZE scheduler_run, scheduler_step, scheduler_taskexecutionhistory")
 
 
 def fill(*, runs: int, body_bytes: int) -> tuple[Any, Any, str]:
@@ -184,17 +205,113 @@ def _echo_url() -> str:
     return os.environ["SIMULATOR_URL"].rstrip("/") + "/echo"
 
 
-def time_requests(get: Any, urls: list[str], *, samples: int, **extra: Any) -> list[float]:
-    times = []
+def _cases(job_id: int, picked: list[Any], runs: int) -> list[tuple[str, str, list[str]]]:
+    """(name, client, URLs) of the requests timed."""
+    last = -(-runs // 20)
+    return [
+        ("run page (random run)", "web", [f"/jobs/{job_id}/runs/{r}/" for r in picked]),
+        ("job page, runs page 1", "web", [f"/jobs/{job_id}/"]),
+        (f"job page, runs page {last} (last)", "web", [f"/jobs/{job_id}/?runs={last}"]),
+        ("runs API, page 1", "api", [f"/api/jobs/{job_id}/runs/"]),
+        (f"runs API, page {last} (last)", "api", [f"/api/jobs/{job_id}/runs/?page={last}"]),
+        ("progress API (random run)", "api", [f"/api/runs/{r}/progress/" for r in picked]),
+    ]
+
+
+def time_requests(get: Any, urls: list[str], *, samples: int) -> dict[str, Any]:
+    """Wall-clock and CPU (this process: view, ORM, template) seconds of `samples` requests after
+    a warm-up, and the queries the first one made."""
+    from django.db import connection
+
     for url in urls[:5]:  # warm-up: plans, templates, caches
-        get(url, secure=True, **extra)
+        get(url, secure=True)
+    statements: list[str] = []
+
+    def counted(execute: Any, sql: str, *rest: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, *rest)
+
+    with connection.execute_wrapper(counted):
+        get(urls[0], secure=True)
+    wall, cpu = [], []
     for i in range(samples):
         url = urls[i % len(urls)]
-        began = time.perf_counter()
-        response = get(url, secure=True, **extra)
-        times.append(time.perf_counter() - began)
+        began, began_cpu = time.perf_counter(), time.process_time()
+        response = get(url, secure=True)
+        wall.append(time.perf_counter() - began)
+        cpu.append(time.process_time() - began_cpu)
         assert response.status_code == 200, (url, response.status_code)
-    return times
+    return {"wall": wall, "cpu": cpu, "queries": len(statements)}
+
+
+def measure(*, job_id: int, key: str, runs: int, samples: int) -> dict[str, Any]:
+    """Every case, timed in this process through Django's test client."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from scheduler.models import Run
+
+    run_ids = sorted(Run.objects.filter(job_id=job_id).values_list("pk", flat=True))
+    random.seed(28)
+    picked = random.sample(run_ids, min(len(run_ids), 200))
+    web = Client()
+    web.force_login(get_user_model().objects.get(username="outputs-bench"))
+    clients = {"web": web, "api": Client(HTTP_AUTHORIZATION=f"Token {key}")}
+    return {
+        name: time_requests(clients[client].get, urls, samples=samples)
+        for name, client, urls in _cases(job_id, picked, runs)
+    }
+
+
+def _child(variant: Variant, args: argparse.Namespace, *mode: str) -> dict[str, Any]:
+    """This script in a process of its own, running `variant`'s product code (its bench/common.py,
+    settings and templates too) against `variant`'s database; its RESULT line."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--code", str(variant.code), *mode]
+    command += [
+        "--runs",
+        str(args.runs),
+        "--samples",
+        str(args.samples),
+        "--body-bytes",
+        str(args.body_bytes),
+    ]
+    env = {**os.environ, "SAS_BENCH_DB": variant.database}
+    done = subprocess.run(command, cwd=variant.code, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{variant.name} {' '.join(mode)} failed:\n{done.stdout}\n{done.stderr}")
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return dict(json.loads(line.removeprefix("RESULT ")))
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    code: Path
+    database: str
+
+
+def _figures(results: list[dict[str, Any]], case: str) -> str:
+    wall = [t for r in results for t in r[case]["wall"]]
+    cpu = [t for r in results for t in r[case]["cpu"]]
+    queries = results[0][case]["queries"]
+    return (
+        f"p50 {fmt_ms(percentile(wall, 0.5))} / p99 {fmt_ms(percentile(wall, 0.99))}, "
+        f"CPU p50 {fmt_ms(percentile(cpu, 0.5))}, {queries} queries"
+    )
+
+
+def _compare(variants: list[Variant], args: argparse.Namespace, filled: dict[str, Any], rounds: int) -> None:
+    """Each variant `rounds` times, the order alternating (the machine's drift falls on both);
+    each case's samples of all rounds together."""
+    results: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
+    for round_ in range(rounds):
+        for v in variants if round_ % 2 == 0 else list(reversed(variants)):
+            ids = filled[v.name]
+            mode = ("--measure", "--job-id", str(ids["job_id"]), "--key", ids["key"])
+            results[v.name].append(_child(v, args, *mode))
+    for case in results[variants[0].name][0]:
+        print(f"  {case}")
+        print_table([(f"  {v.name}", _figures(results[v.name], case)) for v in variants])
 
 
 def storage() -> dict[str, float]:
@@ -230,15 +347,19 @@ def storage() -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=10_000)
-    parser.add_argument("--body-bytes", type=int, default=4096)
-    parser.add_argument("--samples", type=int, default=300)
-    args = parser.parse_args()
-    bench_environment()
+def _null_results() -> None:
+    """Every result NULL (nothing to show): what showing outputs costs is the difference."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE scheduler_step SET result = NULL")
+        cursor.execute("VACUUM ANALYZE scheduler_step")
+
+
+def _in_variant(args: argparse.Namespace) -> dict[str, Any]:
+    """What a variant's process was asked to do (--fill, --measure or --null-results)."""
+    bench_environment(migrate=args.fill)
     from django.conf import settings
-    from django.test import Client
 
     # Production serves hashed names from collectstatic's manifest; no collectstatic here: the
     # plain storage (a path join, like the manifest's dict lookup) renders the same pages.
@@ -246,50 +367,73 @@ def main() -> None:
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+    if args.fill:
+        began = time.perf_counter()
+        _user, job, key = fill(runs=args.runs, body_bytes=args.body_bytes)
+        took = time.perf_counter() - began
+        return {
+            "job_id": job.pk,
+            "key": key,
+            "seconds": took,
+            "storage": storage(),
+            **page_bytes(job.pk, key),
+        }
+    if args.null_results:
+        _null_results()
+        return {}
+    return measure(job_id=args.job_id, key=args.key, runs=args.runs, samples=args.samples)
 
-    from scheduler.models import Run
 
-    began = time.perf_counter()
-    user, job, key = fill(runs=args.runs, body_bytes=args.body_bytes)
-    took = time.perf_counter() - began
-    print(f"filled {args.runs} runs with {args.body_bytes}-byte bodies in {took:.1f} s")
-    run_ids = list(Run.objects.filter(job=job).values_list("pk", flat=True))
-    random.seed(28)
-    picked = random.sample(run_ids, min(len(run_ids), 200))
-    web = Client()
-    web.force_login(user)
-    api = Client(HTTP_AUTHORIZATION=f"Token {key}")
-    last = -(-args.runs // 20)
-    rows: list[tuple[str, Any]] = []
-    cases = [
-        ("run page (random run)", web.get, [f"/jobs/{job.pk}/runs/{r}/" for r in picked]),
-        ("job page, runs page 1", web.get, [f"/jobs/{job.pk}/"]),
-        (f"job page, runs page {last} (last)", web.get, [f"/jobs/{job.pk}/?runs={last}"]),
-        ("runs API, page 1", api.get, [f"/api/jobs/{job.pk}/runs/"]),
-        (f"runs API, page {last} (last)", api.get, [f"/api/jobs/{job.pk}/runs/?page={last}"]),
-        ("progress API (random run)", api.get, [f"/api/runs/{r}/progress/" for r in picked]),
-    ]
-    for name, get, urls in cases:
-        times = time_requests(get, urls, samples=args.samples)
-        rows.append((name, f"p50 {fmt_ms(percentile(times, 0.5))}  p99 {fmt_ms(percentile(times, 0.99))}"))
-    sample = api.get(f"/api/jobs/{job.pk}/runs/", secure=True).json()
-    output = sample["results"][0]["outputs"][0]
-    rows.append(("runs API page, bytes", len(api.get(f"/api/jobs/{job.pk}/runs/", secure=True).content)))
-    rows.append(("one output's excerpt, bytes", len(output["excerpt"].encode())))
-    print_table(rows)
-    print_table([(k, f"{v:,.0f}" if isinstance(v, int | float) else v) for k, v in storage().items()])
-    # The same requests with nothing to show (every result NULL): what showing outputs costs.
-    from django.db import connection
+def page_bytes(job_id: int, key: str) -> dict[str, int]:
+    from django.test import Client
 
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE scheduler_step SET result = NULL")
-        cursor.execute("ANALYZE scheduler_step")
-    baseline: list[tuple[str, Any]] = []
-    for name, get, urls in cases:
-        times = time_requests(get, urls, samples=args.samples)
-        line = f"p50 {fmt_ms(percentile(times, 0.5))}  p99 {fmt_ms(percentile(times, 0.99))}"
-        baseline.append((f"{name}, no outputs", line))
-    print_table(baseline)
+    sample = Client(HTTP_AUTHORIZATION=f"Token {key}").get(f"/api/jobs/{job_id}/runs/", secure=True)
+    output = sample.json()["results"][0]["outputs"][0]
+    return {
+        "runs API page, bytes": len(sample.content),
+        "one output's excerpt, bytes": len(output["excerpt"].encode()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--body-bytes", type=int, default=4096)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every variant, with outputs")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of the code to compare with (e.g. main's, from git archive): it fills a "
+        "database of its own (SAS_BENCH_DB + '_baseline', its own migrations) and is measured in "
+        "turn with this one",
+    )
+    # A variant's process (see _child).
+    parser.add_argument("--code", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--fill", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--null-results", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--job-id", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fill or args.measure or args.null_results:
+        print("RESULT " + json.dumps(_in_variant(args)))
+        return
+
+    variants = [Variant("this checkout", REPO_DIR, BENCH_DB)]
+    if args.baseline is not None:
+        variants.append(Variant("baseline", args.baseline.resolve(), f"{BENCH_DB}_baseline"))
+    filled = {v.name: _child(v, args, "--fill") for v in variants}
+    ours = filled[variants[0].name]
+    print(f"filled {args.runs} runs with {args.body_bytes}-byte bodies in {ours['seconds']:.1f} s")
+    print(f"with outputs ({args.rounds} rounds of {args.samples} requests a case and variant):")
+    _compare(variants, args, filled, args.rounds)
+    print_table([(k, ours[k]) for k in ("runs API page, bytes", "one output's excerpt, bytes")])
+    print_table([(k, f"{v:,.0f}") for k, v in ours["storage"].items()])
+    for v in variants:
+        _child(v, args, "--null-results")
+    print("no outputs (1 round):")
+    _compare(variants, args, filled, 1)
 
 
 if __name__ == "__main__":

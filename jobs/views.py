@@ -27,11 +27,20 @@ from alerting.customer import (
     customer_rules_with_state,
 )
 from alerting.models import AlertRule
-from reports.timeline import run_timeline
-from scheduler.dispatcher.selectors import job_get, job_history, job_list, job_runs, job_schedule_text
+from reports.timeline import run_rows, run_timeline
+from scheduler.dispatcher.selectors import (
+    job_get,
+    job_get_counted,
+    job_history,
+    job_list,
+    job_owned,
+    job_runs,
+    job_schedule_text,
+)
 from scheduler.limits import LimitExceeded, RateLimited
 from scheduler.models import Job, Run, TaskExecutionHistory
-from scheduler.outputs import runs_outputs
+from scheduler.outputs import runs_outputs, steps_outputs
+from scheduler.paging import IdFirstPaginator
 from scheduler.permissions import staff_may
 from scheduler.services.jobs import (
     JobStateError,
@@ -194,15 +203,25 @@ def job_edit_view(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(request, job_id)
     owner_id = _user_id(request)
-    runs = Paginator(job_runs(owner_id=owner_id, job_id=job.pk), PAGE_SIZE).get_page(request.GET.get("runs"))
-    run_outputs = runs_outputs(owner_id=owner_id, runs=runs.object_list)
-    history = Paginator(job_history(owner_id=owner_id, job_id=job.pk), HISTORY_PAGE_SIZE).get_page(
-        request.GET.get("history")
+    try:
+        # With how many runs and history rows it has: the pagers' counts come with the job.
+        job = job_get_counted(owner_id=owner_id, job_id=job_id)
+    except Job.DoesNotExist:
+        raise Http404("No such job.") from None
+    # Deep pages read their ids first: the last of 10,000 runs reads no row it skips.
+    runs = IdFirstPaginator(
+        job_runs(owner_id=owner_id, job_id=job.pk), PAGE_SIZE, count=getattr(job, "runs_count", None)
     )
+    runs_page = runs.get_page(request.GET.get("runs"))
+    run_outputs = runs_outputs(owner_id=owner_id, runs=runs_page.object_list)
+    history = IdFirstPaginator(
+        job_history(owner_id=owner_id, job_id=job.pk),
+        HISTORY_PAGE_SIZE,
+        count=getattr(job, "history_count", None),
+    ).get_page(request.GET.get("history"))
     data = job_data(job)
-    rows = [run_data(r, outputs=run_outputs[r.pk]) for r in runs.object_list]
+    rows = [run_data(r, outputs=run_outputs[r.pk]) for r in runs_page.object_list]
     return render(
         request,
         "jobs/job_detail.html",
@@ -210,7 +229,7 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
             "job": job,
             "data": data,
             "input_json": json.dumps(job.input, sort_keys=True, ensure_ascii=False),
-            "runs_page": runs,
+            "runs_page": runs_page,
             "runs": rows,
             "history_page": history,
             # The same error again and again (a retried call answering 500) is one row, "7 times".
@@ -232,15 +251,20 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpResponse:
     """One run of the job: its state, steps and attempts (the raw errors too: the job is the
     user's own configuration, like an API client's)."""
-    job = _job_or_404(request, job_id)
+    try:
+        # Its name and zone only: none of the job page's annotations.
+        job = job_owned(owner_id=_user_id(request), job_id=job_id)
+    except Job.DoesNotExist:
+        raise Http404("No such job.") from None
     try:
         run = job_runs(owner_id=_user_id(request), job_id=job.pk).get(pk=run_id)
     except Run.DoesNotExist:
         raise Http404("No such run of this job.") from None
-    steps = [step_data(s, workflow=run.workflow) for s in run.steps.order_by("seq")]
+    # Its steps and their history rows, read once for the steps, outputs, attempts and timeline.
+    read = run_rows(run)
+    steps = [step_data(s, workflow=run.workflow) for s in read.steps]
     # The attempts (the decisions between them - retry, give up - are on the timeline).
-    history = run.history.select_related("step").filter(kind=TaskExecutionHistory.Kind.ATTEMPT)
-    history = history.order_by("started_at", "id")
+    history = [row for row in read.rows if row.kind == TaskExecutionHistory.Kind.ATTEMPT]
     data = run_data(run)
     return render(
         request,
@@ -250,7 +274,7 @@ def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpRe
             "run": data,
             "run_obj": run,
             # What its steps returned (excerpts; the whole through the download).
-            "outputs": runs_outputs(owner_id=_user_id(request), runs=[run])[run.pk],
+            "outputs": steps_outputs(run=run, steps=read.steps),
             "steps": steps,
             # Consecutive attempts of a step that ended the same way, as one row ("3 times").
             "attempts": repeats_grouped(
@@ -258,7 +282,7 @@ def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpRe
             ),
             # Every attempt, wait and recovery on one time axis, in the job's zone as the rest
             # of the page (raw errors in its hover texts: see above).
-            "timeline": run_timeline(run=run, now=timezone.now(), zone=job.timezone),
+            "timeline": run_timeline(run=run, now=timezone.now(), zone=job.timezone, read=read),
             # Refreshed while the run goes (jobs/static/jobs/live.js), as the order page is.
             "live": "off" if data["terminal"] else "fast",
         },

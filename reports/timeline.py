@@ -122,6 +122,29 @@ def _raw(operation: str, error: str) -> str:
     return error
 
 
+@dataclass(frozen=True)
+class RunRows:
+    """What a run's timeline is drawn from besides its events: its steps in order, and its
+    steps' history rows (attempts and the decisions between them) oldest first, each row's
+    `step` the step of `steps` (no query to reach it). A page that shows the steps and the
+    attempts too reads them once (`run_rows`) and passes them on (the job's run page)."""
+
+    steps: list[Step]
+    rows: list[TaskExecutionHistory]
+
+
+def run_rows(run: Run) -> RunRows:
+    """`RunRows` of `run`: two queries (its steps; its steps' history rows)."""
+    steps = list(Step.objects.filter(run_id=run.pk).order_by("seq"))
+    by_id = {step.pk: step for step in steps}
+    # A step's rows only: a job's attempt rows (kind "job", no step) are the run itself.
+    rows = list(History.objects.filter(run_id=run.pk, step__isnull=False).order_by("started_at", "id"))
+    for row in rows:
+        if row.step_id in by_id:
+            row.step = by_id[row.step_id]
+    return RunRows(steps=steps, rows=rows)
+
+
 def run_timeline(
     *,
     run: Run,
@@ -129,16 +152,17 @@ def run_timeline(
     error_text: ErrorText = _raw,
     group_repeats: bool = False,
     zone: str = "UTC",
+    read: RunRows | None = None,
 ) -> Timeline:
     """The timeline of `run` as of `now` (the database clock's now, for bars still open). With
     `group_repeats` (the customer's order page), consecutive attempts of a step that ended the
     same way with the same (shown) error are one bar, "attempts 1-18 ... 18 tries", and the
     waits between them are inside it. `zone`: the page's time zone (an IANA name the caller has
-    checked, e.g. the job's), for every time the timeline shows."""
+    checked, e.g. the job's), for every time the timeline shows. `read`: the run's steps and
+    rows if the caller has read them (`run_rows`), else they are read here."""
     tz = ZoneInfo(zone)
-    steps = list(Step.objects.filter(run_id=run.pk).order_by("seq"))
-    # A step's rows only: a job's attempt rows (kind "job", no step) are the run itself.
-    rows = list(History.objects.filter(run_id=run.pk, step__isnull=False).order_by("started_at", "id"))
+    read = read if read is not None else run_rows(run)
+    steps, rows = read.steps, read.rows
     events = list(RunEvent.objects.filter(run_id=run.pk).order_by("id"))
 
     # The run's state as people read it (scheduler/outcomes.py): Failed, not Compensated, when

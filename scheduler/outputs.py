@@ -129,16 +129,18 @@ def output_data(step: Step, *, workflow: str) -> dict[str, Any]:
     }
 
 
-def run_outputs(*, run: Run) -> list[dict[str, Any]]:
-    """The outputs of a run's forward steps that returned something, in step order. One query
-    (step_run_seq_unique serves it). Unscoped: for callers that checked the run is the user's."""
-    steps = Step.objects.filter(run_id=run.pk, kind=Step.Kind.FORWARD, result__isnull=False)
-    return [output_data(s, workflow=run.workflow) for s in steps.only(*_OUTPUT_COLUMNS).order_by("seq")]
+def steps_outputs(*, run: Run, steps: Iterable[Step]) -> list[dict[str, Any]]:
+    """The outputs of `run`'s forward steps that returned something, in step order, from its
+    steps as the caller read them (the run page and the progress API read a run's steps once,
+    for everything they show). Unscoped: for callers that checked the run is the user's."""
+    done = [s for s in steps if s.kind == Step.Kind.FORWARD and s.result is not None]
+    return [output_data(s, workflow=run.workflow) for s in sorted(done, key=lambda s: s.seq)]
 
 
 def runs_outputs(*, owner_id: int, runs: Iterable[Run]) -> dict[uuid.UUID, list[dict[str, Any]]]:
-    """`run_outputs` for a page of the owner's runs, in one query: run id -> its outputs (a run
-    of someone else's is left out, whatever the caller passed)."""
+    """The outputs of a page of the owner's runs (as `steps_outputs`), in one query
+    (step_run_seq_unique): run id -> its outputs (a run of someone else's is left out, whatever
+    the caller passed)."""
     workflows = {r.pk: r.workflow for r in runs}
     found: dict[uuid.UUID, list[dict[str, Any]]] = {pk: [] for pk in workflows}
     if not workflows:

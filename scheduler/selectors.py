@@ -20,12 +20,14 @@ from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet,
 from django.db.models.functions import Coalesce, Now
 
 from .models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
-from .outputs import run_outputs
+from .outputs import steps_outputs
 from .transitions import queries
 from .workflows import get_workflow, registered_workflows
 
 # Forward steps whose work was done (and maybe undone since): they count as progress.
 _DONE_STATES = (Step.State.PROCESSED, Step.State.COMPENSATING, Step.State.COMPENSATED)
+# A forward step's columns the progress reads: its state (done or not) and its output.
+_PROGRESS_STEP_COLUMNS = ("id", "run_id", "name", "seq", "kind", "process_state", "result")
 
 
 def count_per_run(queryset: QuerySet[Any]) -> Coalesce:
@@ -153,13 +155,16 @@ def run_progress_of(run: Run) -> dict[str, Any]:
     """What a long run has done and how fast: forward steps done / total; for its paginated
     steps (summed), pages and rows done / total, rows per second since the first page began and
     the estimated seconds left; for its heartbeat steps, their HeartbeatStatus rows; its error and
-    its steps' outputs (scheduler/outputs.py). Four indexed queries (steps, checkpoints, statuses,
-    outputs by run). Unscoped: callers that serve a user go
-    through `run_progress`."""
-    db_now = Run.objects.filter(pk=run.pk).values_list(Now(), flat=True).first()
-    forward = Step.objects.filter(run_id=run.pk, kind=Step.Kind.FORWARD)
-    steps_total = forward.count()
-    steps_done = forward.filter(process_state__in=_DONE_STATES).count()
+    its steps' outputs (scheduler/outputs.py). Three indexed queries by run: its forward steps
+    (counted and their outputs taken in Python: a run has a handful), checkpoints, statuses (with
+    the database clock's now). Unscoped: callers that serve a user go through `run_progress`."""
+    forward = list(
+        Step.objects.filter(run_id=run.pk, kind=Step.Kind.FORWARD)
+        .only(*_PROGRESS_STEP_COLUMNS)
+        .order_by("seq")
+    )
+    steps_total = len(forward)
+    steps_done = sum(1 for step in forward if step.process_state in _DONE_STATES)
     terminal = run.state in Run.TERMINAL_STATES
     checkpoints = list(Checkpoint.objects.filter(run_id=run.pk).order_by("step_id"))
     paged: dict[str, Any] | None = None
@@ -207,14 +212,17 @@ def run_progress_of(run: Run) -> dict[str, Any]:
             "heartbeats": status.heartbeats,
             "last_heartbeat_at": status.last_heartbeat_at.isoformat() if status.last_heartbeat_at else None,
             "seconds_since_heartbeat": (
-                round((db_now - status.last_heartbeat_at).total_seconds(), 1)
-                if status.last_heartbeat_at and db_now
+                round((status.db_now - status.last_heartbeat_at).total_seconds(), 1)
+                if status.last_heartbeat_at
                 else None
             ),
             "worker": status.worker,
             "complete_by": status.step.complete_by.isoformat() if status.step.complete_by else None,
         }
-        for status in HeartbeatStatus.objects.filter(run_id=run.pk).select_related("step").order_by("step_id")
+        for status in HeartbeatStatus.objects.filter(run_id=run.pk)
+        .select_related("step")
+        .annotate(db_now=Now())
+        .order_by("step_id")
     ]
     return {
         "run_id": str(run.pk),
@@ -228,7 +236,7 @@ def run_progress_of(run: Run) -> dict[str, Any]:
         "heartbeats": heartbeats,
         # Its outcome (issue 28): why it failed, and what its steps returned (excerpts).
         "error": run.error,
-        "outputs": run_outputs(run=run),
+        "outputs": steps_outputs(run=run, steps=forward),
     }
 
 

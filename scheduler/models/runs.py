@@ -78,7 +78,7 @@ class Run(models.Model):
         ),
     )
     # The job this run was produced by (seed 004), if any. A deleted job's runs stay (unlinked).
-    # No index of its own: run_job_created_idx (job_id, created_at) WHERE job_id IS NOT NULL.
+    # No index of its own: run_job_created_idx (job_id, created_at, id) WHERE job_id IS NOT NULL.
     job = models.ForeignKey(
         Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs", db_index=False
     )
@@ -114,10 +114,13 @@ class Run(models.Model):
             # Admin search and API lookups by correlation id (order id, `job:<id>`) are exact.
             models.Index(fields=["correlation_id"], name="run_correlation_idx"),
             # A job's runs newest first: its last run (the reports' jobs table reads one row
-            # per job through it) and its run history.
+            # per job through it) and its run history. The id, the pages' tie-breaker, makes
+            # the index the pages' whole order (no sort of the job's runs) and lets a page find
+            # its rows' ids from the index alone (scheduler/paging.py).
             models.Index(
                 "job",
                 models.F("created_at").desc(),
+                models.F("id").desc(),
                 name="run_job_created_idx",
                 condition=Q(job__isnull=False),
             ),
@@ -361,6 +364,15 @@ class Step(models.Model):
             models.Index(
                 fields=["finished_at"], name="step_error_finished_idx", condition=Q(process_state="error")
             ),
+            # "Did this run undo anything?" (scheduler/outcomes.py `run_undone`, asked for every
+            # run a job page, the runs API and the job list show): only compensation steps that
+            # reached Processed, a few rows however large the table grows. Without it the planner
+            # hashed a scan of the whole step table for each such query (bench/outputs.py).
+            models.Index(
+                fields=["run"],
+                name="step_undone_run_idx",
+                condition=Q(kind="compensation", process_state="processed"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -418,7 +430,8 @@ class TaskExecutionHistory(models.Model):
 
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
     # No indexes of their own: history_run_started_idx (run_id, started_at) and
-    # history_job_started_idx (job_id, started_at) WHERE job_id IS NOT NULL serve them.
+    # history_job_started_idx (job_id, started_at) WHERE job_id IS NOT NULL serve them
+    # (history_job_rows_idx a job's own rows).
     run = models.ForeignKey(
         Run, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_index=False
     )
@@ -454,6 +467,15 @@ class TaskExecutionHistory(models.Model):
             # A job's history, newest first (the API and admin filter by job).
             models.Index(
                 fields=["job", "-started_at"], name="history_job_started_idx", condition=Q(job__isnull=False)
+            ),
+            # The job page's and the API's history (`job_history`: the job's own rows, not its
+            # runs' attempts), in their order: its count and its pages read this index only.
+            models.Index(
+                "job",
+                models.F("started_at").desc(),
+                models.F("id").desc(),
+                name="history_job_rows_idx",
+                condition=Q(job__isnull=False, kind__in=["job", "operator"]),
             ),
             # A remote service's failure rate over a window (the alert rule, issue 21): the
             # attempts of that window only, never the whole history. Ended attempts only: a
