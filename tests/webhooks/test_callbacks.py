@@ -18,7 +18,7 @@ from agents.breaker import CircuitBreaker
 from agents.egress import UrlRefused
 from agents.http_call import HTTP_CALL_WORKFLOW
 from orders.models import Order
-from sasproject.settings import denied_defaults
+from sasproject.settings.env import denied_defaults
 from scheduler.models import Job, Run
 from webhooks.models import WebhookSubscription
 from webhooks.services import webhook_subscribe
