@@ -1,4 +1,4 @@
-"""The engine's transitions (scheduler/transitions.py, scheduler/sql/) on the real PostgreSQL."""
+"""The engine's transitions (scheduler/transitions/, scheduler/sql/) on the real PostgreSQL."""
 
 from __future__ import annotations
 
