@@ -26,7 +26,7 @@ from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
 from scheduler.serializers import StepOutputSerializer
-from scheduler.services.jobs import (
+from scheduler.services.job_input import (
     CATCHUP_WINDOW_MAX,
     CATCHUP_WINDOW_MESSAGE,
     JITTER_MAX,
