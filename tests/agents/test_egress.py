@@ -13,10 +13,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agents.base import PermanentFault, TransientFault, remote_post
 from agents.egress import HTTP_JOB_POLICY, EgressPolicy, UrlRefused, egress_config_errors, path_normalise
 from agents.egress_http import egress_request
+from agents.faults import PermanentFault, TransientFault
 from agents.http_call import http_call, validate_http_call_input
+from agents.remote import remote_post
 from sasproject.settings.env import denied_defaults
 from scheduler.workflows import WorkflowInputError
 from webhooks.destinations import CALLBACK_POLICY

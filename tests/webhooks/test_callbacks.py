@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 import pytest
 from django.test import Client
 
-from agents.base import PermanentFault, TransientFault
 from agents.breaker import CircuitBreaker
 from agents.egress import UrlRefused
+from agents.faults import PermanentFault, TransientFault
 from agents.http_call import HTTP_CALL_WORKFLOW
 from orders.models import Order
 from sasproject.settings.env import denied_defaults
