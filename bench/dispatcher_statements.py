@@ -56,7 +56,7 @@ CALLS: Counter[str] = Counter()
 
 def _statement_names() -> dict[str, str]:
     names = {}
-    for statements in (job_transitions.job_queries(), engine_transitions.queries()):
+    for statements in (job_transitions.job_queries(), engine_transitions.engine_queries()):
         for name, text in statements.items():
             names[text.strip()[:200]] = name
             names[_binary(text).decode().strip()[:200]] = name  # as bulk_rows sends it

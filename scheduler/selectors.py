@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce, Now
 
 from .models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
 from .outputs import run_outputs
-from .transitions import queries
+from .transitions import engine_queries
 from .workflows import get_workflow, registered_workflows
 
 # Forward steps whose work was done (and maybe undone since): they count as progress.
@@ -73,7 +73,8 @@ def step_request_held(*, step_id: int, lease: str, operation: str) -> HeldReques
     agent attempt asks this before its remote call)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            queries()["step_request_held"], {"step_id": step_id, "lease": lease, "operation": operation}
+            engine_queries()["step_request_held"],
+            {"step_id": step_id, "lease": lease, "operation": operation},
         )
         row = cursor.fetchone()
     if row is None:

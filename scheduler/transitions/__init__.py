@@ -50,8 +50,8 @@ from scheduler.transitions.statements import (
     QUERIES_FILE,
     SQL_DIR,
     SQLSTATE_RUN_OBSERVED,
+    engine_queries,
     install_functions,
-    queries,
 )
 from scheduler.transitions.steps import (
     AttemptOutcome,
@@ -101,9 +101,9 @@ __all__ = [
     "WrittenRun",
     "checkpoint_advance",
     "checkpoint_page_begin",
+    "engine_queries",
     "heartbeat_complete",
     "install_functions",
-    "queries",
     "reply_ignored",
     "run_end_compensation",
     "run_fail",

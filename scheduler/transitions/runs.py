@@ -12,7 +12,7 @@ from scheduler.sqlfiles import bulk_rows
 
 if TYPE_CHECKING:
     pass
-from scheduler.transitions.statements import _count, _json, _one, _rows, queries
+from scheduler.transitions.statements import _count, _json, _one, _rows, engine_queries
 
 # ---------------------------------------------------------------------------------------------
 # New runs in bulk
@@ -91,7 +91,7 @@ def runs_insert_many(*, new: NewRuns) -> dict[uuid.UUID, WrittenRun]:
     scheduled_for, job_attempt)) is not written, nor anything of it. Returns the runs written,
     by id. (A job occurrence's "started" history row is the jobs dispatcher's
     `job_history_open`.)"""
-    rows, _ = bulk_rows(queries()["runs_insert_many"], vars(new))
+    rows, _ = bulk_rows(engine_queries()["runs_insert_many"], vars(new))
     return {
         run_id: WrittenRun(run_id, int(step_id), created_at, event_pk, event_id, data)
         for run_id, step_id, event_pk, event_id, data, created_at in rows

@@ -27,7 +27,7 @@ SQLSTATE_RUN_OBSERVED = "SAS01"
 
 
 @cache
-def queries() -> dict[str, str]:
+def engine_queries() -> dict[str, str]:
     """The named statements of queries.sql, read once per process."""
     return named_statements(QUERIES_FILE)
 
@@ -49,7 +49,7 @@ def _json(value: Any) -> Any:
 
 def _one(name: str, params: dict[str, Any]) -> Any:
     with connection.cursor() as cursor:
-        cursor.execute(queries()[name], params)
+        cursor.execute(engine_queries()[name], params)
         row = cursor.fetchone()
     return None if row is None else row
 
@@ -60,8 +60,8 @@ def _scalar_json(name: str, params: dict[str, Any]) -> Any:
 
 
 def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return sql_rows(queries()[name], params)
+    return sql_rows(engine_queries()[name], params)
 
 
 def _count(name: str, params: dict[str, Any]) -> int:
-    return sql_count(queries()[name], params)
+    return sql_count(engine_queries()[name], params)
