@@ -150,6 +150,21 @@ class Run(models.Model):
         return self.state in self.TERMINAL_STATES
 
 
+def _pending_claim_index(*leading: str, name: str) -> models.Index:
+    """A partial index of Pending steps in the fair claim's order - per owner, highest priority
+    and earliest deadline first - after the `leading` columns (docs/fairness.md)."""
+    return models.Index(
+        *leading,
+        "owner_id",
+        models.F("priority").desc(),
+        models.F("deadline").asc(nulls_last=True),
+        "not_before",
+        "id",
+        name=name,
+        condition=Q(process_state="pending"),
+    )
+
+
 class StepState(models.TextChoices):
     # Not yet claimable: waits for the step before it (or, for a compensation, the one after).
     WAITING = "waiting", "Waiting"
@@ -319,28 +334,11 @@ class Step(models.Model):
             # The scheduler's claim: only Pending rows, per owner in claim order - the fair
             # claim (sas_step_pick) walks the owners that have Pending rows (a loose index
             # scan) and takes each one's head in claim order (docs/fairness.md).
-            models.Index(
-                "owner_id",
-                models.F("priority").desc(),
-                models.F("deadline").asc(nulls_last=True),
-                "not_before",
-                "id",
-                name="step_pending_owner_idx",
-                condition=Q(process_state="pending"),
-            ),
+            _pending_claim_index(name="step_pending_owner_idx"),
             # A reply's claim of one more step of its own operation (the slot it freed): the
             # same, within one operation, so a backlog of another operation's Pending rows is
             # never walked through (bench/saturation.py).
-            models.Index(
-                "operation",
-                "owner_id",
-                models.F("priority").desc(),
-                models.F("deadline").asc(nulls_last=True),
-                "not_before",
-                "id",
-                name="step_pending_op_owner_idx",
-                condition=Q(process_state="pending"),
-            ),
+            _pending_claim_index("operation", name="step_pending_op_owner_idx"),
             # Schedule-to-start: unstarted first steps of job occurrences, by when they expire
             # (only rows with a deadline: orders' steps never enter it).
             models.Index(
