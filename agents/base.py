@@ -191,7 +191,13 @@ class AgentTask(Task):
             first.outcome, first.error = record.outcome, record.error
         return result
 
-    def _perform(
+    def _perform(self, *, step_id: int, lease: str, attempt: int = 1, **request: Any) -> str:
+        # Every line this attempt logs (its tries, its reply's state change) names its step,
+        # lease and attempt (sasproject/logs.py: the JSON format's fields).
+        with log_context(step=step_id, lease=lease, attempt=attempt, operation=self.name):
+            return self._perform_attempt(step_id=step_id, lease=lease, attempt=attempt, **request)
+
+    def _perform_attempt(
         self,
         *,
         path: str,
@@ -203,34 +209,6 @@ class AgentTask(Task):
         attempt: int = 1,
         start_by: str | None = None,
         timeout: float | None = None,
-    ) -> str:
-        # Every line this attempt logs (its tries, its reply's state change) names its step,
-        # lease and attempt (sasproject/logs.py: the JSON format's fields).
-        with log_context(step=step_id, lease=lease, attempt=attempt, operation=self.name):
-            return self._perform_attempt(
-                path=path,
-                step_id=step_id,
-                lease=lease,
-                complete_by=complete_by,
-                idempotency_key=idempotency_key,
-                payload=payload,
-                attempt=attempt,
-                start_by=start_by,
-                timeout=timeout,
-            )
-
-    def _perform_attempt(
-        self,
-        *,
-        path: str,
-        step_id: int,
-        lease: str,
-        complete_by: str,
-        idempotency_key: str,
-        payload: dict[str, Any],
-        attempt: int,
-        start_by: str | None,
-        timeout: float | None,
     ) -> str:
         outer = datetime.fromisoformat(complete_by)
         started = timezone.now()
