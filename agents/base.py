@@ -417,38 +417,26 @@ class AgentTask(Task):
         record = _attempt.get()
         if record is not None:
             record.outcome, record.error = outcome, error[:500]
-        worker = scheduler_instance_id()
+        # The reply's fields, the same whichever way it travels (scheduler.reply's arguments).
+        fields: dict[str, Any] = {
+            "step_id": step_id,
+            "lease": lease,
+            "outcome": outcome,
+            "result": result,
+            "error": error,
+            "worker": scheduler_instance_id(),
+            "retry_after": retry_after,
+            "reached": reached,
+        }
         if settings.SAS["REPLY_MODE"] == "queue":
             # No `expires` on the reply: a reply that reaches the scheduler after complete-by
             # must still be read, so the reply service records it as ignored (history kind
             # late_reply) instead of Celery discarding it unseen. The fence makes it harmless.
-            current_app.send_task(
-                "scheduler.reply",
-                kwargs={
-                    "step_id": step_id,
-                    "lease": lease,
-                    "outcome": outcome,
-                    "result": result,
-                    "error": error,
-                    "worker": worker,
-                    "retry_after": retry_after,
-                    "reached": reached,
-                },
-                ignore_result=True,
-            )
+            current_app.send_task("scheduler.reply", kwargs=fields, ignore_result=True)
             return outcome
 
         def reply() -> str:
-            return step_reply(
-                step_id=step_id,
-                lease=lease,
-                outcome=outcome,  # type: ignore[arg-type]
-                result=result,
-                error=error,
-                worker=worker,
-                retry_after=retry_after,
-                reached=reached,
-            )
+            return step_reply(**fields)
 
         try:
             return reply()
