@@ -1,4 +1,6 @@
-"""The agent: one Celery task per remote operation, all sharing this base.
+"""The agent: one Celery task per remote operation, all sharing this base. Its faults are in
+`agents/faults.py`, the remote services' HTTP client in `agents/remote.py`, the loading of the
+step a request names in `agents/held.py`.
 
 An agent request carries step id, lease, complete-by, idempotency key and payload. The agent:
 - trusts only the state store (issue 26): before anything else it loads the step's payload,
@@ -26,18 +28,13 @@ An agent request carries step id, lease, complete-by, idempotency key and payloa
 from __future__ import annotations
 
 import logging
-import os
-import random
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 from celery import Task, current_app
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -45,40 +42,19 @@ from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from liveness.counters import agent_request_refused, attempt_observe
-from sasproject.json_input import json_parse
 from sasproject.logs import log_context
 from scheduler.attempts import StartMark, attempt_start_mark
 from scheduler.messages import agent_request_problem, message_step_label
-from scheduler.selectors import HeldRequest, step_request_held
+from scheduler.selectors import step_request_held
 from scheduler.services import scheduler_instance_id, step_reply
 
-from .breaker import CLOSED, HALF_OPEN, CircuitBreaker, Decision
+from .breaker import HALF_OPEN, CircuitBreaker, NoBreaker
 from .eager import claim_in_place, run_with_next_steps
-from .outbound import bounded_client, excerpt, read_bounded, total_deadline
+from .faults import PermanentFault, RetryPolicy, TransientFault
+from .held import request_loaded
+from .remote import remote_post
 
 logger = logging.getLogger(__name__)
-
-
-class TransientFault(Exception):
-    """Worth retrying: the service may succeed next time."""
-
-    # The call may have reached the service (a timeout after sending, a 5xx): it counts
-    # against the step's failure budget, and the step may need undoing.
-    reached = True
-
-
-class NotSentFault(TransientFault):
-    """Nothing reached the service (connection refused, connect timeout, no pooled connection
-    free): retrying is worth it, and the attempt costs no failure budget."""
-
-    reached = False
-
-
-class PermanentFault(Exception):
-    """The service refused for good (4xx): retrying cannot help."""
-
-
-TRANSIENT_STATUSES = {408, 425, 429}
 
 
 class AttemptFailed(Exception):
@@ -113,138 +89,6 @@ _task_attempt: ContextVar[_Attempt | None] = ContextVar("sas_agent_task_attempt"
 # When the task's message was published (the sas_sent_at header, sasproject/celery.py), for the
 # schedule-to-start histogram; None for a step run in place or a task called directly.
 _sent_at: ContextVar[float | None] = ContextVar("sas_agent_sent_at", default=None)
-
-_local = threading.local()
-
-
-def _http_client() -> httpx.Client:
-    """One pooled client per process (created after fork; prefork children must not share).
-    Its socket operations obey `total_deadline` (agents/outbound.py)."""
-    client: httpx.Client | None = getattr(_local, "client", None)
-    if client is None or getattr(_local, "pid", None) != os.getpid():
-        client = bounded_client(max_connections=20, max_keepalive=10)
-        _local.client = client
-        _local.pid = os.getpid()
-    return client
-
-
-def close_http_client() -> None:
-    """Close this thread's pooled client (worker shutdown, tests)."""
-    client: httpx.Client | None = getattr(_local, "client", None)
-    if client is not None:
-        client.close()
-        _local.client = None
-
-
-@contextmanager
-def transport_faults(what: str, *, timeout: float) -> Iterator[None]:
-    """Map httpx's transport errors of a call to `what` onto the agent's faults: nothing sent
-    (connection refused, connect timeout, no pooled connection free) -> NotSentFault; a timeout
-    or a broken connection after sending -> TransientFault."""
-    try:
-        yield
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-        raise NotSentFault(f"{what} unreachable: {exc.__class__.__name__}: {exc}") from exc
-    except httpx.TimeoutException as exc:
-        raise TransientFault(f"{what} timed out after {timeout:.2f}s") from exc
-    except httpx.TransportError as exc:
-        raise TransientFault(f"{what} unreachable: {exc.__class__.__name__}: {exc}") from exc
-
-
-def remote_post(
-    *, service: str, path: str, body: dict[str, Any], idempotency_key: str, timeout: float
-) -> Any:
-    """POST to a remote service. Returns the JSON body; raises TransientFault/PermanentFault.
-    The whole call ends within `timeout` and at most REMOTE_RESPONSE_MAX_BYTES of the answer are
-    read: a configured service is trusted with our requests, not with our workers' memory."""
-    url = settings.SAS["REMOTE_URLS"][service].rstrip("/") + path
-    limit = int(settings.SAS["REMOTE_RESPONSE_MAX_BYTES"])
-    with transport_faults(service, timeout=timeout), total_deadline(timeout):
-        client = _http_client()
-        request = client.build_request(
-            "POST",
-            url,
-            json=body,
-            headers={"Idempotency-Key": idempotency_key, "Accept-Encoding": "identity"},
-            timeout=httpx.Timeout(timeout),
-        )
-        response = client.send(request, stream=True)
-        try:
-            data, truncated = read_bounded(response, limit)
-        finally:
-            response.close()
-    status = response.status_code
-    if status >= 500 or status in TRANSIENT_STATUSES:
-        raise TransientFault(f"{service} answered {status}: {excerpt(data)}")
-    if status >= 400:
-        raise PermanentFault(f"{service} refused ({status}): {excerpt(data, 500)}")
-    if truncated:
-        raise TransientFault(f"{service} sent more than {limit} bytes")
-    try:
-        # The users' limits (depth, NUL, NaN): the answer goes into a jsonb column, and a deep
-        # one would exhaust the stack (sasproject/json_input.py).
-        return json_parse(data)
-    except ValueError as exc:
-        raise TransientFault(f"{service} sent a body that is not JSON we take ({exc})") from exc
-
-
-def _loaded(read: Callable[[], HeldRequest | None]) -> HeldRequest | None:
-    """`read()` on the process's connection; once more on a new one if that connection died
-    while idle (PostgreSQL restarted: workers do not health-check it before every task). A
-    pooled connection goes back to the pool once read (`_pooled_connection_returned`)."""
-    try:
-        held = read()
-    except (InterfaceError, OperationalError):
-        if connection.in_atomic_block or (connection.connection is not None and connection.is_usable()):
-            raise
-        logger.warning("database connection lost; loading the step again on a new one")
-        connection.close()
-        held = read()
-    _pooled_connection_returned()
-    return held
-
-
-def _pooled_connection_returned() -> None:
-    """Give the thread's pooled connection back (DATABASE_POOL_MAX_SIZE) before the remote call.
-    A pooled connection stays checked out by its thread until closed (the task's end), and the
-    request is loaded before a call of up to the step's timeout: the Procfile's agents-http runs
-    8 threads on a pool of 2, so 6 threads waited DATABASE_POOL_TIMEOUT for a connection, failed
-    with no reply, and their steps were held until taken back (issue 26's noisy neighbour test).
-    The reply takes one again for its one write. Not inside a transaction (eager runs, tests),
-    and a plain connection (no pool) is kept: closing it would cost a connect per task."""
-    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
-        connection.close()
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries inside one attempt (one claim). Between attempts the scheduler's backoff applies."""
-
-    max_tries: int = 4
-    base: float = 0.1
-    cap: float = 2.0
-    # Don't start a call with less time than this left: it could only time out.
-    min_call_window: float = 0.05
-
-    def delay(self, tries: int) -> float:
-        # Full jitter: https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/
-        return random.uniform(0, min(self.cap, self.base * (2 ** (tries - 1))))
-
-
-class NoBreaker:
-    """For an agent whose work is no remote service (a schedulable task run in-process): every
-    call is let through and nothing is counted."""
-
-    def allow(self, *, mark: StartMark | None = None) -> Decision:
-        if mark is not None:
-            mark.set()
-        return Decision(True, CLOSED, clean=True)
-
-    def record_failure(self) -> str:
-        return CLOSED
-
-    def record_success(self) -> None:
-        return None
 
 
 class AgentTask(Task):
@@ -302,7 +146,7 @@ class AgentTask(Task):
         here = claim_in_place(step_id=step_id, lease=lease, operation=self.name)
         if here is not None:
             return {**{k: v for k, v in kwargs.items() if k != "heartbeat"}, **here.message()}
-        held = _loaded(lambda: step_request_held(step_id=step_id, lease=lease, operation=self.name))
+        held = request_loaded(lambda: step_request_held(step_id=step_id, lease=lease, operation=self.name))
         if held is None:
             agent_request_refused(operation=self.name, reason="not_held")
             logger.warning(
@@ -347,7 +191,13 @@ class AgentTask(Task):
             first.outcome, first.error = record.outcome, record.error
         return result
 
-    def _perform(
+    def _perform(self, *, step_id: int, lease: str, attempt: int = 1, **request: Any) -> str:
+        # Every line this attempt logs (its tries, its reply's state change) names its step,
+        # lease and attempt (sasproject/logs.py: the JSON format's fields).
+        with log_context(step=step_id, lease=lease, attempt=attempt, operation=self.name):
+            return self._perform_attempt(step_id=step_id, lease=lease, attempt=attempt, **request)
+
+    def _perform_attempt(
         self,
         *,
         path: str,
@@ -360,34 +210,6 @@ class AgentTask(Task):
         start_by: str | None = None,
         timeout: float | None = None,
     ) -> str:
-        # Every line this attempt logs (its tries, its reply's state change) names its step,
-        # lease and attempt (sasproject/logs.py: the JSON format's fields).
-        with log_context(step=step_id, lease=lease, attempt=attempt, operation=self.name):
-            return self._perform_attempt(
-                path=path,
-                step_id=step_id,
-                lease=lease,
-                complete_by=complete_by,
-                idempotency_key=idempotency_key,
-                payload=payload,
-                attempt=attempt,
-                start_by=start_by,
-                timeout=timeout,
-            )
-
-    def _perform_attempt(
-        self,
-        *,
-        path: str,
-        step_id: int,
-        lease: str,
-        complete_by: str,
-        idempotency_key: str,
-        payload: dict[str, Any],
-        attempt: int,
-        start_by: str | None,
-        timeout: float | None,
-    ) -> str:
         outer = datetime.fromisoformat(complete_by)
         started = timezone.now()
         if started >= outer or (start_by is not None and started >= datetime.fromisoformat(start_by)):
@@ -399,14 +221,33 @@ class AgentTask(Task):
         deadline = min(outer, started + timedelta(seconds=timeout)) if timeout else outer
         # Marked started in the round trip of the first breaker check (or on its own, if the
         # attempt ends before it).
-        mark: StartMark | None = attempt_start_mark(
-            lease=lease, ttl_seconds=(outer - started).total_seconds() + 60
+        mark = attempt_start_mark(lease=lease, ttl_seconds=(outer - started).total_seconds() + 60)
+        return self._tries(
+            path=path,
+            step_id=step_id,
+            lease=lease,
+            idempotency_key=idempotency_key,
+            payload=payload,
+            deadline=deadline,
+            mark=mark,
         )
+
+    def _tries(
+        self,
+        *,
+        path: str,
+        step_id: int,
+        lease: str,
+        idempotency_key: str,
+        payload: dict[str, Any],
+        deadline: datetime,
+        mark: StartMark | None,
+    ) -> str:
+        """Tries of one attempt until a reply or `deadline`: breaker first, retries with backoff."""
         breaker = self.breaker(payload)
         policy = self.retry_policy
         tries = 0
         reached = False
-        last_error = ""
         try:
             while True:
                 remaining = (deadline - timezone.now()).total_seconds()
@@ -443,35 +284,18 @@ class AgentTask(Task):
                 except TransientFault as exc:
                     breaker.record_failure()
                     reached = reached or exc.reached
-                    if decision.state == HALF_OPEN:
-                        # This call was the open breaker's probe, and the service is still
-                        # down: the breaker's business, not the step's - no failure counted
-                        # (the step's whole deadline bounds the wait). It may have reached the
-                        # service, so the step stays one to compensate.
-                        return self._reply(
-                            step_id,
-                            lease,
-                            deadline,
-                            "deferred",
-                            error=f"probe failed, circuit open for {self.service}: {exc}",
-                            retry_after=self.breaker_retry_after(),
-                            reached=reached,
-                        )
-                    last_error = str(exc)
-                    logger.info("step %s try %d: %s", step_id, tries, exc)
-                    pause = policy.delay(tries)
-                    left = (deadline - timezone.now()).total_seconds()
-                    if tries >= policy.max_tries:
-                        if left > policy.min_call_window:
-                            outcome = "transient" if reached else "deferred"
-                            return self._reply(
-                                step_id, lease, deadline, outcome, error=last_error, retry_after=pause
-                            )
-                        return "deadline"
-                    if pause + policy.min_call_window >= left:
-                        logger.info("step %s: no time left for another try; no reply", step_id)
-                        return "deadline"
-                    time.sleep(pause)
+                    stop = self._transient_stop(
+                        exc,
+                        step_id,
+                        lease,
+                        deadline,
+                        tries=tries,
+                        reached=reached,
+                        probe=decision.state == HALF_OPEN,
+                    )
+                    if stop is not None:
+                        return stop
+                    time.sleep(policy.delay(tries))
                     continue
                 except SoftTimeLimitExceeded:
                     # The call was still running at the deadline: a timeout, for the breaker
@@ -486,6 +310,47 @@ class AgentTask(Task):
         except SoftTimeLimitExceeded:
             logger.warning("step %s: soft time limit hit at the deadline; no reply", step_id)
             return "deadline"
+
+    def _transient_stop(
+        self,
+        exc: TransientFault,
+        step_id: int,
+        lease: str,
+        deadline: datetime,
+        *,
+        tries: int,
+        reached: bool,
+        probe: bool,
+    ) -> str | None:
+        """After a try that ended in a transient fault: how the attempt ends (its reply's outcome,
+        or "deadline" for none), or None when there is time for another try after the backoff."""
+        policy = self.retry_policy
+        if probe:
+            # This call was the open breaker's probe, and the service is still down: the
+            # breaker's business, not the step's - no failure counted (the step's whole deadline
+            # bounds the wait). It may have reached the service, so the step stays one to
+            # compensate.
+            return self._reply(
+                step_id,
+                lease,
+                deadline,
+                "deferred",
+                error=f"probe failed, circuit open for {self.service}: {exc}",
+                retry_after=self.breaker_retry_after(),
+                reached=reached,
+            )
+        logger.info("step %s try %d: %s", step_id, tries, exc)
+        pause = policy.delay(tries)
+        left = (deadline - timezone.now()).total_seconds()
+        if tries >= policy.max_tries:
+            if left > policy.min_call_window:
+                outcome = "transient" if reached else "deferred"
+                return self._reply(step_id, lease, deadline, outcome, error=str(exc), retry_after=pause)
+            return "deadline"
+        if pause + policy.min_call_window >= left:
+            logger.info("step %s: no time left for another try; no reply", step_id)
+            return "deadline"
+        return None
 
     def _unexpected_reply(
         self,
@@ -552,38 +417,26 @@ class AgentTask(Task):
         record = _attempt.get()
         if record is not None:
             record.outcome, record.error = outcome, error[:500]
-        worker = scheduler_instance_id()
+        # The reply's fields, the same whichever way it travels (scheduler.reply's arguments).
+        fields: dict[str, Any] = {
+            "step_id": step_id,
+            "lease": lease,
+            "outcome": outcome,
+            "result": result,
+            "error": error,
+            "worker": scheduler_instance_id(),
+            "retry_after": retry_after,
+            "reached": reached,
+        }
         if settings.SAS["REPLY_MODE"] == "queue":
             # No `expires` on the reply: a reply that reaches the scheduler after complete-by
             # must still be read, so the reply service records it as ignored (history kind
             # late_reply) instead of Celery discarding it unseen. The fence makes it harmless.
-            current_app.send_task(
-                "scheduler.reply",
-                kwargs={
-                    "step_id": step_id,
-                    "lease": lease,
-                    "outcome": outcome,
-                    "result": result,
-                    "error": error,
-                    "worker": worker,
-                    "retry_after": retry_after,
-                    "reached": reached,
-                },
-                ignore_result=True,
-            )
+            current_app.send_task("scheduler.reply", kwargs=fields, ignore_result=True)
             return outcome
 
         def reply() -> str:
-            return step_reply(
-                step_id=step_id,
-                lease=lease,
-                outcome=outcome,  # type: ignore[arg-type]
-                result=result,
-                error=error,
-                worker=worker,
-                retry_after=retry_after,
-                reached=reached,
-            )
+            return step_reply(**fields)
 
         try:
             return reply()

@@ -210,3 +210,19 @@ class CircuitBreaker:
         if state not in (OPEN, CLOSED):
             raise ValueError("state must be open or closed")
         self._eval(_FORCE, state, float(seconds), by)
+
+
+class NoBreaker:
+    """For an agent whose work is no remote service (a schedulable task run in-process): every
+    call is let through and nothing is counted."""
+
+    def allow(self, *, mark: StartMark | None = None) -> Decision:
+        if mark is not None:
+            mark.set()
+        return Decision(True, CLOSED, clean=True)
+
+    def record_failure(self) -> str:
+        return CLOSED
+
+    def record_success(self) -> None:
+        return None

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from .base import NotSentFault, PermanentFault, transport_faults
 from .egress import EgressPolicy, UrlRefused
+from .faults import NotSentFault, PermanentFault, transport_faults
 from .outbound import bounded_client, read_bounded, total_deadline
 
 _local = threading.local()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-# A remote service's refusal (agents/base.py remote_post): "payment refused (402): {...}".
+# A remote service's refusal (agents/remote.py remote_post): "payment refused (402): {...}".
 REFUSED = re.compile(r"^\S+ refused \((?P<status>\d+)\): (?P<body>.*)$", re.DOTALL)
 # The service could not be used at that moment: a 5xx / 429, unreachable, timed out, a body we
 # do not take, or its circuit breaker open.
@@ -29,7 +29,7 @@ CANCELLED = re.compile(r"^cancelled by ")
 HTTP_ANSWERED = re.compile(
     r"^(?P<method>[A-Z]+) (?P<url>\S+) answered (?P<status>\d{3}): ?(?P<body>.*)$", re.DOTALL
 )
-# A transport fault of a call (agents/base.py transport_faults): "<what> unreachable: ...",
+# A transport fault of a call (agents/faults.py transport_faults): "<what> unreachable: ...",
 # "<what> timed out after 2.00s"; for an HTTP call, <what> is "GET https://host/path".
 HTTP_UNREACHABLE = re.compile(r"^(?:[A-Z]+ )?(?P<url>\S+) unreachable: ")
 HTTP_TIMED_OUT = re.compile(r"^(?:[A-Z]+ )?(?P<url>\S+) timed out after ")

@@ -39,9 +39,10 @@ from django.conf import settings
 
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
 
-from .base import TRANSIENT_STATUSES, AgentTask, PermanentFault, RetryPolicy, TransientFault
+from .base import AgentTask
 from .egress import HTTP_JOB_POLICY, URL_MAX_LENGTH, UrlRefused
 from .egress_http import egress_request, header_problem
+from .faults import TRANSIENT_STATUSES, PermanentFault, RetryPolicy, TransientFault
 from .outbound import excerpt
 
 HTTP_CALL_WORKFLOW = "http.call"

@@ -46,7 +46,8 @@ from scheduler.services import (
     step_reply,
 )
 
-from .base import AgentTask, PermanentFault
+from .base import AgentTask
+from .faults import PermanentFault
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,9 @@ from django.db import InterfaceError, OperationalError
 
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
 
-from .base import AgentTask, NoBreaker, PermanentFault, RetryPolicy, TransientFault
+from .base import AgentTask
+from .breaker import NoBreaker
+from .faults import PermanentFault, RetryPolicy, TransientFault
 
 logger = logging.getLogger(__name__)
 

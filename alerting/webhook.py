@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 from celery import shared_task
 from django.conf import settings
 
-from agents.base import PermanentFault
 from agents.egress import EgressPolicy, egress_policy_register
+from agents.faults import PermanentFault
 from alerting.models import Alert
 from scheduler.models import Step
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy

@@ -56,8 +56,8 @@ CALLS: Counter[str] = Counter()
 
 def _statement_names() -> dict[str, str]:
     names = {}
-    for module in (job_transitions, engine_transitions):
-        for name, text in module.queries().items():
+    for statements in (job_transitions.job_queries(), engine_transitions.engine_queries()):
+        for name, text in statements.items():
             names[text.strip()[:200]] = name
             names[_binary(text).decode().strip()[:200]] = name  # as bulk_rows sends it
     return names
@@ -143,7 +143,7 @@ def _explain(fraction: float, jobs: int, batch: int) -> None:
             connection.ensure_connection()
             with psycopg.Cursor(connection.connection) as cursor:
                 cursor.execute(
-                    _binary("EXPLAIN (ANALYZE, BUFFERS) " + job_transitions.queries()[name]), params
+                    _binary("EXPLAIN (ANALYZE, BUFFERS) " + job_transitions.job_queries()[name]), params
                 )
                 plan = [row[0] for row in cursor.fetchall()]
             transaction.set_rollback(True)

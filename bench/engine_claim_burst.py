@@ -121,8 +121,8 @@ def main() -> None:
             "UPDATE scheduler_run SET state = 'completed', finished_at = statement_timestamp()"
             " WHERE job_id IS NOT NULL AND state <> 'completed'"
         )
-        settles = _timed(lambda: job_transitions.job_runs_settle(limit=1000), args.settles)
-        print(_row("job_runs_settle(1000)", settles))
+        settles = _timed(lambda: job_transitions.job_runs_mark_settled(limit=1000), args.settles)
+        print(_row("job_runs_mark_settled(1000)", settles))
         print(
             f"ratio last/first claim: {claims[-1] / claims[0]:.2f}x;"
             f" settle ms per 1,000 runs at {fired:,} ended: {statistics.median(settles):,.0f}"

@@ -195,8 +195,8 @@ def redact(url: str) -> str:
 
 def dev_secret_key() -> str:
     """This checkout's own DJANGO_SECRET_KEY (`.devdata/django-secret-key`, made once, mode 0600).
-    A process with DEBUG off refuses the development key (settings.py, issue 19), and the
-    Procfile's workers and the benchmarks run with DEBUG off: they need a real one. Call it
+    A process with DEBUG off refuses the development key (sasproject/settings/production.py,
+    issue 19), and the Procfile's workers and the benchmarks run with DEBUG off: they need a real one. Call it
     under devdata_lock()."""
     return _dev_secret("django-secret-key")
 

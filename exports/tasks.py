@@ -11,7 +11,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from agents.base import PermanentFault
+from agents.faults import PermanentFault
 from agents.long import Beat, HeartbeatAgentTask
 from scheduler.models import HistoryStatus, TaskExecutionHistory
 from scheduler.outputs import output_export_text

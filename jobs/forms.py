@@ -33,7 +33,8 @@ from scheduler.limits import (
     LimitExceeded,
 )
 from scheduler.models import Job, OverlapPolicy
-from scheduler.services.jobs import CATCHUP_WINDOW_MAX, CATCHUP_WINDOW_MESSAGE, job_create, job_update
+from scheduler.services.job_input import CATCHUP_WINDOW_MAX, CATCHUP_WINDOW_MESSAGE
+from scheduler.services.jobs import job_create, job_update
 from scheduler.workflows import Workflow, WorkflowInputError, workflows_permitted
 
 from .errors import FIELD_TO_SERVICE, input_messages, split_errors

@@ -7,7 +7,7 @@ errors come back under the same field names (`errors.split_errors`)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from django.utils.dateparse import parse_datetime
@@ -26,7 +26,7 @@ from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
 from scheduler.models import HistoryStatus, OverlapPolicy, RunState
 from scheduler.serializers import StepOutputSerializer
-from scheduler.services.jobs import (
+from scheduler.services.job_input import (
     CATCHUP_WINDOW_MAX,
     CATCHUP_WINDOW_MESSAGE,
     JITTER_MAX,
@@ -63,11 +63,11 @@ class JobTimeField(serializers.DateTimeField):
         return value if value.tzinfo is None else super().enforce_timezone(value)
 
 
-@overload
-def in_zone(value: datetime, zone_name: str) -> datetime: ...
-@overload
-def in_zone(value: None, zone_name: str) -> None: ...
-def in_zone(value: datetime | None, zone_name: str) -> datetime | None:
+# A datetime stays a datetime, None stays None (one definition for both, no overloads).
+_MaybeDatetime = TypeVar("_MaybeDatetime", datetime, None)
+
+
+def in_zone(value: _MaybeDatetime, zone_name: str) -> _MaybeDatetime:
     """`value` as an instant: a naive one read in `zone_name` (left naive if the zone is bad: the
     service then names both the zone and the time)."""
     if value is None or value.tzinfo is not None or zone_error(zone_name):

@@ -9,7 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from sasproject.api_input import ClosedSerializer, StrictCharField
+from sasproject.api_input import ClosedSerializer, StrictCharField, StrictIntegerField
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 
 from .models import CURRENCIES
@@ -21,15 +21,6 @@ from .workflows import (
     amount_parse,
     callback_url_validator,
 )
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer, not "3" or 3.0 or true: wrong types are errors, not guesses."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return int(super().to_internal_value(data))
 
 
 @extend_schema_field(

@@ -32,7 +32,7 @@ User = AbstractBaseUser | AnonymousUser
 
 SQL_FILE = Path(__file__).resolve().parent / "sql" / "report.sql"
 
-# A run's outcome, in the order the charts stack them (the colours are in reports/charts.py).
+# A run's outcome, in the order the charts stack them (the colours are in reports/svg.py).
 OUTCOMES = ("completed", "compensated", "failed", "cancelled", "in_progress")
 OUTCOME_LABELS = {
     "completed": "Completed",

@@ -44,7 +44,7 @@ class FiguresSerializer(serializers.Serializer):
 
 
 @extend_schema_serializer(component_name="ReportLastRun")  # jobs/serializers.py has a "LastRun"
-class LastRunSerializer(serializers.Serializer):
+class ReportLastRunSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     at = serializers.DateTimeField()
     state = serializers.ChoiceField(choices=RunState.choices)
@@ -53,20 +53,20 @@ class LastRunSerializer(serializers.Serializer):
 # Its own component names: jobs/serializers.py's are "Job" and "LastRun" in the schema
 # (drf_spectacular.W001, issue 19: `check --deploy` warned).
 @extend_schema_serializer(component_name="ReportJob")
-class JobSerializer(serializers.Serializer):
+class ReportJobSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     schedule = serializers.CharField(allow_null=True, help_text="Cron expression; null for a one-off job.")
     timezone = serializers.CharField()
     enabled = serializers.BooleanField()
-    last_run = LastRunSerializer(allow_null=True, help_text="The job's latest run, whenever it was.")
+    last_run = ReportLastRunSerializer(allow_null=True, help_text="The job's latest run, whenever it was.")
     next_run_at = serializers.DateTimeField(allow_null=True)
 
 
 class ReportRowSerializer(FiguresSerializer):
     label = serializers.CharField()
     workflow = serializers.CharField()
-    job = JobSerializer(
+    job = ReportJobSerializer(
         allow_null=True, help_text="Null for runs no job produced (orders), one row per workflow."
     )
 

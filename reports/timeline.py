@@ -3,8 +3,8 @@ failure or a deferral), supervisor recoveries, ignored replies, operator actions
 own events, on one time axis with one lane per step (Temporal's event timeline, Airflow's Gantt).
 
 Built from the execution history (one row per attempt, plus the decisions the scheduler and the
-supervisor recorded) and the run's events: three indexed reads by run id. `reports/charts.py`
-draws it; `{% run_timeline timeline %}` (reports/templatetags/reports.py) embeds it in any page.
+supervisor recorded) and the run's events: three indexed reads by run id. `reports/timeline_chart.py`
+draws it; `{% timeline_figure timeline %}` (reports/templatetags/reports.py) embeds it in any page.
 
 The caller scopes the run to its viewer (the order page reads the order through the user's
 selector, the admin through its permissions); this module only reads the run it is given.
@@ -179,6 +179,79 @@ def run_timeline(
     label_of = {step.pk: lanes[lane_of[step.pk]].label for step in steps}
     operation_of = {step.pk: step.operation for step in steps}
 
+    spans, marks, attempt_of = _history_parts(
+        rows,
+        lane_of=lane_of,
+        label_of=label_of,
+        operation_of=operation_of,
+        error_text=error_text,
+        now=now,
+        tz=tz,
+    )
+
+    if group_repeats:
+        spans = _group_repeats(spans, attempt_of, lanes, tz=tz)
+    end_of_run = run.finished_at or now
+    spans.insert(0, _run_span(run, state=run_state, label=run_label, now=now, tz=tz))
+    marks += [_event_mark(event) for event in events]
+
+    latest = max(
+        [end_of_run, *(s.end for s in spans), *(m.at for m in marks)],
+        default=end_of_run,
+    )
+    end = max(latest, run.created_at + timedelta(milliseconds=50))
+    return Timeline(
+        run_id=str(run.pk),
+        run_state=run_state,
+        start=run.created_at,
+        end=end,
+        lanes=lanes,
+        spans=spans,
+        marks=marks,
+        zone=zone,
+    )
+
+
+def _run_span(run: Run, *, state: str, label: str, now: datetime, tz: ZoneInfo) -> Span:
+    """The run's own bar, from its submission to its end (or now, open)."""
+    end_of_run = run.finished_at or now
+    return Span(
+        lane=0,
+        kind="run",
+        status=state,
+        start=run.created_at,
+        end=end_of_run,
+        open=run.finished_at is None,
+        title=f"Run {label}\n{_clock(run.created_at, tz)} \u2192 "
+        + (_clock(run.finished_at, tz) if run.finished_at else "now")
+        + f" ({_duration((end_of_run - run.created_at).total_seconds())})",
+    )
+
+
+def _event_mark(event: RunEvent) -> Mark:
+    step = event.data.get("step")
+    return Mark(
+        lane=0,
+        kind="event",
+        at=event.created_at,
+        status=event.type,
+        title=f"{event.get_type_display()}" + (f" ({step})" if step else ""),
+    )
+
+
+def _history_parts(
+    rows: list[Any],
+    *,
+    lane_of: dict[int, int],
+    label_of: dict[int, str],
+    operation_of: dict[int, str],
+    error_text: ErrorText,
+    now: datetime,
+    tz: ZoneInfo,
+) -> tuple[list[Span], list[Mark], dict[int, tuple[str, str]]]:
+    """The steps' bars and marks from their history rows: attempts, waits before a retry,
+    decisions, ignored replies and operator actions; and each attempt bar's (number, shown
+    error), for grouping repeats."""
     # Who replied for an attempt that failed: its decision row names the failed lease.
     replier = {
         str(row.detail.get("failed_lease")): row.worker
@@ -223,50 +296,7 @@ def run_timeline(
             text += f"\n{error}" if error else ""
             marks.append(Mark(lane=lane, kind="operator", at=row.started_at, status=row.status, title=text))
 
-    if group_repeats:
-        spans = _group_repeats(spans, attempt_of, lanes, tz=tz)
-    end_of_run = run.finished_at or now
-    spans.insert(
-        0,
-        Span(
-            lane=0,
-            kind="run",
-            status=run_state,
-            start=run.created_at,
-            end=end_of_run,
-            open=run.finished_at is None,
-            title=f"Run {run_label}\n{_clock(run.created_at, tz)} \u2192 "
-            + (_clock(run.finished_at, tz) if run.finished_at else "now")
-            + f" ({_duration((end_of_run - run.created_at).total_seconds())})",
-        ),
-    )
-    for event in events:
-        step = event.data.get("step")
-        marks.append(
-            Mark(
-                lane=0,
-                kind="event",
-                at=event.created_at,
-                status=event.type,
-                title=f"{event.get_type_display()}" + (f" ({step})" if step else ""),
-            )
-        )
-
-    latest = max(
-        [end_of_run, *(s.end for s in spans), *(m.at for m in marks)],
-        default=end_of_run,
-    )
-    end = max(latest, run.created_at + timedelta(milliseconds=50))
-    return Timeline(
-        run_id=str(run.pk),
-        run_state=run_state,
-        start=run.created_at,
-        end=end,
-        lanes=lanes,
-        spans=spans,
-        marks=marks,
-        zone=zone,
-    )
+    return spans, marks, attempt_of
 
 
 def _attempt_span(

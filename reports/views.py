@@ -13,8 +13,9 @@ from django.views.decorators.http import require_GET
 
 from scheduler.workflows import WorkflowInputError
 
-from .charts import durations_chart, format_duration, runs_chart
+from .charts import durations_chart, runs_chart
 from .selectors import OUTCOME_LABELS, OUTCOMES, ReportNotFound, report_subject, report_usernames, user_report
+from .svg import format_duration
 from .windows import DEFAULT_WINDOW, WINDOW_CHOICES, window_parse
 
 WINDOW_LABELS = {"hour": "Last hour", "day": "Last day", "week": "Last week", "custom": "Range"}

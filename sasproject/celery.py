@@ -25,8 +25,8 @@ from sasproject import kombu_client_reuse, kombu_compat, logs
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sasproject.settings")
 logs.configure_early()
 
-kombu_compat.install()
-kombu_client_reuse.install()
+kombu_compat.channel_close_patch_install()
+kombu_client_reuse.redis_client_reuse_install()
 
 app = Celery("sasproject")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -82,7 +82,7 @@ def _metrics_behind_login(metrics: type[Any]) -> type[Any]:
     return Metrics
 
 
-def install() -> None:
+def flower_readonly_routes_install() -> None:
     """Rewrite Flower's route list in place (Flower's application reads it when it is built,
     after this). Idempotent. Raises RuntimeError if a route it must change is not there: a
     Flower upgrade that moved one must not start writable."""
@@ -111,7 +111,7 @@ def main() -> None:
     from celery.bin.celery import main as celery_main
     from flower.command import flower
 
-    install()
+    flower_readonly_routes_install()
     celery.add_command(flower)
     sys.exit(celery_main())
 

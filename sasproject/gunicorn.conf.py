@@ -2,7 +2,7 @@
 
 A fixed number of processes and threads, so the web holds a known number of PostgreSQL
 connections whatever the request concurrency: WEB_WORKERS processes, each with WEB_THREADS
-threads serving requests and a connection pool of DATABASE_POOL_MAX_SIZE (settings.py) that
+threads serving requests and a connection pool of DATABASE_POOL_MAX_SIZE (settings/base.py) that
 those threads share. Requests beyond the threads wait in the listen backlog; a request that
 waits longer than DATABASE_POOL_TIMEOUT for a connection answers 503 with Retry-After
 (sasproject/middleware.py). The figures behind the defaults: docs/design.md, "Database
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-# The web's database connections: a pool per process, shared by its threads (settings.py). The
+# The web's database connections: a pool per process, shared by its threads (settings/base.py). The
 # environment may override these; the defaults are what `make run` and docker/compose.yml use.
 # 4 per process held 2 x 8 threads at the throughput of one connection per thread (16) and of
 # per-request connections (bench/web_load.py, docs/design.md).

@@ -47,7 +47,7 @@ def _create_client(self: Any, asynchronous: bool = False) -> Any:
     return client
 
 
-def install() -> None:
+def redis_client_reuse_install() -> None:
     """Idempotent: patch `kombu.transport.redis.Channel._create_client` once."""
     if _Channel._create_client is not _create_client:
         _Channel._create_client = _create_client

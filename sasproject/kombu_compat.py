@@ -38,7 +38,7 @@ def maybe_close_channel(self: Connection, channel: Any) -> None:
             raise
 
 
-def install() -> None:
+def channel_close_patch_install() -> None:
     """Idempotent: patch `kombu.Connection.maybe_close_channel` once."""
     if Connection.maybe_close_channel is not maybe_close_channel:
         Connection.maybe_close_channel = maybe_close_channel  # type: ignore[method-assign]

@@ -97,5 +97,5 @@ urlpatterns = [
     path("reports/", include("reports.urls")),
     path("", include("orders.urls")),
 ]
-# Static files are served by whitenoise's middleware (settings.py, "production profile"), with
+# Static files are served by whitenoise's middleware (settings/production.py), with
 # DEBUG on and off alike: no URL patterns for them here.

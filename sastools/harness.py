@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devservices.common import pid_alive
+
 REPO = Path(__file__).resolve().parent.parent
 
 # The session's control worker also runs the jobs dispatcher (its own `dispatcher` worker in
@@ -118,21 +120,6 @@ def reap_group(group: int, *, timeout: float = 15.0) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: what kill(pid, 0) says
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def remove_stale_pidfile(path: Path) -> bool:

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devservices.common import port_open
+
 RABBIT_HOST = os.environ.get("SAS_TEST_RABBITMQ_HOST", "127.0.0.1")
 RABBIT_PORT = int(os.environ.get("SAS_TEST_RABBITMQ_PORT", "5672"))
 RABBIT_USER = "guest"
@@ -39,17 +41,11 @@ def rabbitmqctl(*args: str, node: str | None = None, timeout: float = 60) -> str
     return done.stdout
 
 
-def port_open(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex((host, port)) == 0
-
-
 @contextlib.contextmanager
 def session_vhost(name: str) -> Iterator[str]:
     """A vhost of its own on the machine's RabbitMQ, guest allowed everything on it, deleted
     at the end with every queue in it."""
-    if not port_open(RABBIT_HOST, RABBIT_PORT):
+    if not port_open(RABBIT_PORT, RABBIT_HOST, timeout=1):
         raise RuntimeError(
             f"RabbitMQ is not reachable at {RABBIT_HOST}:{RABBIT_PORT}: the both-brokers tests need it "
             "(start rabbitmq-server; CI has it)"
@@ -129,7 +125,7 @@ class PrivateRabbit:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log_path.read_text(errors="replace")[offset:]
-            if "Server startup complete" in text and port_open("127.0.0.1", self.port):
+            if "Server startup complete" in text and port_open(self.port, "127.0.0.1", timeout=1):
                 return self
             if "BOOT FAILED" in text or self.popen.poll() is not None:
                 break
@@ -157,7 +153,7 @@ class PrivateRabbit:
         while time.monotonic() < deadline:
             names = subprocess.run(["epmd", "-names"], capture_output=True, text=True, check=False).stdout
             gone = not beam or not Path(f"/proc/{beam}").exists()
-            if gone and not port_open("127.0.0.1", self.port) and f"name {short} " not in names:
+            if gone and not port_open(self.port, "127.0.0.1", timeout=1) and f"name {short} " not in names:
                 break
             time.sleep(0.2)
 

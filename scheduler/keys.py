@@ -103,7 +103,7 @@ def step_key_choice(step: Step) -> KeyChoice:
 # Refusals that would come back: their cause is in the run's input
 # ---------------------------------------------------------------------------------------------
 
-# The agents' refusal texts (agents/base.py `remote_post`: "payment refused (402): {...}";
+# The agents' refusal texts (agents/remote.py `remote_post`: "payment refused (402): {...}";
 # agents/http_call.py: "POST https://... answered 402: {...}").
 _REFUSED = re.compile(r"^\S+ refused \((?P<status>\d{3})\): (?P<body>.*)$", re.DOTALL)
 _ANSWERED = re.compile(r"^[A-Z]+ \S+ answered (?P<status>4\d\d): (?P<body>.*)$", re.DOTALL)

@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce, Now
 
 from .models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
 from .outputs import steps_outputs
-from .transitions import queries
+from .transitions import engine_queries
 from .workflows import get_workflow, registered_workflows
 
 # Forward steps whose work was done (and maybe undone since): they count as progress.
@@ -75,7 +75,8 @@ def step_request_held(*, step_id: int, lease: str, operation: str) -> HeldReques
     agent attempt asks this before its remote call)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            queries()["step_request_held"], {"step_id": step_id, "lease": lease, "operation": operation}
+            engine_queries()["step_request_held"],
+            {"step_id": step_id, "lease": lease, "operation": operation},
         )
         row = cursor.fetchone()
     if row is None:
@@ -166,44 +167,7 @@ def run_progress_of(run: Run) -> dict[str, Any]:
     steps_total = len(forward)
     steps_done = sum(1 for step in forward if step.process_state in _DONE_STATES)
     terminal = run.state in Run.TERMINAL_STATES
-    checkpoints = list(Checkpoint.objects.filter(run_id=run.pk).order_by("step_id"))
-    paged: dict[str, Any] | None = None
-    if checkpoints:
-        rows_done = sum(c.rows_done for c in checkpoints)
-        totals = [c.total for c in checkpoints]
-        rows_total = None if any(t is None for t in totals) else sum(t or 0 for t in totals)
-        pages_done = sum(c.pages_done for c in checkpoints)
-        pages_total = (
-            None if rows_total is None else sum(-(-(c.total or 0) // c.page_size) or 1 for c in checkpoints)
-        )
-        completed = all(c.completed for c in checkpoints)
-        began = [c.started_at for c in checkpoints if c.started_at is not None]
-        last = max((c.updated_at for c in checkpoints if c.started_at is not None), default=None)
-        elapsed = (last - min(began)).total_seconds() if began and last else 0.0
-        rate = rows_done / elapsed if elapsed > 0 and rows_done else None
-        eta: float | None
-        if completed:
-            percent, eta = 100.0, 0.0
-        elif rows_total:
-            percent = min(100.0, 100.0 * rows_done / rows_total)
-            eta = (rows_total - rows_done) / rate if rate else None
-        else:
-            percent, eta = 0.0, None
-        if terminal and not completed:
-            eta = None
-        paged = {
-            "pages_done": pages_done,
-            "pages_total": pages_total,
-            "rows_done": rows_done,
-            "rows_total": rows_total,
-            "page_size": checkpoints[0].page_size,
-            "percent": round(percent, 1),
-            "rows_per_second": None if rate is None else round(rate, 1),
-            "eta_seconds": None if eta is None else round(eta, 1),
-            "completed": completed,
-            "started_at": min(began).isoformat() if began else None,
-            "updated_at": last.isoformat() if last else None,
-        }
+    paged = _paged_progress(run_id=run.pk, terminal=terminal)
     heartbeats = [
         {
             "step": status.step.name,
@@ -237,6 +201,49 @@ def run_progress_of(run: Run) -> dict[str, Any]:
         # Its outcome (issue 28): why it failed, and what its steps returned (excerpts).
         "error": run.error,
         "outputs": steps_outputs(run=run, steps=forward),
+    }
+
+
+def _paged_progress(*, run_id: Any, terminal: bool) -> dict[str, Any] | None:
+    """A run's paginated steps, summed: pages and rows done / total, rows per second since the
+    first page began, the estimated seconds left. None when it has none. One query."""
+    checkpoints = list(Checkpoint.objects.filter(run_id=run_id).order_by("step_id"))
+    if not checkpoints:
+        return None
+    rows_done = sum(c.rows_done for c in checkpoints)
+    totals = [c.total for c in checkpoints]
+    rows_total = None if any(t is None for t in totals) else sum(t or 0 for t in totals)
+    pages_done = sum(c.pages_done for c in checkpoints)
+    pages_total = (
+        None if rows_total is None else sum(-(-(c.total or 0) // c.page_size) or 1 for c in checkpoints)
+    )
+    completed = all(c.completed for c in checkpoints)
+    began = [c.started_at for c in checkpoints if c.started_at is not None]
+    last = max((c.updated_at for c in checkpoints if c.started_at is not None), default=None)
+    elapsed = (last - min(began)).total_seconds() if began and last else 0.0
+    rate = rows_done / elapsed if elapsed > 0 and rows_done else None
+    eta: float | None
+    if completed:
+        percent, eta = 100.0, 0.0
+    elif rows_total:
+        percent = min(100.0, 100.0 * rows_done / rows_total)
+        eta = (rows_total - rows_done) / rate if rate else None
+    else:
+        percent, eta = 0.0, None
+    if terminal and not completed:
+        eta = None
+    return {
+        "pages_done": pages_done,
+        "pages_total": pages_total,
+        "rows_done": rows_done,
+        "rows_total": rows_total,
+        "page_size": checkpoints[0].page_size,
+        "percent": round(percent, 1),
+        "rows_per_second": None if rate is None else round(rate, 1),
+        "eta_seconds": None if eta is None else round(eta, 1),
+        "completed": completed,
+        "started_at": min(began).isoformat() if began else None,
+        "updated_at": last.isoformat() if last else None,
     }
 
 

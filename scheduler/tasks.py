@@ -15,12 +15,12 @@ from . import services
 
 # The jobs dispatcher's tick lives in its room; imported here so Celery's autodiscovery (which
 # imports each app's `tasks`) registers it.
-from .dispatcher.tasks import jobs_dispatch
+from .dispatcher.tasks import jobs_dispatch_task
 from .messages import message_step_label, reply_problem
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["bench_noop", "jobs_dispatch", "scheduler_kick", "scheduler_reply", "scheduler_tick"]
+__all__ = ["bench_noop", "jobs_dispatch_task", "scheduler_kick", "scheduler_reply", "scheduler_tick"]
 
 
 def _pump_all(instance: str) -> int:

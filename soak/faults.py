@@ -29,7 +29,7 @@ IMPAIRING = {
     "broker_latency",
     "broker_reset",
 }
-STEP_WINDOW = 5.0  # an order step's queue + run window (SOAK_SETTINGS: 2 + 3 s)
+STEP_WINDOW = 5.0  # an order step's queue + run window (sastools/profile.py: 2 + 3 s)
 
 
 @dataclass

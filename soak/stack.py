@@ -31,6 +31,7 @@ from sastools.harness import (
     remove_stale_pidfile,
     shell_args,
 )
+from sastools.profile import SOAK_PROFILE, apply_profile
 from sastools.services import PostgresServer, RedisServer, free_port, manage_py, redis_binary
 
 # The Procfile's processes the soak runs (not Flower, not the URL printer).
@@ -48,36 +49,6 @@ WORKERS = (
 AGENT_WORKERS = ("agents-inventory", "agents-payment", "agents-shipping", "longjobs", "agents-http")
 READY = {"web": "Booting worker", "beat": "beat: Starting", "simulator": "SIMULATOR_LISTENING"}
 
-# Short windows (as the live tests use) so a fault is judged in seconds, not minutes.
-SOAK_SETTINGS = {
-    "SAS_ORDER_STEP_TIMEOUT": "3",
-    "SAS_ORDER_QUEUE_TIMEOUT": "2",
-    "SAS_ORDER_STEP_DEADLINE": "60",
-    "SAS_ORDER_COMPENSATION_BACKOFF_MAX": "2",
-    "SAS_ORDER_COMPENSATION_ALERT_AFTER": "6",
-    "SAS_ORDER_MAX_FAILURES": "3",
-    "SAS_ORDER_BACKOFF_BASE": "0.2",
-    "SAS_ORDER_BACKOFF_MAX": "1",
-    "SAS_SUPERVISOR_INTERVAL": "1",
-    "SAS_SCHEDULER_TICK_INTERVAL": "1",
-    "SAS_BREAKER_FAILURE_THRESHOLD": "5",
-    "SAS_BREAKER_RESET_TIMEOUT": "2",
-    "SAS_CATALOGUE_PAGE_SIZE": "500",
-    "SAS_CATALOGUE_PAGE_TIMEOUT": "3",
-    "SAS_CATALOGUE_QUEUE_TIMEOUT": "2",
-    "SAS_CATALOGUE_PAGE_DELAY": "0",
-    "SAS_EXPORT_HEARTBEAT": "1.5",
-    "SAS_EXPORT_QUEUE_TIMEOUT": "2",
-    "SAS_EXPORT_DEADLINE": "60",
-    "SAS_EXPORT_MIN_SECONDS": "3",
-    # The load is the soak's to set: rates that do not refuse it (quotas stay as shipped).
-    "SAS_ORDER_RATE": "100000/minute",
-    "SAS_JOB_WRITE_RATE": "100000/minute",
-    "SAS_EXPORT_RATE": "100000/hour",
-    "SAS_QUOTA_EXPORTS_IN_FLIGHT": "100",
-    "SAS_ALERTS_ENABLED": "1",
-    "LOG_LEVEL": "INFO",
-}
 CATALOGUE_ROWS = 5000
 SWEEP_SECONDS = 1.0
 
@@ -145,7 +116,8 @@ class Stack:
         self.web_url, self.sim_url = f"http://127.0.0.1:{web_port}", f"http://127.0.0.1:{sim_port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SAS_", "CELERY_", "DATABASE_"))}
         bin_dir = str(Path(sys.executable).parent)
-        env.update(SOAK_SETTINGS)
+        # Short windows (sastools/profile.py, as the live tests use) so a fault is judged in seconds.
+        apply_profile(env, SOAK_PROFILE)
         (self.base / "mail").mkdir(exist_ok=True)
         env.update(
             PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",

@@ -3,7 +3,8 @@
 Sets the environment the test process AND the worker subprocesses it starts share:
 - a Redis database of its own (db 15 unless REDIS_TEST_URL says otherwise), flushed per session,
   so tests never read or purge the broker that `make run` uses;
-- short step windows and backoffs so crash/deadline scenarios finish in seconds;
+- the test profile (sastools/profile.py): short step windows and backoffs so crash/deadline
+  scenarios finish in seconds;
 - a free port for the simulator the session starts.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 import socket
+
+from sastools.profile import TEST_PROFILE, apply_profile
 
 
 def _free_port() -> int:
@@ -58,38 +61,5 @@ if not os.environ.get("DJANGO_SECRET_KEY", "").strip() or os.environ["DJANGO_SEC
 # Human log lines, whatever the shell says (the JSON format has its own test).
 os.environ.pop("LOG_FORMAT", None)
 os.environ.pop("SAS_DEMO", None)
-TEST_ENV = {
-    "SAS_ORDER_STEP_TIMEOUT": "3",
-    "SAS_ORDER_QUEUE_TIMEOUT": "2",
-    "SAS_ORDER_STEP_DEADLINE": "90",
-    "SAS_ORDER_COMPENSATION_BACKOFF_MAX": "2",
-    "SAS_ORDER_COMPENSATION_ALERT_AFTER": "6",
-    "SAS_ORDER_MAX_FAILURES": "3",
-    "SAS_ORDER_BACKOFF_BASE": "0.2",
-    "SAS_ORDER_BACKOFF_MAX": "1",
-    "SAS_SUPERVISOR_INTERVAL": "1",
-    "SAS_SCHEDULER_TICK_INTERVAL": "1",
-    "SAS_BREAKER_FAILURE_THRESHOLD": "5",
-    "SAS_BREAKER_RESET_TIMEOUT": "2",
-    # Long steps (issue 9): pages of 1,000 rows with a 3 s window; exports heartbeat every
-    # 0.5 s with a 1.5 s window and take at least 3 s (the demo's minute is for people).
-    "SAS_CATALOGUE_PAGE_SIZE": "1000",
-    "SAS_CATALOGUE_PAGE_TIMEOUT": "3",
-    "SAS_CATALOGUE_QUEUE_TIMEOUT": "2",
-    "SAS_CATALOGUE_PAGE_DELAY": "0",
-    "SAS_EXPORT_HEARTBEAT": "1.5",
-    "SAS_EXPORT_QUEUE_TIMEOUT": "2",
-    "SAS_EXPORT_DEADLINE": "60",
-    "SAS_EXPORT_MIN_SECONDS": "3",
-    "SAS_HTTP_JOB_STEP_TIMEOUT": "5",
-    "SAS_HTTP_JOB_BACKOFF_BASE": "0.2",
-    "SAS_HTTP_JOB_BACKOFF_MAX": "1",
-    # Webhook tests deliver to receivers on this machine (127.0.0.1, any port): allowed for the
-    # test suite explicitly; the default (settings.py) allows no private address. Tests of the
-    # default set SAS_CALLBACK_PRIVATE_HOSTS back to [] (tests/webhooks/test_egress.py).
-    "SAS_CALLBACK_PRIVATE_HOSTS": "127.0.0.1",
-    "DATABASE_CONN_MAX_AGE": "0",
-    "LOG_LEVEL": "INFO",
-}
-for key, value in TEST_ENV.items():
-    os.environ[key] = value
+# The test profile (short windows), shared with the soak: sastools/profile.py.
+apply_profile(os.environ, TEST_PROFILE)

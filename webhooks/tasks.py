@@ -23,9 +23,10 @@ from urllib.parse import urlsplit
 from celery import shared_task
 from django.conf import settings
 
-from agents.base import TRANSIENT_STATUSES, AgentTask, PermanentFault, TransientFault
+from agents.base import AgentTask
 from agents.egress import EgressPolicy
 from agents.egress_http import egress_request
+from agents.faults import TRANSIENT_STATUSES, PermanentFault, TransientFault
 from agents.outbound import excerpt
 from agents.schedulable import schedulable
 from scheduler.workflows import WorkflowInputError

@@ -51,7 +51,7 @@ QUEUE = "bare"
 # `current_app.send_task` elsewhere in that process to this app's broker and prefix.
 app = Celery("bare", broker=REDIS_URL, set_as_current=False)
 app.conf.update(
-    # The settings our workers run with (sasproject/settings.py), less what needs Django.
+    # The settings our workers run with (sasproject/settings/), less what needs Django.
     task_serializer="json",
     accept_content=["json"],
     result_serializer="json",

@@ -1,6 +1,6 @@
 """`{% load reports %}`: the run timeline, and the report's number formats.
 
-{% run_timeline timeline %}   draws a `reports.timeline.Timeline` (any page that shows a run:
+{% timeline_figure timeline %} draws a `reports.timeline.Timeline` (any page that shows a run:
                               the order page, the admin's run page, later a job-run page)
 {% local_time moment window %} a moment on the report window's wall clock, in a <time> element
                               (`Window.text`: the one conversion the header, table and charts use)
@@ -15,15 +15,17 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..charts import format_duration, timeline_chart
+from ..svg import format_duration
 from ..timeline import Timeline
+from ..timeline_chart import timeline_chart
 from ..windows import Window
 
 register = template.Library()
 
 
 @register.inclusion_tag("reports/_timeline.html")
-def run_timeline(timeline: Timeline | None, live_url: str = "") -> dict[str, Any]:
+def timeline_figure(timeline: Timeline | None, live_url: str = "") -> dict[str, Any]:
+    """A run's timeline drawn (`reports.timeline.run_timeline` builds it; `timeline_chart` draws)."""
     return {"timeline": timeline, "svg": timeline_chart(timeline) if timeline else "", "live_url": live_url}
 
 

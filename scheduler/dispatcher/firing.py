@@ -21,11 +21,10 @@ from typing import Any, Literal
 
 from scheduler.limits import quota_of, runs_in_flight_by_owner
 from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
-from scheduler.permissions import users_staff_may
-from scheduler.workflows import WorkflowInputError, workflow_permitted
 
 from . import transitions
 from .cron import cron_between, cron_latest, cron_next, next_occurrence
+from .starts import runs_start
 from .transitions import ClaimedRow
 
 logger = logging.getLogger(__name__)
@@ -385,106 +384,18 @@ class FiringPlan:
         """Write every decision: cancels, runs (bulk), history, queued rows, parked / deleted /
         moved rows, firing counts, finished jobs. A start whose input is no longer valid, or
         whose workflow is staff-only work while the job's owner may not do staff work (now), or
-        is no job target, starts no
-        run: a history row says why. Transaction: the caller's."""
+        is no job target, starts no run: a history row says why (`starts.runs_start`).
+        Transaction: the caller's."""
         # The engine's services, imported here: the engine's services package imports the job
         # services, which import this module (a cycle at import time, none at run time).
         from scheduler.services.compensation import RunNotCancellable, run_cancel
-        from scheduler.services.submit import RunSpec, run_validate_input, runs_submit_many
 
         for run_id, job_id in self.cancels.items():
             # One that ended (or began compensating) meanwhile has nothing left to cancel.
             with contextlib.suppress(RunNotCancellable):
                 run_cancel(run_id=run_id, actor=f"job {job_id} (cancel_other)")
         self._within_quota()
-        specs: list[RunSpec] = []
-        started: list[_Start] = []
-        cleaned: dict[int, Any] = {}
-        for start in self.starts:
-            job = start.job
-            if job.id not in cleaned:
-                try:
-                    cleaned[job.id] = run_validate_input(workflow=job.workflow, input=job.input)
-                except WorkflowInputError as exc:
-                    cleaned[job.id] = exc
-        # Who may run staff-only work is asked at every firing, not only when the job was saved:
-        # a workflow that became staff-only, or an owner who lost the staff-work permission
-        # (scheduler/permissions.py), stops the job's runs; a workflow that is no job target
-        # never starts from a job. One query per batch, none when every start is customer work.
-        staff = users_staff_may(
-            user_ids={
-                s.job.owner_id
-                for s in self.starts
-                if isinstance(cleaned[s.job.id], tuple) and not cleaned[s.job.id][0].customer_schedulable
-            }
-        )
-        for start in self.starts:
-            job, firing = start.job, start.firing
-            value = cleaned[job.id]
-            if not isinstance(value, WorkflowInputError) and not workflow_permitted(
-                value[0], staff=job.owner_id in staff
-            ):
-                firing.outcome = "skipped"
-                firing.reason = (
-                    f"not permitted: {job.workflow!r} is staff-only work and the job's owner is not "
-                    "staff holding the staff-work permission"
-                    if value[0].job_target
-                    else f"not permitted: {job.workflow!r} is internal and never a job"
-                )
-                self.history.append(
-                    transitions.HistoryRow(
-                        job.id,
-                        History.Status.SKIPPED,
-                        firing.scheduled_for,
-                        firing.attempt,
-                        {"reason": firing.reason, "workflow": job.workflow},
-                    )
-                )
-                continue
-            if isinstance(value, WorkflowInputError):
-                firing.outcome, firing.reason = "skipped", f"input no longer valid: {value}"
-                self.history.append(
-                    transitions.HistoryRow(
-                        job.id,
-                        History.Status.FAILED,
-                        firing.scheduled_for,
-                        firing.attempt,
-                        {"reason": firing.reason},
-                        error=str(value)[:4000],
-                    )
-                )
-                continue
-            definition, input_ = value
-            specs.append(
-                RunSpec(
-                    definition=definition,
-                    input=input_,
-                    owner_id=job.owner_id,
-                    priority=job.priority,
-                    correlation_id=f"job:{job.id}",
-                    job_id=job.id,
-                    scheduled_for=firing.scheduled_for,
-                    job_attempt=firing.attempt,
-                )
-            )
-            started.append(start)
-        # The runs (one statement), then their occurrences' "started" history rows (one).
-        written = runs_submit_many(specs)
-        opened: list[tuple[uuid.UUID, str]] = []
-        for start, new_run_id in zip(started, written, strict=True):
-            if new_run_id is None:
-                # The occurrence already had a run: cannot happen while its row is locked; the
-                # unique constraint is the net (the statement skips it, nothing is written).
-                logger.error(
-                    "job %s occurrence %s attempt %s already has a run",
-                    start.job.id,
-                    start.firing.scheduled_for,
-                    start.firing.attempt,
-                )
-                start.firing.outcome, start.firing.reason = "skipped", "already ran"
-                continue
-            start.firing.run_id = new_run_id
-            opened.append((new_run_id, start.reason))
+        opened = runs_start(starts=self.starts, history=self.history)
         transitions.job_history_open(runs=opened, worker=self.instance)
         transitions.job_history_record(rows=self.history, worker=self.instance, at=self.now)
         transitions.scheduled_park(ids=self.park_ids)

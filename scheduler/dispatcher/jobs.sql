@@ -223,7 +223,7 @@ VALUES (%(job_id)s, 'operator', 'action', 0, %(actor)s, '',
         jsonb_build_object('reason', 'edited', 'changed', %(changed)s::text[]),
         statement_timestamp(), statement_timestamp())
 
--- name: job_runs_settle
+-- name: job_runs_mark_settled
 -- Ended, unsettled job runs -> settled (partial index run_job_unsettled_idx), skipping any run
 -- or job another settle, a dispatcher batch or a "run now" holds. Returns what the jobs layer
 -- decides on: the occurrence, its attempt and how the run ended.

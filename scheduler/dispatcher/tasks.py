@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 
 @shared_task(name="scheduler.jobs_dispatch", ignore_result=True, send_events=False)
-def jobs_dispatch() -> int:
+def jobs_dispatch_task() -> int:
     """The jobs dispatcher's tick (django-celery-beat, every SAS["JOBS_DISPATCH_INTERVAL"] s):
     settle ended job runs, fire due occurrences; then, when the next row is due before beat's next
     tick, wake for it (`jobs_dispatch_wake`). Safe to run in several workers at once."""

@@ -108,7 +108,7 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
     (`job_settled`, SKIP LOCKED on the run and its job)."""
     result = DispatchResult()
     with transaction.atomic():
-        ended = transitions.job_runs_settle(limit=limit)
+        ended = transitions.job_runs_mark_settled(limit=limit)
         if not ended:
             return result
         result.settled = len(ended)

@@ -29,22 +29,22 @@ JOBS_SQL = Path(__file__).resolve().parent / "jobs.sql"
 
 
 @cache
-def queries() -> dict[str, str]:
+def job_queries() -> dict[str, str]:
     """The named statements of jobs.sql, read once per process."""
     return named_statements(JOBS_SQL)
 
 
 def _rows(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return sql_rows(queries()[name], params)
+    return sql_rows(job_queries()[name], params)
 
 
 def _count(name: str, params: dict[str, Any]) -> int:
-    return sql_count(queries()[name], params)
+    return sql_count(job_queries()[name], params)
 
 
 def _bulk_count(name: str, params: dict[str, Any]) -> int:
     """For statements that take arrays of a batch's rows: bound on the server (see bulk_rows)."""
-    return bulk_rows(queries()[name], params)[1]
+    return bulk_rows(job_queries()[name], params)[1]
 
 
 def db_now() -> datetime:
@@ -98,7 +98,7 @@ def scheduled_claim_due(*, limit: int, held: Sequence[int] = (0,), shards: int =
     params: dict[str, Any] = {"limit": limit, "held": list(held), "shards": shards}
     with connection.cursor() as cursor:
         c_timestamptz(cursor.cursor)  # nine timestamps a row: psycopg's C loader, not Django's
-        cursor.execute(queries()["scheduled_claim_due"], params)
+        cursor.execute(job_queries()["scheduled_claim_due"], params)
         job_of = _job_loader(tuple(d[0] for d in cursor.description[CLAIM_HEAD:]))
         rows = cursor.fetchall()
     return Claimed([_claimed(row, job_of(row)) for row in rows], int(rows[0][CLAIM_HEAD - 1]) if rows else 0)
@@ -193,7 +193,7 @@ def firing_context(*, job_ids: Sequence[int], buffer_reasons: Sequence[str]) -> 
     if not job_ids:
         return []
     rows, _ = bulk_rows(
-        queries()["firing_context"], {"job_ids": list(job_ids), "reasons": list(buffer_reasons)}
+        job_queries()["firing_context"], {"job_ids": list(job_ids), "reasons": list(buffer_reasons)}
     )
     return rows
 
@@ -275,9 +275,9 @@ class EndedRun:
     now: datetime
 
 
-def job_runs_settle(*, limit: int) -> list[EndedRun]:
+def job_runs_mark_settled(*, limit: int) -> list[EndedRun]:
     """Mark up to `limit` ended job runs settled (SKIP LOCKED on the run and its job)."""
-    return [EndedRun(*row) for row in _rows("job_runs_settle", {"limit": limit})]
+    return [EndedRun(*row) for row in _rows("job_runs_mark_settled", {"limit": limit})]
 
 
 def job_history_open(*, runs: Sequence[tuple[Any, str]], worker: str) -> int:

@@ -1,22 +1,20 @@
 """The scheduler's models, by concern (app label `scheduler`; the migrations are unchanged - the
-classes moved, the tables did not): `runs` (runs, steps, history, events), `jobs` (jobs, their
-scheduled occurrences, the dispatcher's shard leases), `longwork` (checkpoints, heartbeat
-statuses), `base` (shared helpers). Import them from here."""
+classes moved, the tables did not): `runs` (runs, steps), `history` (attempts, run events),
+`jobs` (jobs, their scheduled occurrences, the dispatcher's shard leases), `longwork`
+(checkpoints, heartbeat statuses), `base` (shared helpers). Import them from here."""
 
 from .base import NON_NEGATIVE, row_check
+from .history import HistoryStatus, RunEvent, TaskExecutionHistory
 from .jobs import DispatcherShard, Job, OverlapPolicy, ScheduledJob, ScheduledJobKind
 from .longwork import Checkpoint, HeartbeatState, HeartbeatStatus
 from .runs import (
     RUN_TERMINAL_STATES,
     RUN_UNFINISHED_STATES,
-    HistoryStatus,
     Run,
-    RunEvent,
     RunState,
     Step,
     StepKind,
     StepState,
-    TaskExecutionHistory,
 )
 
 __all__ = [

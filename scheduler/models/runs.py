@@ -1,4 +1,4 @@
-"""The state store: runs, their steps, the execution history and the run event log.
+"""The state store: runs and their steps (the history and the event log: `history.py`).
 
 One `Step` row is the seed's state record (ProcessState, LockedBy, CompleteBy, FailureCount) plus
 what a real implementation needs beside it: a lease token per claim (fencing), a `not_before` for
@@ -13,7 +13,6 @@ job occurrences past their schedule-to-start deadline). Both stay small however 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -152,6 +151,21 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL_STATES
+
+
+def _pending_claim_index(*leading: str, name: str) -> models.Index:
+    """A partial index of Pending steps in the fair claim's order - per owner, highest priority
+    and earliest deadline first - after the `leading` columns (docs/fairness.md)."""
+    return models.Index(
+        *leading,
+        "owner_id",
+        models.F("priority").desc(),
+        models.F("deadline").asc(nulls_last=True),
+        "not_before",
+        "id",
+        name=name,
+        condition=Q(process_state="pending"),
+    )
 
 
 class StepState(models.TextChoices):
@@ -323,28 +337,11 @@ class Step(models.Model):
             # The scheduler's claim: only Pending rows, per owner in claim order - the fair
             # claim (sas_step_pick) walks the owners that have Pending rows (a loose index
             # scan) and takes each one's head in claim order (docs/fairness.md).
-            models.Index(
-                "owner_id",
-                models.F("priority").desc(),
-                models.F("deadline").asc(nulls_last=True),
-                "not_before",
-                "id",
-                name="step_pending_owner_idx",
-                condition=Q(process_state="pending"),
-            ),
+            _pending_claim_index(name="step_pending_owner_idx"),
             # A reply's claim of one more step of its own operation (the slot it freed): the
             # same, within one operation, so a backlog of another operation's Pending rows is
             # never walked through (bench/saturation.py).
-            models.Index(
-                "operation",
-                "owner_id",
-                models.F("priority").desc(),
-                models.F("deadline").asc(nulls_last=True),
-                "not_before",
-                "id",
-                name="step_pending_op_owner_idx",
-                condition=Q(process_state="pending"),
-            ),
+            _pending_claim_index("operation", name="step_pending_op_owner_idx"),
             # Schedule-to-start: unstarted first steps of job occurrences, by when they expire
             # (only rows with a deadline: orders' steps never enter it).
             models.Index(
@@ -377,162 +374,3 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} [{self.process_state}] of run {self.run_id}"
-
-
-class HistoryStatus(models.TextChoices):
-    STARTED = "started", "Started"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED_TRANSIENT = "failed_transient", "Failed (transient)"
-    FAILED_PERMANENT = "failed_permanent", "Failed (permanent)"
-    TIMED_OUT = "timed_out", "Timed out"
-    CANCELLED = "cancelled", "Cancelled"
-    IGNORED = "ignored", "Ignored (stale lease)"
-    RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
-    ERRORED = "errored", "Marked Error"
-    # The attempt never reached the remote service (its breaker was open, the connection was
-    # refused): back to Pending, no failure counted.
-    DEFERRED = "deferred", "Deferred (did not reach the service)"
-    # No agent started the attempt before its start-by (workers down or busy): sent again, no
-    # failure counted.
-    REQUEUED = "requeued", "Not started in time (sent again)"
-    ACTION = "action", "Action"
-    # A page of a paginated step committed: the step is sent again at once for the next page,
-    # no failure counted.
-    CONTINUED = "continued", "Page done (next page sent)"
-    # Job occurrences (kind "job"): a run attempt ended as its run did, or the occurrence did
-    # not start (skipped) or waits (buffered), with the reason in `detail`.
-    COMPENSATED = "compensated", "Compensated"
-    FAILED = "failed", "Failed"
-    SKIPPED = "skipped", "Skipped"
-    BUFFERED = "buffered", "Buffered (waits for the running one)"
-
-
-# An attempt that ended with an answer or a timeout: what a service's failure rate counts
-# (alerting/conditions.py repeats this list in its SQL, so the partial index applies).
-ATTEMPT_ENDED_STATUSES = ("succeeded", "failed_transient", "failed_permanent", "timed_out")
-
-
-class TaskExecutionHistory(models.Model):
-    """One row per attempt of a step, plus rows for ignored replies and supervisor decisions;
-    and (kind "job", `job` set, no step) one row per attempt of a job occurrence - the seed's
-    JobId, StartTime, CompletedTime, Status, RetryCount - and per occurrence skipped or
-    buffered, with why in `detail["reason"]`."""
-
-    class Kind(models.TextChoices):
-        ATTEMPT = "attempt", "Attempt"
-        LATE_REPLY = "late_reply", "Ignored reply"
-        SUPERVISOR = "supervisor", "Supervisor decision"
-        SCHEDULER = "scheduler", "Scheduler decision"
-        OPERATOR = "operator", "Operator action"
-        JOB = "job", "Job occurrence"
-
-    Status = HistoryStatus
-
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
-    # No indexes of their own: history_run_started_idx (run_id, started_at) and
-    # history_job_started_idx (job_id, started_at) WHERE job_id IS NOT NULL serve them
-    # (history_job_rows_idx a job's own rows).
-    run = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_index=False
-    )
-    job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_index=False
-    )
-    # The job occurrence's scheduled time (job rows only).
-    scheduled_for = models.DateTimeField(null=True, blank=True)
-    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.ATTEMPT)
-    status = models.CharField(max_length=20, choices=Status.choices)
-    lease = models.UUIDField(null=True, blank=True)
-    retry_count = models.IntegerField(default=0, validators=NON_NEGATIVE)
-    worker = models.CharField(max_length=200, blank=True, default="")
-    error = models.TextField(blank=True, default="")
-    detail = models.JSONField(default=dict, blank=True)
-    started_at = models.DateTimeField()
-    ended_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        verbose_name_plural = "task execution history"
-        ordering = ["started_at", "id"]
-        constraints = [
-            # A known status, a non-negative retry count (sas_history_row_valid).
-            models.CheckConstraint(
-                condition=row_check("sas_history_row_valid", "status", "retry_count"),
-                name="history_row_valid",
-            ),
-        ]
-        indexes = [
-            models.Index(fields=["run", "started_at"], name="history_run_started_idx"),
-            # The open attempt for a lease is looked up on every reply.
-            models.Index(fields=["lease"], name="history_lease_idx", condition=Q(lease__isnull=False)),
-            # A job's history, newest first (the API and admin filter by job).
-            models.Index(
-                fields=["job", "-started_at"], name="history_job_started_idx", condition=Q(job__isnull=False)
-            ),
-            # The job page's and the API's history (`job_history`: the job's own rows, not its
-            # runs' attempts), in their order: its count and its pages read this index only.
-            models.Index(
-                "job",
-                models.F("started_at").desc(),
-                models.F("id").desc(),
-                name="history_job_rows_idx",
-                condition=Q(job__isnull=False, kind__in=["job", "operator"]),
-            ),
-            # A remote service's failure rate over a window (the alert rule, issue 21): the
-            # attempts of that window only, never the whole history. Ended attempts only: a
-            # predicate the reply's lookup by lease (kind = attempt) does not imply, so on a small
-            # table the planner never takes this index for it (history_lease_idx stays).
-            models.Index(
-                fields=["started_at"],
-                name="history_attempt_started_idx",
-                condition=Q(kind="attempt", status__in=ATTEMPT_ENDED_STATUSES),
-            ),
-        ]
-
-    def __str__(self) -> str:
-        if self.job_id and not self.step_id:
-            return f"{self.kind} {self.status} job={self.job_id}"
-        return f"{self.kind} {self.status} step={self.step_id}"
-
-
-class RunEvent(models.Model):
-    """A state change of a run, kept in order; the source for the status page and webhooks."""
-
-    class Type(models.TextChoices):
-        RECEIVED = "received", "Received"
-        STARTED = "started", "Started"
-        STEP_STARTED = "step_started", "Step started"
-        STEP_COMPLETED = "step_completed", "Step completed"
-        STEP_RETRYING = "step_retrying", "Step retrying"
-        STEP_FAILED = "step_failed", "Step failed"
-        # A forward step no attempt of which reached its service: nothing to undo.
-        COMPENSATION_SKIPPED = "compensation_skipped", "Compensation skipped"
-        COMPLETED = "completed", "Completed"
-        COMPENSATING = "compensating", "Compensating"
-        COMPENSATED = "compensated", "Compensated"
-        CANCELLED = "cancelled", "Cancelled"
-        FAILED = "failed", "Failed"
-
-    event_id = models.UUIDField(default=uuid7, unique=True, editable=False)
-    # No index of its own: event_run_id_idx (run_id, id) serves lookups by run.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    type = models.CharField(max_length=30, choices=Type.choices)
-    data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["id"]
-        indexes = [models.Index(fields=["run", "id"], name="event_run_id_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.type} run={self.run_id}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "event_id": str(self.event_id),
-            "run_id": str(self.run_id),
-            "type": self.type,
-            "step": self.data.get("step"),
-            "data": self.data,
-            "at": self.created_at.isoformat(),
-        }

@@ -70,33 +70,7 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
             wait_until = complete_by if wait_until is None else max(wait_until, complete_by)
         skipped = [s for s in forward if s.pk not in undo_ids and s.attempts > 0 and not s.error_permanent]
 
-        definition = get_workflow(run.workflow)
-        compensations: list[Step] = []
-        for s in reversed(forward):
-            comp_def = definition.step(s.name).compensation
-            if s.pk not in undo_ids or comp_def is None:
-                continue
-            comp = step_new(
-                run,
-                comp_def,
-                seq=COMPENSATION_SEQ_BASE + len(compensations),
-                kind=Step.Kind.COMPENSATION,
-                state=Step.State.PENDING if not compensations else Step.State.WAITING,
-            )
-            comp.compensates = s
-            if wait_until is not None:
-                comp.not_before = wait_until
-            compensations.append(comp)
-        if compensations:
-            # Every forward step is finished, so every compensation's payload can be built now.
-            ctx = step_context(run, forward + compensations)
-            for comp in compensations:
-                comp.payload = definition.step(comp.name).payload(ctx)
-            Step.objects.bulk_create(compensations)
-            transitions.step_mark_compensating(
-                step_ids=[c.compensates_id for c in compensations if c.compensates_id]
-            )
-
+        compensations = _compensations_create(run, forward, undo_ids=undo_ids, wait_until=wait_until)
         for s in skipped:
             event_record(
                 run_id=run.id,
@@ -118,6 +92,42 @@ def run_compensate(*, run_id: uuid.UUID | str, reason: str, cancel: bool = False
         else:
             run_finish_compensation(run=run)
     return True
+
+
+def _compensations_create(
+    run: Run, forward: list[Step], *, undo_ids: set[int], wait_until: datetime | None
+) -> list[Step]:
+    """One compensation step per forward step in `undo_ids` that has one, in reverse order (the
+    first Pending, the rest Waiting; none due before `wait_until`), written with their payloads,
+    and their forward steps marked Compensating. The caller's transaction."""
+    definition = get_workflow(run.workflow)
+    compensations: list[Step] = []
+    for s in reversed(forward):
+        comp_def = definition.step(s.name).compensation
+        if s.pk not in undo_ids or comp_def is None:
+            continue
+        comp = step_new(
+            run,
+            comp_def,
+            seq=COMPENSATION_SEQ_BASE + len(compensations),
+            kind=Step.Kind.COMPENSATION,
+            state=Step.State.PENDING if not compensations else Step.State.WAITING,
+        )
+        comp.compensates = s
+        if wait_until is not None:
+            comp.not_before = wait_until
+        compensations.append(comp)
+    if compensations:
+        # Every forward step is finished, so every compensation's payload can be built now.
+        ctx = step_context(run, forward + compensations)
+        for comp in compensations:
+            comp.payload = definition.step(comp.name).payload(ctx)
+        Step.objects.bulk_create(compensations)
+        transitions.step_mark_compensating(
+            step_ids=[c.compensates_id for c in compensations if c.compensates_id]
+        )
+
+    return compensations
 
 
 def run_finish_compensation(*, run: Run) -> None:

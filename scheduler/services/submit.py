@@ -36,7 +36,7 @@ def step_context(run: Run, steps: Sequence[Step]) -> StepContext:
     )
 
 
-def step_policy(definition: StepDef, *, kind: str) -> dict[str, Any]:
+def step_row_policy(definition: StepDef, *, kind: str) -> dict[str, Any]:
     """The step's policy as its row stores it, copied from the definition at submit (an edited
     definition does not change runs in flight)."""
     return {
@@ -55,7 +55,7 @@ def step_policy(definition: StepDef, *, kind: str) -> dict[str, Any]:
 
 
 def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) -> Step:
-    """An unsaved step row of `run` from its definition (`step_policy`)."""
+    """An unsaved step row of `run` from its definition (`step_row_policy`)."""
     return Step(
         run=run,
         name=definition.name,
@@ -67,7 +67,7 @@ def step_new(run: Run, definition: StepDef, *, seq: int, kind: str, state: str) 
         priority=run.priority,
         deadline=run.deadline,
         owner_id=run.owner_id or 0,
-        **step_policy(definition, kind=kind),
+        **step_row_policy(definition, kind=kind),
     )
 
 
@@ -310,7 +310,7 @@ def _shape_add(
     submit) per step)."""
     steps = []
     for index, step_def in enumerate(definition.steps):
-        policy = step_policy(step_def, kind=Step.Kind.FORWARD)
+        policy = step_row_policy(step_def, kind=Step.Kind.FORWARD)
         new.shape_ids.append(shape_id)
         new.shape_seqs.append(index)
         new.shape_names.append(step_def.name)

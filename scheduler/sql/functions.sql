@@ -7,7 +7,7 @@
 -- touched are the concurrency check. Time is the database clock: statement_timestamp(), never
 -- now() (a transaction's start) and never a worker's clock.
 --
--- The table of transitions (from, to, trigger, guard) is in scheduler/transitions.py. Every
+-- The table of transitions (from, to, trigger, guard) is in scheduler/transitions.md. Every
 -- state literal here is pinned to the models' choices by tests/scheduler/test_transitions.py.
 --
 -- Functions return jsonb: one value per call is cheaper to decode in Python than a set of

@@ -1,4 +1,4 @@
--- Named statements of the engine's transitions, loaded once by scheduler/transitions.py.
+-- Named statements of the engine's transitions, loaded once by scheduler/transitions/statements.py.
 -- Each block starts with `-- name: <name>`; the text up to the next such line is the statement.
 -- The hot transitions are functions (functions.sql); these call them, or are single
 -- conditional statements themselves. Parameters are psycopg's named style, %(name)s.

@@ -8,8 +8,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from agents.base import close_http_client
 from agents.operations import remote_operation
+from agents.remote import close_http_client
 from scheduler.models import Step
 from scheduler.services import run_submit, step_claim_due
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow

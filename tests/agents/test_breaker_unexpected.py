@@ -14,9 +14,10 @@ import pytest
 from celery import shared_task
 from django.db import transaction
 
-from agents.base import AgentTask, close_http_client
+from agents.base import AgentTask
 from agents.breaker import CircuitBreaker
 from agents.http_call import HTTP_CALL_OPERATION, HTTP_CALL_WORKFLOW, http_call_operation
+from agents.remote import close_http_client
 from scheduler.models import Run, Step
 from scheduler.services import run_submit, step_claim_due
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW, register_engine_workflow

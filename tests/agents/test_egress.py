@@ -13,11 +13,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agents.base import PermanentFault, TransientFault, remote_post
 from agents.egress import HTTP_JOB_POLICY, EgressPolicy, UrlRefused, egress_config_errors, path_normalise
 from agents.egress_http import egress_request
+from agents.faults import PermanentFault, TransientFault
 from agents.http_call import http_call, validate_http_call_input
-from sasproject.settings import denied_defaults
+from agents.remote import remote_post
+from sasproject.settings.env import denied_defaults
 from scheduler.workflows import WorkflowInputError
 from webhooks.destinations import CALLBACK_POLICY
 
@@ -34,7 +35,7 @@ def _id(value: object) -> str:
 
 @pytest.fixture
 def defaults(settings: Any) -> None:
-    """The shipped defaults (sasproject/settings.py), whatever the test suite's environment."""
+    """The shipped defaults (sasproject/settings/egress.py), whatever the test suite's environment."""
     settings.SAS_HTTP_JOB_ALLOWED_HOSTS = [f"{SIM_NETLOC}/echo"]
     settings.SAS_HTTP_JOB_PRIVATE_HOSTS = [SIM_NETLOC]
     settings.SAS_CALLBACK_ALLOWED_HOSTS = ["*"]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agents.base import PermanentFault
 from agents.egress import HTTP_JOB_POLICY, Target, UrlRefused, is_public, pattern_parse
+from agents.faults import PermanentFault
 from agents.http_call import HTTP_CALL_WORKFLOW, HttpCallAgent, http_call, validate_http_call_input
 from scheduler.models import Run
 from scheduler.services import run_submit

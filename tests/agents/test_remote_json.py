@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from agents.base import TransientFault, remote_post
+from agents.faults import TransientFault
+from agents.remote import remote_post
 
 from .servers import HostileServer, start_hostile_server
 

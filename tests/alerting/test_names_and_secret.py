@@ -25,7 +25,7 @@ from django.core import checks, mail
 from django.test import Client
 from django.urls import reverse
 
-from agents.base import PermanentFault
+from agents.faults import PermanentFault
 from alerting.models import AlertRule
 from alerting.tasks import alert_email_send
 from alerting.webhook import ALERT_WEBHOOK_WORKFLOW, AlertWebhookAgent

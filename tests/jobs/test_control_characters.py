@@ -83,7 +83,7 @@ def test_job_api_edit__crlf_in_name__400_and_the_job_unchanged(api: APIClient, u
 
 @pytest.mark.parametrize("name", BAD_NAMES[:3])
 def test_job_service__control_character_in_name__refused_on_name(user: Any, name: str) -> None:
-    """The rule written once (scheduler/services/jobs.py): a caller that skips the serializer and
+    """The rule written once (scheduler/services/job_input.py): a caller that skips the serializer and
     the form (a management command, a test, a future endpoint) is refused too."""
     from scheduler.workflows import WorkflowInputError
 

@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 
 from orders.models import Order
-from reports.charts import timeline_chart
 from reports.timeline import run_timeline
+from reports.timeline_chart import timeline_chart
 from scheduler.models import RunEvent, TaskExecutionHistory
 
 from .history import at, attempt, decision, make_run, make_step, make_user

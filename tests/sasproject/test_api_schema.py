@@ -11,7 +11,7 @@ from django.test import Client
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 
-from scheduler.services.jobs import (
+from scheduler.services.job_input import (
     CATCHUP_WINDOW_MAX,
     JITTER_MAX,
     MAX_FIRINGS_MAX,

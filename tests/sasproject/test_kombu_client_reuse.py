@@ -17,7 +17,8 @@ from sasproject import kombu_client_reuse
 
 @pytest.fixture
 def queue_on_redis():
-    kombu_client_reuse.install()  # the Celery app installs it; a test may run before the app loads
+    # The Celery app installs it; a test may run before the app loads.
+    kombu_client_reuse.redis_client_reuse_install()
     name = f"{settings.REDIS_PREFIX}reuse-{uuid.uuid4().hex}"
     conn = Connection(settings.CELERY_BROKER_URL)
     channel = conn.default_channel

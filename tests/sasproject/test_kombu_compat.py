@@ -48,7 +48,7 @@ def test_channel_close__transport_detached__kombu_raises_attribute_error(
 
 def test_channel_close__transport_detached__guard_ignores_it(channel_with_unacked_message):
     conn, channel, _ = channel_with_unacked_message
-    kombu_compat.install()
+    kombu_compat.channel_close_patch_install()
     conn.transport.client = None
     conn.maybe_close_channel(channel)  # would raise AttributeError without the guard
     assert channel.closed
@@ -61,6 +61,6 @@ def test_guard__other_attribute_errors_propagate():
         def close(self):
             raise AttributeError("something else")
 
-    kombu_compat.install()
+    kombu_compat.channel_close_patch_install()
     with pytest.raises(AttributeError, match="something else"):
         Connection("memory://").maybe_close_channel(cast(Any, Broken()))

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from agents.http_call import HTTP_CALL_OPERATION, HTTP_CALL_WORKFLOW
 from agents.routing import route_agent_task
-from sasproject.settings import env_slots
+from sasproject.settings.env import env_slots
 from sastools.harness import REPO, procfile_commands
 from scheduler import transitions
 from scheduler.bulkheads import bulkhead_limits, owner_slots

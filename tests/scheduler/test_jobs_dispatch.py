@@ -376,10 +376,11 @@ def test_backfill__one_off_job__refused(user):
 
 
 def test_job_queries__named_statements_loaded_once_without_format_holes():
-    names = job_transitions.queries()
+    names = job_transitions.job_queries()
 
-    assert job_transitions.queries() is names
-    assert {"scheduled_claim_due", "scheduled_next_advance", "job_runs_settle", "job_pause"} <= set(names)
+    assert job_transitions.job_queries() is names
+    expected = {"scheduled_claim_due", "scheduled_next_advance", "job_runs_mark_settled", "job_pause"}
+    assert expected <= set(names)
     assert all("{" not in text for text in names.values())
 
 
@@ -389,7 +390,7 @@ def test_claim_due__served_by_the_due_index(user):
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
-            "EXPLAIN " + job_transitions.queries()["scheduled_claim_due"],
+            "EXPLAIN " + job_transitions.job_queries()["scheduled_claim_due"],
             {"limit": 100, "held": [3, 4, 5, 6], "shards": 12},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())

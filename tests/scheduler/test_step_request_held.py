@@ -78,7 +78,7 @@ def test_lookup__by_primary_key_even_with_many_steps_in_flight(user):
     which costs a scan of every step in flight)."""
     from django.db import connection
 
-    from scheduler.transitions import queries
+    from scheduler.transitions import engine_queries
 
     claims = [_claimed(user) for _ in range(20)]
     claim = claims[-1]
@@ -87,7 +87,7 @@ def test_lookup__by_primary_key_even_with_many_steps_in_flight(user):
         # A table this small is read whole; the question is which index a real one would take.
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(
-            "EXPLAIN " + queries()["step_request_held"],
+            "EXPLAIN " + engine_queries()["step_request_held"],
             {"step_id": claim.step_id, "lease": claim.lease, "operation": claim.operation},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())

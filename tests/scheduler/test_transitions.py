@@ -1,4 +1,4 @@
-"""The engine's transitions (scheduler/transitions.py, scheduler/sql/) on the real PostgreSQL."""
+"""The engine's transitions (scheduler/transitions/, scheduler/sql/) on the real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -213,9 +213,9 @@ def test_row_checks__a_bad_row__is_refused_through_the_orm(user):
 
 
 def test_queries__every_named_statement_is_loaded_once():
-    names = transitions.queries()
+    names = transitions.engine_queries()
 
-    assert transitions.queries() is names
+    assert transitions.engine_queries() is names
     expected = {
         "step_claim", "step_claim_if_room", "step_claim_due", "step_succeed", "step_fail",
         "step_due_for_supervision",

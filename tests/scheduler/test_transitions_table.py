@@ -39,11 +39,15 @@ def table_names(text: str) -> tuple[set[str], set[str]]:
 
 
 def public_functions(module: ModuleType) -> set[str]:
-    """Functions defined in `module` (through any functools.cache), not imported into it."""
+    """Functions defined in `module` (through any functools.cache), or, for a package, in one of
+    its modules and exported by it - not imported from elsewhere."""
     found = set()
     for name, value in vars(module).items():
         inner = inspect.unwrap(value) if callable(value) else value
-        if inspect.isfunction(inner) and inner.__module__ == module.__name__ and not name.startswith("_"):
+        home = getattr(inner, "__module__", "")
+        in_package = hasattr(module, "__path__") and home.startswith(module.__name__ + ".")
+        ours = home == module.__name__ or in_package
+        if inspect.isfunction(inner) and ours and not name.startswith("_"):
             found.add(name)
     return found
 

@@ -13,12 +13,12 @@ from urllib.parse import urlsplit
 import pytest
 from django.test import Client
 
-from agents.base import PermanentFault, TransientFault
 from agents.breaker import CircuitBreaker
 from agents.egress import UrlRefused
+from agents.faults import PermanentFault, TransientFault
 from agents.http_call import HTTP_CALL_WORKFLOW
 from orders.models import Order
-from sasproject.settings import denied_defaults
+from sasproject.settings.env import denied_defaults
 from scheduler.models import Job, Run
 from webhooks.models import WebhookSubscription
 from webhooks.services import webhook_subscribe

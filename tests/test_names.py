@@ -1,0 +1,40 @@
+"""One name, one definition (issue 27, item 6): a public function or class is defined once in
+product code, so a reader who finds `step_policy` finds the one it is. A failure lists each
+name with the modules that define it. Product code as in tests/test_sizes.py."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+
+from tests.test_sizes import ROOT, product_modules
+
+# Names every module of a kind defines by convention: Django's management commands and the
+# entry points run with `python -m`.
+CONVENTIONAL = {"Command", "main"}
+# Twins the other issue-27 branches own (the operator's room), still twins after their merge:
+# the lead empties this list once they are one; nothing else may be added.
+ALLOWED = {"actor_name", "step_compensation_retry", "step_resubmit"}
+
+
+def twins() -> dict[str, list[str]]:
+    where: defaultdict[str, list[str]] = defaultdict(list)
+    for path in product_modules():
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            if not node.name.startswith("_"):
+                where[node.name].append(path.relative_to(ROOT).as_posix())
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_public_names__each_defined_once_in_product_code() -> None:
+    found = {name: paths for name, paths in twins().items() if name not in CONVENTIONAL | ALLOWED}
+    assert not found, "defined more than once:\n" + "\n".join(
+        f"{n}: {', '.join(p)}" for n, p in sorted(found.items())
+    )
+
+
+def test_allowed_twins__still_twins() -> None:
+    # An allowed twin that is gone must leave the list (so the list only shrinks).
+    assert set(twins()) >= ALLOWED
