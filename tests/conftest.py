@@ -114,8 +114,11 @@ def _rate_budgets_fresh() -> None:
 
     client = get_redis()
     keys = list(client.scan_iter(f"{settings.REDIS_PREFIX}sas:rate:*", count=1000))
-    # ...and with no failed sign-ins counted (sasproject/login_throttle.py).
+    # ...and with no failed sign-ins counted (sasproject/login_throttle.py), and every breaker
+    # closed and forgotten (agents/breaker.py: a webhook or HTTP-call breaker another file's test
+    # left made the health page list one breaker more, in whichever test came after it).
     keys += list(client.scan_iter(f"{settings.REDIS_PREFIX}sas:login:*", count=1000))
+    keys += list(client.scan_iter(f"{settings.REDIS_PREFIX}sas:breaker:*", count=1000))
     if keys:
         client.delete(*keys)
 
