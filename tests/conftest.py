@@ -299,15 +299,16 @@ def tiers(item: pytest.Item) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A fast password hasher in the test process (Django's "Speeding up the tests"): PBKDF2's
-    870,000 rounds cost 0.4 s a hash on 2 cores, and the sign-in, token and admin tests hash
+    """A fast password hasher in the test process (Django's "Speeding up the tests";
+    tests/hashers.py: PBKDF2 with few rounds, which the subprocesses' stock hasher still checks):
+    PBKDF2's 870,000 rounds cost 0.4 s a hash on 2 cores, and the sign-in, token and admin tests hash
     hundreds of times (the sign-in throttle's tests alone took 150 s of `make test-fast`; the
     whole tier went from 393 s to 200 s at a load average of 6). The defaults stay after it, so
     a PBKDF2 hash made elsewhere still checks; a test about the real hashers sets them itself.
     Worker subprocesses keep the real settings."""
     settings.PASSWORD_HASHERS = [
-        "django.contrib.auth.hashers.MD5PasswordHasher",
-        *(h for h in settings.PASSWORD_HASHERS if "MD5" not in h),
+        "tests.hashers.FastPBKDF2PasswordHasher",
+        *settings.PASSWORD_HASHERS,
     ]
     _test_database_from_template(config)
 
