@@ -32,8 +32,11 @@ _PAGE_JS = """() => {
 
 
 def test_browser__report_in_asia_kolkata__times_in_that_zone__missed_tile_adds_up(
-    live_db: None, web_server: str, artifacts_dir: Path
+    live_db: None, engine_paused: None, web_server: str, artifacts_dir: Path
 ) -> None:
+    # The engine paused: the history is of January 2026, so a running session engine's dispatcher
+    # would fire the job's January occurrence at once and schedule the next from today
+    # (make test: "30 Nov 09:30" where the built next run is "6 Jan 09:30").
     user = make_user("zone")
     build_user_history(user)
 
