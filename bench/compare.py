@@ -14,6 +14,14 @@ the same simulator (zero latency):
       bench/requirements-baselines.txt) on the same PostgreSQL, a database of its own: the same;
   engine: orders through `orders.services.order_submit` with one worker consuming every queue and
       beat running, as in bench/engine.py: the same.
+With --floor (issue 27), two more in the same rounds:
+  (f) the durable floor (bench/baselines/bare_celery.py `durable`): chain (b) where each task
+      also commits its step's result to PostgreSQL (one INSERT, one durable COMMIT) before the
+      next is sent - the least work a state store that keeps each step's outcome makes the
+      hardware do. "engine p50 : floor p50" is what is left to the engine's own code.
+  engine-quiet: the engine as above without its periodic work (no beat: no sweep, dispatcher,
+      safety tick or alert evaluation; SAS_ALERTS_ENABLED=0: no watchdog) - "engine p50 :
+      engine-quiet p50" is the periodic work's share of the latency.
 
 Latency is taken the same way for every system, over --latency-samples orders one at a time: the
 clock starts when the submitting call returns and stops when a poll (every 2 ms) reads the final
@@ -76,7 +84,13 @@ def run_baseline(python: str, module: str, args: list[str], env: dict[str, str])
 
 
 def engine(
-    env: dict[str, str], concurrency: int, orders: int, samples: int, logs: Path, threads: int = 0
+    env: dict[str, str],
+    concurrency: int,
+    orders: int,
+    samples: int,
+    logs: Path,
+    threads: int = 0,
+    periodic: bool = True,
 ) -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.db import connection
@@ -91,17 +105,18 @@ def engine(
     # `threads` each - the layout of the Procfile's agent workers.
     workers = [
         celery_worker(
-            name=f"compare-engine-{concurrency}-{i}",
+            name=f"compare-engine{'' if periodic else '-quiet'}-{concurrency}-{i}",
             queues=ENGINE_QUEUES,
             log_dir=logs,
-            env=env,
+            env=env if periodic else {**env, "SAS_ALERTS_ENABLED": "0"},
             concurrency=threads or concurrency,
             pool="threads" if threads else "prefork",
         ).start(ready_marker=" ready.")
         for i in range(concurrency if threads else 1)
     ]
-    # Beat runs as in production: the supervisor sweep and the scheduler tick.
-    beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting")
+    # Beat runs as in production: the supervisor sweep and the scheduler tick (not for the
+    # engine-quiet variant, which measures the engine without its periodic work).
+    beat = celery_beat(log_dir=logs, env=env).start(ready_marker="beat: Starting") if periodic else None
 
     # The polls are the harness, not the engine: one plain statement each, as cheap for the
     # client as the chain's Redis GET (0.07 ms of client CPU against 0.7 ms through the ORM,
@@ -162,7 +177,8 @@ def engine(
         }
     finally:
         cursor.close()
-        beat.stop()
+        if beat is not None:
+            beat.stop()
         for worker in workers:
             worker.stop()
         truncate_engine()
@@ -177,7 +193,7 @@ Round = dict[str, dict[str, float]]
 
 
 def _median(rounds: list[Round], system: str, key: str) -> float:
-    return statistics.median(r[system].get(key, float("nan")) for r in rounds)
+    return statistics.median(r.get(system, {}).get(key, float("nan")) for r in rounds)
 
 
 def report(results: dict[str, list[Round]]) -> None:
@@ -196,6 +212,8 @@ def report(results: dict[str, list[Round]]) -> None:
         lines.append(f"| {label} | " + " | ".join(cell(results[c]) for c in cols) + f" | {target} |")
 
     def ratio(rounds: list[Round], a: str, b: str, key: str, target: float | None, at_least: bool) -> str:
+        if any(a not in r or b not in r for r in rounds):
+            return "- (not measured)"
         values = [r[a][key] / r[b][key] for r in rounds]
         value = statistics.median(values)
         text = f"**{value:.2f}**"
@@ -221,6 +239,11 @@ def report(results: dict[str, list[Round]]) -> None:
     row("(b) chain p50 / p99", latency("chain"))
     row("(c) Procrastinate orders/s", figure("procrastinate", "per_s", ".1f"))
     row("(c) Procrastinate p50 / p99", latency("procrastinate"))
+    floor = "floor" in next(iter(results.values()))[0]
+    if floor:
+        row("(f) durable floor orders/s", figure("floor", "per_s", ".1f"))
+        row("(f) durable floor p50 / p99", latency("floor"))
+        row("engine-quiet (no periodic work) p50 / p99", latency("engine_quiet"))
     row("engine orders/s", figure("engine", "per_s", ".1f"))
     row("engine steps/s", lambda rounds: f"{3 * _median(rounds, 'engine', 'per_s'):.0f}")
     row("engine p50 / p99", latency("engine"))
@@ -244,6 +267,19 @@ def report(results: dict[str, list[Round]]) -> None:
     )
     row("engine p50 : chain p50", lambda r: ratio(r, "engine", "chain", "p50", 2.0, False), "<= 2")
     row("engine p99 : chain p99", lambda r: ratio(r, "engine", "chain", "p99", 3.0, False), "<= 3")
+    if floor:
+        row(
+            "(f) floor p50 : chain p50 (the hardware's share)",
+            lambda r: ratio(r, "floor", "chain", "p50", None, False),
+        )
+        row(
+            "engine p50 : floor p50 (the engine's own share)",
+            lambda r: ratio(r, "engine", "floor", "p50", None, False),
+        )
+        row(
+            "engine p50 : engine-quiet p50 (periodic work's share)",
+            lambda r: ratio(r, "engine", "engine_quiet", "p50", None, False),
+        )
     row(
         "engine steps/s : (a) no-op tasks/s",
         lambda rounds: ratio(
@@ -282,6 +318,18 @@ def main() -> None:
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="measure every system this many times (medians reported)"
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also (f) the durable floor and the engine without its periodic work (issue 27)",
+    )
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["noop", "procrastinate"],
+        help="leave these baselines out (the floor comparison needs only the chain)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
@@ -332,10 +380,26 @@ def main() -> None:
             base_env,
         )
 
+    def floor(c: int) -> dict[str, float]:
+        conc = ["--concurrency", str(c), "--threads", str(args.threads)]
+        return run_baseline(
+            sys.executable,
+            module,
+            ["durable", *conc, "--orders", str(args.orders), *samples],
+            {**base_env, "BARE_DATABASE_URL": env["DATABASE_URL"].replace("postgres://", "postgresql://", 1)},
+        )
+
     def the_engine(c: int) -> dict[str, float]:
         return engine(env, c, args.orders, args.latency_samples, logs, threads=args.threads)
 
+    def engine_quiet(c: int) -> dict[str, float]:
+        return engine(env, c, args.orders, args.latency_samples, logs, threads=args.threads, periodic=False)
+
     systems = {"noop": noop, "chain": chain, "procrastinate": procrastinate, "engine": the_engine}
+    if args.floor:
+        systems |= {"floor": floor, "engine_quiet": engine_quiet}
+    for name in args.skip:
+        systems.pop(name)
     names = list(systems)
     try:
         for c in args.concurrency:

@@ -8,6 +8,10 @@ JSON only).
     endpoint, body and Idempotency-Key header; httpx with one keep-alive pooled client per
     process, as agents/base.py does). The last task SETs a Redis key: that is the order's
     "final state readable".
+(f) `durable`: the floor of a durable engine (issue 27): the same chain, where each task, after
+    its call, records the step's result in PostgreSQL (BARE_DATABASE_URL) with one INSERT and
+    its durable COMMIT - the least a state store that keeps every step's outcome must make the
+    hardware do (one WAL flush per step); nothing else: no lookup, no state machine, no events.
 
 Run by bench/compare.py (which starts the simulator); by hand, with REDIS_URL and SIMULATOR_URL
 exported and DJANGO_SETTINGS_MODULE unset:
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import redis
 from celery import Celery, chain
 
@@ -91,6 +96,26 @@ def _http() -> httpx.Client:
     return client
 
 
+DATABASE_URL = os.environ.get("BARE_DATABASE_URL", "")
+FLOOR_TABLE = "bench_bare_step_record"
+
+
+def _db() -> psycopg.Connection[Any]:
+    """One autocommit connection per process (after fork): each INSERT is its own durable commit."""
+    conn: psycopg.Connection[Any] | None = getattr(_local, "db", None)
+    if conn is None or getattr(_local, "db_pid", None) != os.getpid():
+        conn = psycopg.connect(DATABASE_URL, autocommit=True)
+        _local.db, _local.db_pid = conn, os.getpid()
+    return conn
+
+
+def _record(order_id: str, step: str, result: Any) -> None:
+    _db().execute(
+        f"INSERT INTO {FLOOR_TABLE} (order_id, step, result) VALUES (%s, %s, %s)",
+        (order_id, step, json.dumps(result)),
+    )
+
+
 def _post(path: str, body: dict[str, Any], idempotency_key: str) -> Any:
     response = _http().post(
         SIMULATOR_URL + path,
@@ -140,6 +165,34 @@ def ship(order_id: str, items: list[dict[str, Any]], done_key: str = "", counter
 
 
 ITEMS = [{"sku": "B-1", "quantity": 1}]
+
+
+# (f) the durable floor: the same calls, each step's result committed before the next is sent.
+@app.task(name="bare.durable_step")
+def durable_step(order_id: str, name: str, done_key: str = "", counter_key: str = "") -> None:
+    path, body = CALLS[name]
+    _record(order_id, name, _post(path, body(order_id), f"{order_id}:{name}"))
+    if done_key or counter_key:
+        _signal_done(done_key, counter_key)
+
+
+def submit_durable(*, done_key: str = "", counter_key: str = "") -> str:
+    order_id = str(uuid.uuid4())
+    chain(
+        durable_step.si(order_id, "reserve"),
+        durable_step.si(order_id, "charge"),
+        durable_step.si(order_id, "ship", done_key=done_key, counter_key=counter_key),
+    ).apply_async()
+    return order_id
+
+
+def floor_table_ready() -> None:
+    with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (id bigserial PRIMARY KEY, order_id uuid NOT NULL, "
+            "step text NOT NULL, result jsonb NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now())"
+        )
+        conn.execute(f"TRUNCATE {FLOOR_TABLE}")
 
 
 # For bench/monitoring.py's floor: an order as `tasks` chained tasks sharing the same three calls.
@@ -225,7 +278,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["noop", "chain"])
+    parser.add_argument("mode", choices=["noop", "chain", "durable"])
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument(
         "--threads",
@@ -273,7 +326,11 @@ def main() -> None:
         for i in range(args.concurrency if args.threads else 1)
     ]
     r = redis.Redis.from_url(REDIS_URL)
-    submit = submit_noop if args.mode == "noop" else submit_order
+    submit = {"noop": submit_noop, "chain": submit_order, "durable": submit_durable}[args.mode]
+    if args.mode == "durable":
+        if not DATABASE_URL:
+            parser.error("durable needs BARE_DATABASE_URL (the PostgreSQL the steps are recorded in)")
+        floor_table_ready()
     try:
         # Warm-up (and readiness): every pool process has run something and holds its clients.
         _latencies(submit, 20, r)

@@ -695,6 +695,19 @@ BEGIN
     RETURNING id INTO v_event;
 
     v_after := sas_after_processed(s.id, p_instance, p_claim_next, p_bulkheads);
+    -- A success after which the run goes on (no event of its end) and that no receiver observes
+    -- commits without waiting for its WAL flush: the run's next commit that waits (its end, an
+    -- observed event, any other durable commit, or the WAL writer within wal_writer_delay)
+    -- makes it durable with everything before it. A PostgreSQL crash in between can only undo
+    -- this success: the step is Processing again under its lease, and the sweep retries it at
+    -- its deadline under the same idempotency key, which the remote service answers from its
+    -- record (docs/decisions.md, "An intermediate step's success commits without waiting for
+    -- the WAL flush"). `SET sas.durable_steps = on` (database, role or session) keeps every
+    -- success's commit waiting.
+    IF NOT v_observed AND jsonb_array_length(v_after -> 'event_ids') = 0
+       AND coalesce(current_setting('sas.durable_steps', true), '') NOT IN ('on', 'true', '1') THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
     RETURN jsonb_build_object(
         'outcome', 'accepted', 'step_id', s.id, 'run_id', s.run_id, 'name', s.name,
         'operation', s.operation, 'needs_payload', v_after -> 'needs_payload',
