@@ -4,14 +4,13 @@ the run admin operators get is registered once, by `ops/admin.py` (over `runs.Ru
 Other apps' admins import the shared pieces from here."""
 
 from . import longwork
-from .runs import OPERATE_PERMISSION, AttentionFilter, RunAdmin, WorkflowFilter, actor_name, run_link
+from .runs import OPERATE_PERMISSION, AttentionFilter, RunAdmin, WorkflowFilter, run_link
 
 __all__ = [
     "OPERATE_PERMISSION",
     "AttentionFilter",
     "RunAdmin",
     "WorkflowFilter",
-    "actor_name",
     "longwork",
     "run_link",
 ]

@@ -9,7 +9,7 @@ DISTINCT over the table), and result counts are capped.
 This admin knows the engine only. What reads other apps too - the alerts per run, the link to a
 run's order, the engine-health page - is added by `ops/admin.py`, which registers the run admin
 (a subclass of `RunAdmin`, which is not registered here). The shared display helpers and
-read-only bases are `adminkit/`; other apps' admins take `run_link`, `actor_name` and
+read-only bases (and `actor_name`) are `adminkit/`; other apps' admins take `run_link` and
 `OPERATE_PERMISSION` from here.
 """
 
@@ -51,11 +51,6 @@ def run_link(run_id: uuid.UUID | str | None, *, full: bool = False) -> str:
     url = reverse("admin:scheduler_run_change", args=[run_id])
     text = str(run_id) if full else str(run_id)[-8:]
     return format_html('<a href="{}" title="{}"><code>{}</code></a>', url, run_id, text)
-
-
-def actor_name(request: HttpRequest) -> str:
-    """How an operator is named in the history and events."""
-    return f"admin:{request.user.get_username()}"
 
 
 # ---------------------------------------------------------------------------------------------
