@@ -50,6 +50,23 @@ class ExactSearchMixin:
         return exact_search(queryset, search_term, by_uuid=self.search_by_uuid, by_text=self.search_by_text)
 
 
+class ValueFilter(admin.SimpleListFilter):
+    """A list filter on one field's value, its choices from `values()` (a registry, say, not a
+    DISTINCT over the table)."""
+
+    field = ""
+
+    def values(self) -> list[str]:
+        raise NotImplementedError
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in self.values()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(**{self.field: value}) if value else queryset
+
+
 class CappedCountPaginator(Paginator):
     """Counts at most `cap` rows: `COUNT(*)` over a big table's whole filter is the slow part of
     a changelist. Past the cap an operator narrows the filters instead of paging."""
@@ -62,7 +79,20 @@ class CappedCountPaginator(Paginator):
         return int(self.object_list[: self.cap].count())  # type: ignore[attr-defined]
 
 
-class ReadOnlyAdmin(BoundedChangeListMixin, admin.ModelAdmin):
+class NoWritesMixin:
+    """No add, no edit, no delete (a ModelAdmin's or an inline's)."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyAdmin(NoWritesMixin, BoundedChangeListMixin, admin.ModelAdmin):
     """No add, no edit, no delete: the rows are the engine's state and audit log. Staff see the
     detail pages in Django's view-only mode."""
 
@@ -71,27 +101,9 @@ class ReadOnlyAdmin(BoundedChangeListMixin, admin.ModelAdmin):
     # Facet counts run one COUNT per filter choice over the table: not on these tables.
     show_facets = admin.ShowFacets.NEVER
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(NoWritesMixin, admin.TabularInline):
     extra = 0
     max_num = 0
     can_delete = False
     show_change_link = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -20,17 +20,8 @@ from liveness.last_run import last_run_ages, last_run_start_counting
 from liveness.queues import queue_depths
 from supervisor.periodic import periodic_tasks_shipped
 
-from .condition_kit import (
-    LIMIT_PARAMS,
-    Found,
-    Rows,
-    Rules,
-    Statement,
-    found_none,
-    ids_of,
-    over_threshold,
-    rules_targeting,
-)
+from . import condition_kit as kit
+from .condition_kit import Found, Rows, Rules, Statement
 from .words import duration_words, plural
 
 BREAKERS_READ = 500
@@ -47,7 +38,7 @@ SELECT count(*), (array_agg(run_id))[1:%(limit)s]
 def _steps_overdue(rules: Rules, rows: Rows) -> Found:
     ((count, ids),) = rows
     message = f"{plural(count, 'step')} Processing past their deadline"
-    return over_threshold(rules, count, lambda rule: message, ids_of(ids))
+    return kit.over_threshold(rules, count, lambda rule: message, kit.ids_of(ids))
 
 
 # The due occurrences, oldest first, counted up to `cap`: the backlog and, from the oldest,
@@ -62,7 +53,7 @@ SELECT count(*), EXTRACT(EPOCH FROM statement_timestamp() - min(next_execution_a
 
 def _dispatch_lag(rules: Rules, rows: Rows) -> Found:
     ((_, lag),) = rows
-    return over_threshold(
+    return kit.over_threshold(
         rules, lag, lambda rule: f"the oldest due job occurrence is {float(lag):.0f} s late"
     )
 
@@ -74,7 +65,7 @@ def _backlog_params(rules: Rules) -> dict[str, Any]:
 
 def _due_backlog(rules: Rules, rows: Rows) -> Found:
     ((count, _),) = rows
-    return over_threshold(
+    return kit.over_threshold(
         rules, count, lambda rule: f"more than {int(rule.threshold)} job occurrences are due"
     )
 
@@ -84,7 +75,7 @@ def circuit_open(rules: Rules) -> Found:
     one pipeline). "Longer than `threshold` seconds" is the alert's for-duration
     (alerting/services.py): it fires once a breaker has stayed not-closed that long, through its
     half-open probes."""
-    found = found_none(rules)
+    found = kit.found_none(rules)
     prefix = f"{settings.REDIS_PREFIX}sas:breaker:"
     client = _redis()
     names: list[str] = []
@@ -103,13 +94,13 @@ def circuit_open(rules: Rules) -> Found:
         state = raw.decode() if raw else "closed"
         if state == "closed":
             continue
-        for rule in rules_targeting(rules, name):
+        for rule in kit.rules_targeting(rules, name):
             found[rule.pk].append(Finding(subject=name, message=f"circuit breaker {name} is {state}"))
     return found
 
 
 def queue_no_consumer(rules: Rules) -> Found:
-    found = found_none(rules)
+    found = kit.found_none(rules)
     queues: list[str] = []
     for rule in rules:
         for queue in [rule.target] if rule.target else settings.SAS_ALERT_QUEUES:
@@ -155,7 +146,7 @@ def _periodic_not_run(rules: Rules, rows: Rows) -> Found:
     """The dead man's switch: the task of a periodic row has not completed within `threshold`
     x its interval. Its last run is recorded by the worker that ran it (liveness/last_run.py),
     so a dead beat and a dead worker both show: the last runs of every row, one HMGET."""
-    found = found_none(rules)
+    found = kit.found_none(rules)
     periodic = {name: (task, every * _SECONDS.get(period, 1)) for name, task, every, period in rows}
     ages = last_run_ages(tasks=sorted({task for task, _ in periodic.values()}))
     for task, age in ages.items():
@@ -180,7 +171,7 @@ def _periodic_not_run(rules: Rules, rows: Rows) -> Found:
 
 
 PLATFORM_STATEMENTS: dict[str, Statement] = {
-    RuleKind.STEPS_OVERDUE: Statement(STEPS_OVERDUE_SQL, lambda rules: LIMIT_PARAMS, _steps_overdue),
+    RuleKind.STEPS_OVERDUE: Statement(STEPS_OVERDUE_SQL, lambda rules: kit.LIMIT_PARAMS, _steps_overdue),
     RuleKind.DISPATCH_LAG: Statement(DUE_SQL, lambda rules: {"cap": 1}, _dispatch_lag),
     RuleKind.DUE_BACKLOG: Statement(DUE_SQL, _backlog_params, _due_backlog),
     RuleKind.PERIODIC_NOT_RUN: Statement(PERIODIC_SQL, _periodic_params, _periodic_not_run),

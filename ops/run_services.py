@@ -172,21 +172,12 @@ def step_resubmit_by_operator(
             detail = _forward_resubmit_in_place(run=run, step_id=step_id, user=user, seen=seen, key=key)
         else:
             detail = _compensation_resubmit(run=run, step_id=step_id, user=user, seen=seen, key=key)
-        return _step_action_recorded(
-            action=Action.RESUBMIT_STEP,
-            run=run,
-            step_id=step_id,
-            user=user,
-            reason=why,
-            key=key,
-            detail=detail,
-        )
+        return _step_action_recorded(Action.RESUBMIT_STEP, run.pk, step_id, user, why, key, detail)
 
 
 def _step_action_recorded(
-    *,
     action: str,
-    run: Run,
+    run_id: uuid.UUID,
     step_id: int,
     user: AbstractBaseUser,
     reason: str,
@@ -195,14 +186,10 @@ def _step_action_recorded(
 ) -> OperatorAction:
     """What a step action that sets the step's key writes beside its transition: the history row
     (which key, and why), the audit entry, and the scheduler's kick after the commit."""
-    history_record(run_id=run.pk, step_id=step_id, user=user, action=action, reason=reason, key=key)
+    history_record(run_id=run_id, step_id=step_id, user=user, action=action, reason=reason, key=key)
+    detail = {**detail, **key.as_detail()}
     entry = audit_record(
-        action=action,
-        user=user,
-        reason=reason,
-        run_id=run.pk,
-        step_id=step_id,
-        detail={**detail, **key.as_detail()},
+        action=action, user=user, reason=reason, run_id=run_id, step_id=step_id, detail=detail
     )
     transaction.on_commit(scheduler_kick_enqueue)
     return entry
@@ -313,15 +300,7 @@ def step_compensation_retry_by_operator(
         if moved is None:
             raise stale_or_state(step, seen, ACTIONS["retry_compensation"].refusal)
         key = step_key_choice(Step.objects.get(pk=step_id))
-        return _step_action_recorded(
-            action=Action.RETRY_COMPENSATION,
-            run=run,
-            step_id=step_id,
-            user=user,
-            reason=why,
-            key=key,
-            detail={},
-        )
+        return _step_action_recorded(Action.RETRY_COMPENSATION, run.pk, step_id, user, why, key, {})
 
 
 def step_compensation_mark_done_by_operator(

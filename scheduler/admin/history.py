@@ -25,6 +25,7 @@ def history_note(row: TaskExecutionHistory) -> str:
 class HistoryColumns:
     """The columns the history's list and its inline on a run's page share."""
 
+    columns = ("step_name", "kind", "status", "retry_count", "worker", "error_short")
     error_width = 200
 
     @admin.display(description="step")
@@ -40,16 +41,7 @@ class HistoryColumns:
 class HistoryInline(HistoryColumns, ReadOnlyInline):
     model = TaskExecutionHistory
     verbose_name_plural = "execution history"
-    fields = readonly_fields = (
-        "started",
-        "ended",
-        "step_name",
-        "kind",
-        "status",
-        "retry_count",
-        "worker",
-        "error_short",
-    )
+    fields = readonly_fields = ("started", "ended", *HistoryColumns.columns)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskExecutionHistory]:
         return super().get_queryset(request).select_related("step").order_by("started_at", "id")
@@ -65,18 +57,7 @@ class HistoryInline(HistoryColumns, ReadOnlyInline):
 
 @admin.register(TaskExecutionHistory)
 class TaskExecutionHistoryAdmin(ExactSearchMixin, HistoryColumns, ReadOnlyAdmin):
-    list_display = (
-        "id",
-        "started",
-        "ended",
-        "run_short",
-        "step_name",
-        "kind",
-        "status",
-        "retry_count",
-        "worker",
-        "error_short",
-    )
+    list_display = ("id", "started", "ended", "run_short", *HistoryColumns.columns)
     list_filter = ("kind", "status")
     list_select_related = ("step",)
     search_fields = ("run__id", "worker")

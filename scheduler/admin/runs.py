@@ -27,7 +27,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline, ValueFilter
 from scheduler import selectors
 from scheduler.models import Run, RunEvent, Step
 from scheduler.permissions import staff_may
@@ -40,16 +40,12 @@ from .links import OPERATE_PERMISSION
 # ---------------------------------------------------------------------------------------------
 
 
-class WorkflowFilter(admin.SimpleListFilter):
+class WorkflowFilter(ValueFilter):
     title = "workflow"
-    parameter_name = "workflow"
+    parameter_name = field = "workflow"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in selectors.workflow_names()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(workflow=value) if value else queryset
+    def values(self) -> list[str]:
+        return selectors.workflow_names()
 
 
 class AttentionFilter(admin.SimpleListFilter):

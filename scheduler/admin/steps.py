@@ -10,23 +10,19 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from adminkit.display import compact_time, state_badge
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ValueFilter
 from scheduler import selectors
 from scheduler.models import Step
 
 from .links import run_link
 
 
-class StepNameFilter(admin.SimpleListFilter):
+class StepNameFilter(ValueFilter):
     title = "step name"
-    parameter_name = "name"
+    parameter_name = field = "name"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in selectors.workflow_step_names()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(name=value) if value else queryset
+    def values(self) -> list[str]:
+        return selectors.workflow_step_names()
 
 
 class StepOverdueFilter(admin.SimpleListFilter):
