@@ -1,5 +1,6 @@
 """Alert texts in the words people use (issue 27): durations as "10 minutes" or "7 days", not
-`0:10:00` or `7 days, 0:00:00`, and counts with their noun in the right number."""
+`0:10:00` or `7 days, 0:00:00`, counts with their noun in the right number, and the sentences
+the conditions' findings share (alerting/failure_conditions.py, alerting/platform_conditions.py)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,23 @@ def duration_words(value: timedelta) -> str:
         if amount:
             parts.append(plural(amount, unit))
     return " ".join(parts[:2]) or "0 seconds"
+
+
+def failure_rate_words(what: str, failed: int, total: int, window: timedelta, units: str = "runs") -> str:
+    """ "workflow order: 2 of 5 runs failed (40%) in 10 minutes"."""
+    share = f"{failed / total * 100:.0f}%"
+    return f"{what}: {failed} of {total} {units} failed ({share}) in {duration_words(window)}"
+
+
+def last_runs_failed(n: int) -> str:
+    """ "its last run failed", "its last 3 runs failed"."""
+    if n == 1:
+        return "its last run failed"
+    return f"its last {n} runs failed"
+
+
+def need_operator(count: int) -> str:
+    """ "1 run needs an operator (Failed)", "3 runs need an operator (Failed)"."""
+    if count == 1:
+        return "1 run needs an operator (Failed)"
+    return f"{count} runs need an operator (Failed)"

@@ -13,7 +13,7 @@ import signal
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +175,34 @@ def stop_pid(pid: int, needle: str, first_signal: signal.Signals, timeout: float
         if wait_until(lambda: not pid_alive(pid), wait):
             return
         log.warning("pid %d did not exit after %s", pid, sig.name)
+
+
+def embedded_stop(state_file: Path, what: str, needle: str, first_signal: signal.Signals) -> bool:
+    """Stop the embedded server `state_file` records (False when none is recorded)."""
+    state = State.load(state_file)
+    if state is None:
+        return False
+    if pid_alive(state.pid):
+        log.info("stopping embedded %s (pid %d)", what, state.pid)
+        stop_pid(state.pid, needle, first_signal)
+    state_file.unlink(missing_ok=True)
+    return True
+
+
+def service_url(what: str, env: str, machine_port: int, machine_url: str, embedded: Callable[[], str]) -> str:
+    """Where a service is: the URL in `env`, else the machine's server on its usual port, else
+    an embedded one (`embedded()` starts it if need be); SAS_EMBEDDED forces the embedded one."""
+    if not force_embedded():
+        if url := os.environ.get(env):
+            log.info("%s: %s from the environment", what, env)
+            return url
+        if port_open(machine_port):
+            log.info("%s: the machine's server on %s:%d", what, HOST, machine_port)
+            return machine_url
+        log.info("%s: nothing on %s:%d, using an embedded server", what, HOST, machine_port)
+    else:
+        log.info("%s: SAS_EMBEDDED is set, using an embedded server", what)
+    return embedded()
 
 
 def force_embedded() -> bool:

@@ -27,13 +27,13 @@ from .common import (
     DevServicesError,
     State,
     choose_port,
-    force_embedded,
+    embedded_stop,
     owned_dir,
     package_dir,
     pid_alive,
     port_open,
     proc_matches,
-    stop_pid,
+    service_url,
     tail,
 )
 
@@ -283,29 +283,18 @@ class EmbeddedPostgres:
         return url
 
     def stop(self) -> bool:
-        state = State.load(self.state_file)
-        if state is None:
-            return False
-        if pid_alive(state.pid):
-            log.info("stopping embedded PostgreSQL (pid %d)", state.pid)
-            # SIGINT is PostgreSQL's "fast" shutdown: roll back open transactions, checkpoint, exit.
-            stop_pid(state.pid, "postgres", signal.SIGINT)
-        self.state_file.unlink(missing_ok=True)
-        return True
+        # SIGINT is PostgreSQL's "fast" shutdown: roll back open transactions, checkpoint, exit.
+        return embedded_stop(self.state_file, "PostgreSQL", "postgres", signal.SIGINT)
 
 
 def database_url() -> str:
-    if not force_embedded():
-        if url := os.environ.get("DATABASE_URL"):
-            log.info("PostgreSQL: DATABASE_URL from the environment")
-            return url
-        if port_open(MACHINE_PG_PORT):
-            log.info("PostgreSQL: the machine's server on %s:%d", HOST, MACHINE_PG_PORT)
-            return MACHINE_DATABASE_URL
-        log.info("PostgreSQL: nothing on %s:%d, using an embedded server", HOST, MACHINE_PG_PORT)
-    else:
-        log.info("PostgreSQL: SAS_EMBEDDED is set, using an embedded server")
-    return EmbeddedPostgres().ensure()
+    return service_url(
+        "PostgreSQL",
+        "DATABASE_URL",
+        MACHINE_PG_PORT,
+        MACHINE_DATABASE_URL,
+        lambda: EmbeddedPostgres().ensure(),
+    )
 
 
 def ensure_database(url: str, attempts: int = 20) -> None:

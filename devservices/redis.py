@@ -15,11 +15,10 @@ from .common import (
     DevServicesError,
     State,
     choose_port,
-    force_embedded,
+    embedded_stop,
     package_dir,
     pid_alive,
-    port_open,
-    stop_pid,
+    service_url,
     tail,
     wait_until,
 )
@@ -118,25 +117,10 @@ class EmbeddedRedis:
         return url
 
     def stop(self) -> bool:
-        state = State.load(self.state_file)
-        if state is None:
-            return False
-        if pid_alive(state.pid):
-            log.info("stopping embedded Redis (pid %d)", state.pid)
-            stop_pid(state.pid, "redis-server", signal.SIGTERM)
-        self.state_file.unlink(missing_ok=True)
-        return True
+        return embedded_stop(self.state_file, "Redis", "redis-server", signal.SIGTERM)
 
 
 def redis_url() -> str:
-    if not force_embedded():
-        if url := os.environ.get("REDIS_URL"):
-            log.info("Redis: REDIS_URL from the environment")
-            return url
-        if port_open(MACHINE_REDIS_PORT):
-            log.info("Redis: the machine's server on %s:%d", HOST, MACHINE_REDIS_PORT)
-            return MACHINE_REDIS_URL
-        log.info("Redis: nothing on %s:%d, using an embedded server", HOST, MACHINE_REDIS_PORT)
-    else:
-        log.info("Redis: SAS_EMBEDDED is set, using an embedded server")
-    return EmbeddedRedis().ensure()
+    return service_url(
+        "Redis", "REDIS_URL", MACHINE_REDIS_PORT, MACHINE_REDIS_URL, lambda: EmbeddedRedis().ensure()
+    )

@@ -34,9 +34,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from adminkit.actors import actor_name
 from adminkit.changelist import BoundedChangeListMixin
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
-from scheduler.admin import WorkflowFilter, actor_name, run_link
+from scheduler.admin import WorkflowFilter, run_link
 from scheduler.dispatcher.selectors import job_history, job_schedule_text, job_scheduled
 from scheduler.limits import (
     CUSTOMER_PRIORITY_MAX,
@@ -221,7 +222,7 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
         form = super().get_form(request, obj, change=change, **kwargs)
         # A class made for this request (modelform_factory): who saves, for the job's history,
         # and whether they may do staff work (what the form offers and the services allow).
-        cast(type[JobAdminForm], form).actor = actor_name(request)
+        cast(type[JobAdminForm], form).actor = actor_name(request.user)
         cast(type[JobAdminForm], form).staff = staff_may(request.user)
         if obj is None and "owner" in form.base_fields:
             owner = form.base_fields["owner"]
@@ -261,12 +262,12 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
         return deleted, counts, set(), protected
 
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
-        job_delete(job_id=obj.pk, actor=actor_name(request))
+        job_delete(job_id=obj.pk, actor=actor_name(request.user))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         for job_id in queryset.order_by().values_list("pk", flat=True):
             try:
-                job_delete(job_id=job_id, actor=actor_name(request))
+                job_delete(job_id=job_id, actor=actor_name(request.user))
             except Job.DoesNotExist:
                 continue
 
@@ -410,7 +411,7 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
         note = request.POST.get("note", "").strip()[:2000]
         done: list[str] = []
         for job in jobs:
-            kwargs: dict[str, Any] = {"job_id": job.pk, "actor": actor_name(request)}
+            kwargs: dict[str, Any] = {"job_id": job.pk, "actor": actor_name(request.user)}
             if spec.note:
                 kwargs["note"] = note
             if spec.makes_runs:

@@ -1,6 +1,7 @@
 """How many messages wait in a Celery queue, read from the broker - the one reader of queue
 depth, whichever the broker (issue 27): the engine-health page and /metrics (`queue_statuses`,
-below) and the alert rule "a queue with work and no consumer" (alerting/conditions.py) call it.
+below) and the alert rule "a queue with work and no consumer"
+(alerting/platform_conditions.py) call it.
 
 - Redis: LLEN of each queue's lists, its priority sub-queues included, under the broker's
   global key prefix (one pipeline); with `oldest`, the age of each list's tail message too.

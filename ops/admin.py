@@ -29,10 +29,11 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
+from adminkit.actors import actor_name
 from agents.breaker import CircuitBreaker
 from orders.models import Order
 from reports.timeline import run_timeline
-from scheduler.admin import AttentionFilter, RunAdmin, actor_name
+from scheduler.admin import AttentionFilter, RunAdmin
 from scheduler.models import Run
 
 from . import beat_admin, selectors  # noqa: F401  (beat_admin registers the periodic tasks' admin)
@@ -203,7 +204,7 @@ class OperatorRunAdmin(OperatorToolsMixin, RunAdmin):
         if not selectors.breaker_is_known(name=service):
             raise PermissionDenied("There is no circuit breaker of that name.")
         CircuitBreaker(service).reset()
-        logger.warning("breaker %s reset by %s", service, actor_name(request))
+        logger.warning("breaker %s reset by %s", service, actor_name(request.user))
         self.message_user(
             request,
             f"Circuit breaker for {service} reset to closed. If the service is still down it opens "

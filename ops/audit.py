@@ -16,6 +16,7 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.utils import timezone
 
+from adminkit.actors import actor_name
 from scheduler.keys import KeyChoice
 from scheduler.models import Run, Step, TaskExecutionHistory
 
@@ -35,11 +36,6 @@ class OperatorRefused(Exception):
         super().__init__(message)
         self.code = code
         self.errors = dict(errors or {})
-
-
-def actor_name(user: AbstractBaseUser) -> str:
-    """How an operator is named in the history, the events and the audit: admin:<username>."""
-    return f"admin:{user.get_username()}"
 
 
 def reason_checked(reason: str) -> str:

@@ -20,7 +20,7 @@ from scheduler.models import Run, Step
 from .audit import OperatorRefused, audit_record, reason_checked
 from .models import OperatorAction
 from .run_actions import Fit, run_actions_fitting
-from .run_services import run_resubmit, step_resubmit
+from .run_services import run_resubmit, step_resubmit_by_operator
 
 Action = OperatorAction.Action
 
@@ -191,7 +191,7 @@ def bulk_resubmit(
         try:
             seen = datetime.fromisoformat(seen_text)
             if kind == "step":
-                step_resubmit(step_id=int(ident), user=user, reason=f"bulk: {why}", seen=seen)
+                step_resubmit_by_operator(step_id=int(ident), user=user, reason=f"bulk: {why}", seen=seen)
                 outcomes.append(BulkOutcome(token, True, "step resubmitted"))
             elif kind == "run":
                 entry = run_resubmit(run_id=uuid.UUID(ident), user=user, reason=f"bulk: {why}", seen=seen)

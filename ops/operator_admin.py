@@ -50,8 +50,8 @@ FORWARD_RESUBMIT_EXPLAINS = (
 
 # The audited service each step action calls (the run-level ones: `run_services.run_operate`).
 STEP_SERVICES: dict[str, Callable[..., OperatorAction]] = {
-    "resubmit_step": run_services.step_resubmit,
-    "retry_compensation": run_services.step_compensation_retry,
+    "resubmit_step": run_services.step_resubmit_by_operator,
+    "retry_compensation": run_services.step_compensation_retry_by_operator,
     "mark_done": run_services.step_compensation_mark_done_by_operator,
 }
 

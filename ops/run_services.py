@@ -132,7 +132,9 @@ def run_give_up_by_operator(
     return run_operate(action="give_up", run_id=run_id, user=user, reason=reason, seen=seen)
 
 
-def step_resubmit(*, step_id: int, user: AbstractBaseUser, reason: str, seen: datetime) -> OperatorAction:
+def step_resubmit_by_operator(
+    *, step_id: int, user: AbstractBaseUser, reason: str, seen: datetime
+) -> OperatorAction:
     """Resubmit a step in Error: back to Pending, failure count reset. Its idempotency key:
     `scheduler.keys.step_key_choice` decides - after a definitive refusal (nothing happened)
     the next key generation, else the same key. The history row, the run event and the audit
@@ -170,18 +172,26 @@ def step_resubmit(*, step_id: int, user: AbstractBaseUser, reason: str, seen: da
             detail = _forward_resubmit_in_place(run=run, step_id=step_id, user=user, seen=seen, key=key)
         else:
             detail = _compensation_resubmit(run=run, step_id=step_id, user=user, seen=seen, key=key)
-        history_record(
-            run_id=run.pk, step_id=step_id, user=user, action=Action.RESUBMIT_STEP, reason=why, key=key
-        )
-        entry = audit_record(
-            action=Action.RESUBMIT_STEP,
-            user=user,
-            reason=why,
-            run_id=run.pk,
-            step_id=step_id,
-            detail={**detail, **key.as_detail()},
-        )
-        transaction.on_commit(scheduler_kick_enqueue)
+        return _step_action_recorded(Action.RESUBMIT_STEP, run.pk, step_id, user, why, key, detail)
+
+
+def _step_action_recorded(
+    action: str,
+    run_id: uuid.UUID,
+    step_id: int,
+    user: AbstractBaseUser,
+    reason: str,
+    key: KeyChoice,
+    detail: dict[str, Any],
+) -> OperatorAction:
+    """What a step action that sets the step's key writes beside its transition: the history row
+    (which key, and why), the audit entry, and the scheduler's kick after the commit."""
+    history_record(run_id=run_id, step_id=step_id, user=user, action=action, reason=reason, key=key)
+    detail = {**detail, **key.as_detail()}
+    entry = audit_record(
+        action=action, user=user, reason=reason, run_id=run_id, step_id=step_id, detail=detail
+    )
+    transaction.on_commit(scheduler_kick_enqueue)
     return entry
 
 
@@ -275,7 +285,7 @@ def _step_action_locked(step_id: int) -> tuple[Run, Step]:
     return run, locked
 
 
-def step_compensation_retry(
+def step_compensation_retry_by_operator(
     *, step_id: int, user: AbstractBaseUser, reason: str, seen: datetime
 ) -> OperatorAction:
     """Retry a failing compensation step now: one waiting out its backoff after failures is made
@@ -290,19 +300,7 @@ def step_compensation_retry(
         if moved is None:
             raise stale_or_state(step, seen, ACTIONS["retry_compensation"].refusal)
         key = step_key_choice(Step.objects.get(pk=step_id))
-        history_record(
-            run_id=run.pk, step_id=step_id, user=user, action=Action.RETRY_COMPENSATION, reason=why, key=key
-        )
-        entry = audit_record(
-            action=Action.RETRY_COMPENSATION,
-            user=user,
-            reason=why,
-            run_id=run.pk,
-            step_id=step_id,
-            detail=key.as_detail(),
-        )
-        transaction.on_commit(scheduler_kick_enqueue)
-    return entry
+        return _step_action_recorded(Action.RETRY_COMPENSATION, run.pk, step_id, user, why, key, {})
 
 
 def step_compensation_mark_done_by_operator(

@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import Q, QuerySet
-from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from adminkit.display import compact_time, state_badge
-from adminkit.readonly import ReadOnlyAdmin, parse_uuid
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin
 from scheduler.admin import run_link
 
 from .models import Order
 
 
 @admin.register(Order)
-class OrderAdmin(ReadOnlyAdmin):
+class OrderAdmin(ExactSearchMixin, ReadOnlyAdmin):
     list_display = ("short_id", "owner", "amount", "currency", "run_state", "run_short", "created")
     list_display_links = ("short_id",)
     list_filter = ("run__state",)
     list_select_related = ("owner", "run")
     search_fields = ("id", "run__id", "owner__username")
     search_help_text = "Exact order id, run id or owner username."
+    search_by_uuid = ("pk", "run_id")
+    search_by_text = ("owner__username",)
     ordering = ("-created_at",)
     fields = readonly_fields = (
         "id",
@@ -34,17 +34,6 @@ class OrderAdmin(ReadOnlyAdmin):
         "card_token",
         "created_at",
     )
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Order], search_term: str
-    ) -> tuple[QuerySet[Order], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        parsed = parse_uuid(term)
-        if parsed is not None:
-            return queryset.filter(Q(pk=parsed) | Q(run_id=parsed)), False
-        return queryset.filter(owner__username=term), False
 
     @admin.display(description="order", ordering="id")
     def short_id(self, obj: Order) -> str:

@@ -381,10 +381,10 @@ def test_job_update__any_editable_values__edit_or_refusal_nothing_changed(
 # -- operator actions (ops/run_services.py) ---------------------------------------------------
 
 OPERATOR_ACTIONS = (
-    "step_resubmit",
+    "step_resubmit_by_operator",
     "run_resubmit",
     "run_compensate_by_operator",
-    "step_compensation_retry",
+    "step_compensation_retry_by_operator",
     "step_compensation_mark_done_by_operator",
 )
 reasons = st.text(max_size=40) | st.sampled_from(

@@ -1,17 +1,21 @@
-"""The operator's admin for the scheduler's models, by concern: `runs` (runs, steps, the history),
-`longwork` (checkpoints, heartbeat statuses). The Job admin is the jobs app's (`jobs/admin.py`);
-the run admin operators get is registered once, by `ops/admin.py` (over `runs.RunAdmin`).
-Other apps' admins import the shared pieces from here."""
+"""The operator's admin for the scheduler's models, by concern: `runs` (the run list and a run's
+page), `steps`, `history` (the execution history), `longwork` (checkpoints, heartbeat statuses)
+and `links` (a link to a run and the "may operate" permission, which other apps' admins use).
+The Job admin is the jobs app's (`jobs/admin.py`); the run admin operators get is registered
+once, by `ops/admin.py` (over `runs.RunAdmin`). Other apps' admins import the shared pieces from
+here."""
 
-from . import longwork
-from .runs import OPERATE_PERMISSION, AttentionFilter, RunAdmin, WorkflowFilter, actor_name, run_link
+from . import history, longwork, steps
+from .links import OPERATE_PERMISSION, run_link
+from .runs import AttentionFilter, RunAdmin, WorkflowFilter
 
 __all__ = [
     "OPERATE_PERMISSION",
     "AttentionFilter",
     "RunAdmin",
     "WorkflowFilter",
-    "actor_name",
+    "history",
     "longwork",
     "run_link",
+    "steps",
 ]

@@ -10,7 +10,7 @@ from adminkit.display import state_badge
 from adminkit.readonly import ReadOnlyAdmin
 from scheduler.models import Checkpoint, HeartbeatStatus
 
-from .runs import run_link
+from .links import run_link
 
 
 @admin.register(Checkpoint)

@@ -1,4 +1,5 @@
-"""The operator's admin for the scheduler's models: runs, steps, jobs and the execution history.
+"""The operator's admin of runs: the list, the filters, a run's page with its steps, events and
+history inlines. Steps, the history and long work have their own admins beside this one.
 
 Everything here is read-only: a run's state changes only through the operator's audited actions,
 whose buttons, pages and changelist actions `ops/` adds (ops/operator_admin.py, issue 27). Queries live in
@@ -9,70 +10,42 @@ DISTINCT over the table), and result counts are capped.
 This admin knows the engine only. What reads other apps too - the alerts per run, the link to a
 run's order, the engine-health page - is added by `ops/admin.py`, which registers the run admin
 (a subclass of `RunAdmin`, which is not registered here). The shared display helpers and
-read-only bases are `adminkit/`; other apps' admins take `run_link`, `actor_name` and
+read-only bases (and `actor_name`) are `adminkit/`; other apps' admins take `run_link` and
 `OPERATE_PERMISSION` from here.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
-from adminkit.readonly import ReadOnlyAdmin, ReadOnlyInline, parse_uuid
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline, ValueFilter
 from scheduler import selectors
-from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
+from scheduler.models import Run, RunEvent, Step
 from scheduler.permissions import staff_may
 
-# The permission that lets a staff user act on runs (cancel, resume compensation, reset a
-# breaker). Nobody edits a run's fields; "change" is reused as "may operate".
-OPERATE_PERMISSION = "scheduler.change_run"
-
-
-# ---------------------------------------------------------------------------------------------
-# What other apps' admins use: a link to a run, and the name of an operator in the history
-# ---------------------------------------------------------------------------------------------
-
-
-def run_link(run_id: uuid.UUID | str | None, *, full: bool = False) -> str:
-    """A link to a run's admin page, built from the id alone (no query). Short ids everywhere
-    are the last 8 hex digits: ids are time-ordered UUIDs (scheduler/ids.py), whose first digits
-    are the time and the same for every run of the same minute."""
-    if run_id is None:
-        return "-"
-    url = reverse("admin:scheduler_run_change", args=[run_id])
-    text = str(run_id) if full else str(run_id)[-8:]
-    return format_html('<a href="{}" title="{}"><code>{}</code></a>', url, run_id, text)
-
-
-def actor_name(request: HttpRequest) -> str:
-    """How an operator is named in the history and events."""
-    return f"admin:{request.user.get_username()}"
-
+from .history import HistoryInline
+from .links import OPERATE_PERMISSION
 
 # ---------------------------------------------------------------------------------------------
 # Filters
 # ---------------------------------------------------------------------------------------------
 
 
-class WorkflowFilter(admin.SimpleListFilter):
+class WorkflowFilter(ValueFilter):
     title = "workflow"
-    parameter_name = "workflow"
+    parameter_name = field = "workflow"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in selectors.workflow_names()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(workflow=value) if value else queryset
+    def values(self) -> list[str]:
+        return selectors.workflow_names()
 
 
 class AttentionFilter(admin.SimpleListFilter):
@@ -94,31 +67,6 @@ class AttentionFilter(admin.SimpleListFilter):
             return queryset.filter(selectors.run_has_overdue_step_q())
         if value == "active":
             return queryset.exclude(state__in=Run.TERMINAL_STATES)
-        return queryset
-
-
-class StepNameFilter(admin.SimpleListFilter):
-    title = "step name"
-    parameter_name = "name"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in selectors.workflow_step_names()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset.filter(name=value) if value else queryset
-
-
-class StepOverdueFilter(admin.SimpleListFilter):
-    title = "deadline"
-    parameter_name = "overdue"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Processing past complete-by")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        if self.value() == "yes":
-            return queryset.filter(pk__in=selectors.step_overdue_queryset().values("pk"))
         return queryset
 
 
@@ -198,51 +146,9 @@ class RunEventInline(ReadOnlyInline):
         )
 
 
-def history_note(row: TaskExecutionHistory) -> str:
-    """What an operator's row says beside its action: which idempotency key the step sends from
-    then on, and why (issue 28, scheduler/keys.py)."""
-    note = row.detail.get("note") if isinstance(row.detail, dict) else None
-    return note[:300] if isinstance(note, str) else ""
-
-
-class HistoryInline(ReadOnlyInline):
-    model = TaskExecutionHistory
-    verbose_name_plural = "execution history"
-    fields = readonly_fields = (
-        "started",
-        "ended",
-        "step_name",
-        "kind",
-        "status",
-        "retry_count",
-        "worker",
-        "error_short",
-    )
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskExecutionHistory]:
-        return super().get_queryset(request).select_related("step").order_by("started_at", "id")
-
-    @admin.display(description="step")
-    def step_name(self, obj: TaskExecutionHistory) -> str:
-        # Job rows (kind "job") belong to a job occurrence, not to a step.
-        return obj.step.name if obj.step is not None else "-"
-
-    @admin.display(description="started")
-    def started(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.started_at, INLINE_TIME)
-
-    @admin.display(description="ended")
-    def ended(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.ended_at, INLINE_TIME)
-
-    @admin.display(description="error / note")
-    def error_short(self, obj: TaskExecutionHistory) -> str:
-        return obj.error[:200] or history_note(obj) or "-"
-
-
 # Not registered here: ops/admin.py registers the operators' run admin, a subclass that adds
 # what reads other apps (alerts, the order link) - once, with no unregister (issue 20).
-class RunAdmin(ReadOnlyAdmin):
+class RunAdmin(ExactSearchMixin, ReadOnlyAdmin):
     list_display = (
         "short_id",
         "state_badge",
@@ -259,6 +165,10 @@ class RunAdmin(ReadOnlyAdmin):
     list_select_related = ("owner",)
     search_fields = ("id", "correlation_id", "owner__username")
     search_help_text = "Exact run id, correlation id (order id) or owner username."
+    # A UUID is a run id or an order id (an order run's correlation id); anything else a
+    # correlation id or a username.
+    search_by_uuid = ("pk", "correlation_id")
+    search_by_text = ("correlation_id", "owner__username")
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     list_per_page = 50
@@ -305,19 +215,6 @@ class RunAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
         return selectors.run_list_annotated(queryset=super().get_queryset(request))
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
-    ) -> tuple[QuerySet[Run], bool]:
-        """Exact matches only, so each is an index lookup: a UUID is a run id or an order id;
-        anything else a correlation id or a username."""
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        parsed = parse_uuid(term)
-        if parsed is not None:
-            return queryset.filter(Q(pk=parsed) | Q(correlation_id=str(parsed))), False
-        return queryset.filter(Q(correlation_id=term) | Q(owner__username=term)), False
 
     # -- permissions: operating a run is not editing it -----------------------------------------
 
@@ -407,126 +304,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 
 # ---------------------------------------------------------------------------------------------
-# Step
-# ---------------------------------------------------------------------------------------------
-
-
-@admin.register(Step)
-class StepAdmin(ReadOnlyAdmin):
-    list_display = (
-        "id",
-        "run_short",
-        "name",
-        "kind",
-        "state",
-        "attempts",
-        "failures",
-        "locked_by",
-        "complete_by_short",
-        "not_before_short",
-    )
-    list_filter = ("process_state", "kind", StepNameFilter, StepOverdueFilter)
-    search_fields = ("run__id", "idempotency_key")
-    search_help_text = "Exact run id or idempotency key (<run id>:<step name>)."
-    raw_id_fields = ("run", "compensates")
-    ordering = ("-id",)
-    list_per_page = 100
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Step], search_term: str
-    ) -> tuple[QuerySet[Step], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        parsed = parse_uuid(term)
-        if parsed is not None:
-            return queryset.filter(run_id=parsed), False
-        return queryset.filter(idempotency_key=term), False
-
-    @admin.display(description="run", ordering="run_id")
-    def run_short(self, obj: Step) -> str:
-        return run_link(obj.run_id)
-
-    @admin.display(description="state", ordering="process_state")
-    def state(self, obj: Step) -> SafeString:
-        return state_badge(obj.process_state, obj.get_process_state_display())
-
-    @admin.display(description="failures / max", ordering="failure_count")
-    def failures(self, obj: Step) -> str:
-        return f"{obj.failure_count}/{obj.max_failures}"
-
-    @admin.display(description="complete by", ordering="complete_by")
-    def complete_by_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.complete_by)
-
-    @admin.display(description="not before", ordering="not_before")
-    def not_before_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.not_before)
-
-
-# ---------------------------------------------------------------------------------------------
-# Execution history (an audit log: big, append-only)
-# ---------------------------------------------------------------------------------------------
-
-
-@admin.register(TaskExecutionHistory)
-class TaskExecutionHistoryAdmin(ReadOnlyAdmin):
-    list_display = (
-        "id",
-        "started",
-        "ended",
-        "run_short",
-        "step_name",
-        "kind",
-        "status",
-        "retry_count",
-        "worker",
-        "error_short",
-    )
-    list_filter = ("kind", "status")
-    list_select_related = ("step",)
-    search_fields = ("run__id", "worker")
-    search_help_text = "Exact run id or worker (host:pid, or admin:<user> for operator actions)."
-    raw_id_fields = ("run", "step")
-    # The primary key follows insertion order: newest first without a sort over the table.
-    ordering = ("-id",)
-    list_per_page = 100
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[TaskExecutionHistory], search_term: str
-    ) -> tuple[QuerySet[TaskExecutionHistory], bool]:
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        parsed = parse_uuid(term)
-        if parsed is not None:
-            return queryset.filter(run_id=parsed), False
-        return queryset.filter(worker=term), False
-
-    @admin.display(description="run", ordering="run_id")
-    def run_short(self, obj: TaskExecutionHistory) -> str:
-        return run_link(obj.run_id)
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.started_at)
-
-    @admin.display(description="ended", ordering="ended_at")
-    def ended(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.ended_at)
-
-    @admin.display(description="step")
-    def step_name(self, obj: TaskExecutionHistory) -> str:
-        # Job rows (kind "job") belong to a job occurrence, not to a step.
-        return obj.step.name if obj.step is not None else "-"
-
-    @admin.display(description="error / note")
-    def error_short(self, obj: TaskExecutionHistory) -> str:
-        return obj.error[:120] or history_note(obj) or "-"
-
-
-# ---------------------------------------------------------------------------------------------
-# Long steps: checkpoints of paginated steps, HeartbeatStatus rows of heartbeat steps
+# Long steps on a run's page: paginated steps' progress, heartbeat steps' statuses
 # ---------------------------------------------------------------------------------------------
 
 

@@ -47,7 +47,7 @@ class HistoryStatus(models.TextChoices):
 
 
 # An attempt that ended with an answer or a timeout: what a service's failure rate counts
-# (alerting/conditions.py repeats this list in its SQL, so the partial index applies).
+# (alerting/failure_conditions.py repeats this list in its SQL, so the partial index applies).
 ATTEMPT_ENDED_STATUSES = ("succeeded", "failed_transient", "failed_permanent", "timed_out")
 
 

@@ -106,8 +106,8 @@ def _call(action: str, run: Run, step: Step | None, user: Any) -> OperatorAction
             action=action, run_id=run.pk, user=user, reason="why", seen=run.updated_at
         )
     service = {
-        "resubmit_step": run_services.step_resubmit,
-        "retry_compensation": run_services.step_compensation_retry,
+        "resubmit_step": run_services.step_resubmit_by_operator,
+        "retry_compensation": run_services.step_compensation_retry_by_operator,
         "mark_done": run_services.step_compensation_mark_done_by_operator,
     }[action]
     return service(step_id=step.pk, user=user, reason="why", seen=step.updated_at)

@@ -62,7 +62,7 @@ def _failed_refund(engine: Any, demo_user: Any) -> tuple[Run, Step]:
 
 
 def _resubmit_refund(run: Run, refund: Step, user: Any) -> OperatorAction:
-    return run_services.step_resubmit(
+    return run_services.step_resubmit_by_operator(
         step_id=refund.pk, user=user, reason="payment provider fixed the account", seen=refund.updated_at
     )
 
@@ -133,7 +133,7 @@ def test_charge_refused_for_good__cause_fixed__forward_resubmit_in_place_complet
         first_key = charge.idempotency_key
         engine.sim.set_faults("payment", permanent_rate=0.0)  # the cause fixed
 
-        run_services.step_resubmit(
+        run_services.step_resubmit_by_operator(
             step_id=charge.pk, user=ops_user, reason="provider fixed the declines", seen=charge.updated_at
         )
 
@@ -177,7 +177,7 @@ def test_refund_timed_out__operator_retries_now__same_key__the_remote_dedupes_on
         if row.process_state != Step.State.PENDING or row.failure_count == 0:
             return None
         try:
-            return run_services.step_compensation_retry(
+            return run_services.step_compensation_retry_by_operator(
                 step_id=row.pk, user=ops_user, reason="payment latency fixed", seen=row.updated_at
             )
         except OperatorRefused:

@@ -1,0 +1,83 @@
+"""The admin of the execution history (an audit log: big, append-only): its own list, and the
+inline on a run's page. Both show a row's step and its error or, for an operator's row, its note."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from adminkit.display import INLINE_TIME, compact_time
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline
+from scheduler.models import TaskExecutionHistory
+
+from .links import run_link
+
+
+def history_note(row: TaskExecutionHistory) -> str:
+    """What an operator's row says beside its action: which idempotency key the step sends from
+    then on, and why (issue 28, scheduler/keys.py)."""
+    note = row.detail.get("note") if isinstance(row.detail, dict) else None
+    return note[:300] if isinstance(note, str) else ""
+
+
+class HistoryColumns:
+    """The columns the history's list and its inline on a run's page share."""
+
+    columns = ("step_name", "kind", "status", "retry_count", "worker", "error_short")
+    error_width = 200
+
+    @admin.display(description="step")
+    def step_name(self, obj: TaskExecutionHistory) -> str:
+        # Job rows (kind "job") belong to a job occurrence, not to a step.
+        return obj.step.name if obj.step is not None else "-"
+
+    @admin.display(description="error / note")
+    def error_short(self, obj: TaskExecutionHistory) -> str:
+        return obj.error[: self.error_width] or history_note(obj) or "-"
+
+
+class HistoryInline(HistoryColumns, ReadOnlyInline):
+    model = TaskExecutionHistory
+    verbose_name_plural = "execution history"
+    fields = readonly_fields = ("started", "ended", *HistoryColumns.columns)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskExecutionHistory]:
+        return super().get_queryset(request).select_related("step").order_by("started_at", "id")
+
+    @admin.display(description="started")
+    def started(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.started_at, INLINE_TIME)
+
+    @admin.display(description="ended")
+    def ended(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.ended_at, INLINE_TIME)
+
+
+@admin.register(TaskExecutionHistory)
+class TaskExecutionHistoryAdmin(ExactSearchMixin, HistoryColumns, ReadOnlyAdmin):
+    list_display = ("id", "started", "ended", "run_short", *HistoryColumns.columns)
+    list_filter = ("kind", "status")
+    list_select_related = ("step",)
+    search_fields = ("run__id", "worker")
+    search_by_uuid = ("run_id",)
+    search_by_text = ("worker",)
+    search_help_text = "Exact run id or worker (host:pid, or admin:<user> for operator actions)."
+    raw_id_fields = ("run", "step")
+    # The primary key follows insertion order: newest first without a sort over the table.
+    ordering = ("-id",)
+    list_per_page = 100
+    error_width = 120
+
+    @admin.display(description="run", ordering="run_id")
+    def run_short(self, obj: TaskExecutionHistory) -> str:
+        return run_link(obj.run_id)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.started_at)
+
+    @admin.display(description="ended", ordering="ended_at")
+    def ended(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.ended_at)

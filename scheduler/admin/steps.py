@@ -1,0 +1,82 @@
+"""The admin of steps: every step of every run, filtered by name, state, kind or deadline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from adminkit.display import compact_time, state_badge
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ValueFilter
+from scheduler import selectors
+from scheduler.models import Step
+
+from .links import run_link
+
+
+class StepNameFilter(ValueFilter):
+    title = "step name"
+    parameter_name = field = "name"
+
+    def values(self) -> list[str]:
+        return selectors.workflow_step_names()
+
+
+class StepOverdueFilter(admin.SimpleListFilter):
+    title = "deadline"
+    parameter_name = "overdue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Processing past complete-by")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "yes":
+            return queryset.filter(pk__in=selectors.step_overdue_queryset().values("pk"))
+        return queryset
+
+
+@admin.register(Step)
+class StepAdmin(ExactSearchMixin, ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "run_short",
+        "name",
+        "kind",
+        "state",
+        "attempts",
+        "failures",
+        "locked_by",
+        "complete_by_short",
+        "not_before_short",
+    )
+    list_filter = ("process_state", "kind", StepNameFilter, StepOverdueFilter)
+    search_fields = ("run__id", "idempotency_key")
+    search_by_uuid = ("run_id",)
+    search_by_text = ("idempotency_key",)
+    search_help_text = "Exact run id or idempotency key (<run id>:<step name>)."
+    raw_id_fields = ("run", "compensates")
+    ordering = ("-id",)
+    list_per_page = 100
+
+    @admin.display(description="run", ordering="run_id")
+    def run_short(self, obj: Step) -> str:
+        return run_link(obj.run_id)
+
+    @admin.display(description="state", ordering="process_state")
+    def state(self, obj: Step) -> SafeString:
+        return state_badge(obj.process_state, obj.get_process_state_display())
+
+    @admin.display(description="failures / max", ordering="failure_count")
+    def failures(self, obj: Step) -> str:
+        return f"{obj.failure_count}/{obj.max_failures}"
+
+    @admin.display(description="complete by", ordering="complete_by")
+    def complete_by_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.complete_by)
+
+    @admin.display(description="not before", ordering="not_before")
+    def not_before_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.not_before)
