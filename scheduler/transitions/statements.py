@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 FUNCTIONS_FILE = SQL_DIR / "functions.sql"
 QUERIES_FILE = SQL_DIR / "queries.sql"
+# Concurrency keys and pauses (issue 30), installed after functions.sql (scheduler/holds.md).
+HOLDS_FILE = SQL_DIR / "holds.sql"
 
 # Raised by sas_step_succeed when the caller did not open a transaction for an observed run.
 SQLSTATE_RUN_OBSERVED = "SAS01"
@@ -33,12 +35,14 @@ def engine_queries() -> dict[str, str]:
 
 
 def install_functions(conn: BaseDatabaseWrapper | None = None) -> None:
-    """CREATE OR REPLACE every function of functions.sql (migrations call this). The file is
+    """CREATE OR REPLACE every function of functions.sql, then holds.sql's functions and triggers
+    (migrations call this). The file is
     the newest text, which may name columns a later migration adds: bodies are checked when
     they run, not when an earlier migration installs them; the last migration installs last."""
     with (conn or connection).cursor() as cursor:
         cursor.execute("SET check_function_bodies = off")
         cursor.execute(FUNCTIONS_FILE.read_text())
+        cursor.execute(HOLDS_FILE.read_text())
         cursor.execute("RESET check_function_bodies")
 
 
