@@ -11,9 +11,11 @@ from django.db import migrations, models
 
 
 def install(apps, schema_editor):
-    from scheduler.transitions import install_functions
+    from scheduler.transitions.statements import install_functions, install_holds
 
+    # functions.sql changed too: schedule-to-start leaves held steps alone.
     install_functions(schema_editor.connection)
+    install_holds(schema_editor.connection)
 
 
 class Migration(migrations.Migration):

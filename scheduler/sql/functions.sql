@@ -504,7 +504,7 @@ BEGIN
         WHERE process_state = 'pending' AND attempts = 0 AND expires_at IS NOT NULL
           AND expires_at < statement_timestamp()
           -- Held by a pause (issue 30): its window is frozen, shifted when the pause ends.
-          AND not_before <> 'infinity'
+          AND not_before < '9999-12-31 00:00:00+00'::timestamptz  -- sas_held(), holds.sql
         ORDER BY expires_at
         LIMIT p_batch
         FOR UPDATE SKIP LOCKED

@@ -1,5 +1,5 @@
 -- Holds (issue 30): at most N at a time per key, and pauses of an owner or a workflow. Installed
--- after functions.sql by scheduler.transitions.install_functions (CREATE OR REPLACE; the
+-- by scheduler.transitions.statements.install_holds (migration 0032; CREATE OR REPLACE, the
 -- triggers with CREATE OR REPLACE TRIGGER). The rules, their table and the choices:
 -- scheduler/holds.md. Time is the database clock: statement_timestamp().
 
@@ -122,11 +122,18 @@ EXECUTE FUNCTION sas_run_key_release();
 
 -- ---------------------------------------------------------------------------------------------
 -- Pauses. A scheduler_pause row holds a whole owner or a whole workflow: every Pending step of
--- its scope has not_before = 'infinity', which every claim already refuses (the pick, the admit,
+-- its scope has not_before = sas_held() (year 9999), which every claim already refuses (the pick, the admit,
 -- the claim statement all test not_before <= now) - so no claim path needs to know about pauses.
 -- A step that becomes Pending while its scope is paused (a reply's next step, a retry, a new
 -- run, a compensation, an admission) is held by the BEFORE trigger below as it is written.
 -- ---------------------------------------------------------------------------------------------
+
+-- held: the not_before of a held step. Not 'infinity': Python's datetime (Django, psycopg) cannot
+-- load it, and every page that shows a step would fail; year 9999 is the last it can.
+CREATE OR REPLACE FUNCTION sas_held() RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT '9999-12-31 00:00:00+00'::timestamptz
+$$;
 
 -- paused: is the step of (owner, run) in a paused scope?
 CREATE OR REPLACE FUNCTION sas_paused(p_owner bigint, p_run_id uuid) RETURNS boolean
@@ -140,9 +147,9 @@ CREATE OR REPLACE FUNCTION sas_step_hold() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     -- No pause at all (the common case): one probe of an empty table.
-    IF NEW.not_before <> 'infinity' AND EXISTS (SELECT 1 FROM scheduler_pause)
+    IF NEW.not_before <> sas_held() AND EXISTS (SELECT 1 FROM scheduler_pause)
        AND sas_paused(NEW.owner_id, NEW.run_id) THEN
-        NEW.not_before := 'infinity';
+        NEW.not_before := sas_held();
     END IF;
     RETURN NEW;
 END;
@@ -168,16 +175,16 @@ BEGIN
         RETURN 0;
     END IF;
     UPDATE scheduler_step AS s
-    SET not_before = 'infinity', updated_at = statement_timestamp()
+    SET not_before = sas_held(), updated_at = statement_timestamp()
     FROM scheduler_pause AS p
     WHERE p.scope = 'owner' AND s.owner_id = p.owner_id
-      AND s.process_state = 'pending' AND s.not_before <> 'infinity';
+      AND s.process_state = 'pending' AND s.not_before <> sas_held();
     GET DIAGNOSTICS v_owner_held = ROW_COUNT;
     UPDATE scheduler_step AS s
-    SET not_before = 'infinity', updated_at = statement_timestamp()
+    SET not_before = sas_held(), updated_at = statement_timestamp()
     FROM scheduler_run AS r JOIN scheduler_pause AS p ON p.scope = 'workflow' AND p.workflow = r.workflow
     WHERE s.run_id = r.id AND r.state IN ('pending', 'running', 'compensating')
-      AND s.process_state = 'pending' AND s.not_before <> 'infinity';
+      AND s.process_state = 'pending' AND s.not_before <> sas_held();
     GET DIAGNOSTICS v_workflow_held = ROW_COUNT;
     RETURN v_owner_held + v_workflow_held;
 END;
@@ -213,7 +220,7 @@ BEGIN
           AND r.state IN ('pending', 'running', 'compensating') AND s.process_state IN ('pending', 'waiting')
     ), released AS (
         UPDATE scheduler_step AS s
-        SET not_before = CASE WHEN s.not_before = 'infinity' THEN statement_timestamp() ELSE s.not_before END,
+        SET not_before = CASE WHEN s.not_before = sas_held() THEN statement_timestamp() ELSE s.not_before END,
             close_by = s.close_by + v_paused,
             expires_at = s.expires_at + v_paused,
             updated_at = statement_timestamp()
