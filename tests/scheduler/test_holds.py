@@ -136,13 +136,15 @@ def test_pause_owner__pending_steps_held_new_ones_too_other_owner_unaffected(use
     assert {c.run_id for c in claims} == {str(held.id), str(later.id)}
 
 
-def _infinite(run: Run) -> bool:
+def _infinite(run: Run, seq: int = 0) -> bool:
+    """Is the run's forward step `seq` held by a pause?"""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT not_before = sas_held() FROM scheduler_step WHERE run_id = %s AND seq = 0 AND kind = 'forward'",
-            [run.id],
+            "SELECT not_before = sas_held() FROM scheduler_step"
+            " WHERE run_id = %s AND seq = %s AND kind = 'forward'",
+            [run.id, seq],
         )
         return bool(cursor.fetchone()[0])
 
@@ -153,20 +155,9 @@ def test_pause_owner__next_step_of_a_running_run_is_held_and_the_sweep_leaves_it
     pause_create(owner_id=user.id, reason="r", by="admin:op")
     # The step in flight finishes; its next step is held, not claimed.
     assert step_reply(step_id=claim.step_id, lease=claim.lease, outcome="success", result={}) == "accepted"
-    assert Step.objects.get(run=run, seq=1).process_state == "pending" and _infinite_seq(run, 1)
+    assert Step.objects.get(run=run, seq=1).process_state == "pending" and _infinite(run, 1)
     with transaction.atomic():
         assert step_claim_due(instance="test", limit=10) == []
-
-
-def _infinite_seq(run: Run, seq: int) -> bool:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT not_before = sas_held() FROM scheduler_step WHERE run_id = %s AND seq = %s AND kind = 'forward'",
-            [run.id, seq],
-        )
-        return bool(cursor.fetchone()[0])
 
 
 def test_pause__processing_step_past_deadline__not_swept_while_paused_swept_after(user):
