@@ -104,7 +104,7 @@ def test_paused_customer__in_flight_steps_not_retried_nor_compensated__resumed_a
     engine.agents.kill(signal.SIGKILL)
     pause = pause_create(owner_id=a.id, reason="invoice unpaid", by="admin:test")
     paused_at = db_now()
-    engine.agents.start(ready_marker=" ready.")
+    engine.agents.start(ready_marker=" ready.", timeout=120)  # a loaded machine boots it slowly
     b_runs = [_call(b, delay_ms=100) for _ in range(5)]
     time.sleep(50)  # ten of the test profile's 5 s call windows (see the module's docstring)
 
@@ -130,7 +130,10 @@ def test_paused_customer__in_flight_steps_not_retried_nor_compensated__resumed_a
         timeout=150,
         what="A's ten runs to complete after the resume",
     )
-    # The two killed attempts were judged after the resume (timed out once), then succeeded.
-    timed_out = TaskExecutionHistory.objects.filter(run_id__in=[r.id for r in a_runs], status="timed_out")
-    assert timed_out.count() == 2
-    assert all(h.ended_at >= paused_at + timedelta(seconds=50) for h in timed_out)
+    # The two killed attempts were judged after the resume - timed out, or sent again unstarted
+    # when the kill came before their agent started them - then succeeded.
+    judged = TaskExecutionHistory.objects.filter(
+        run_id__in=[r.id for r in a_runs], status__in=["timed_out", "requeued"]
+    )
+    assert judged.count() == 2
+    assert all(h.ended_at >= paused_at + timedelta(seconds=50) for h in judged)
