@@ -21,7 +21,7 @@ from scheduler.services import PauseRefused, pause_create, pause_resume
 
 from .audit import OperatorRefused, actor_name, audit_record, reason_checked
 from .models import OperatorAction
-from .operator_pages import _has, _require
+from .operator_pages import _has, _operator, _require
 from .run_actions import P_OPERATE
 
 
@@ -100,7 +100,7 @@ class PauseAdmin(admin.ModelAdmin):
         owner = data.get("owner") if data["scope"] == Pause.Scope.OWNER else None
         try:
             created = pause_operate(
-                user=request.user,
+                user=_operator(request),
                 reason=data["reason"],
                 owner_id=owner.pk if owner else None,
                 workflow=data.get("workflow", "") if data["scope"] == Pause.Scope.WORKFLOW else "",
@@ -126,7 +126,9 @@ class PauseAdmin(admin.ModelAdmin):
         form = ResumeForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             try:
-                seconds = pause_end(user=request.user, pause_id=pause_id, reason=form.cleaned_data["reason"])
+                seconds = pause_end(
+                    user=_operator(request), pause_id=pause_id, reason=form.cleaned_data["reason"]
+                )
             except OperatorRefused as exc:
                 form.add_error(None, str(exc))
             else:
