@@ -79,7 +79,7 @@ def holds_reconcile(*, batch: int) -> transitions.Reconciled:
     """The supervisor's tick: steps a pause missed held, keys' free slots given to their oldest
     waiters; a kick when some were admitted. Idempotent; two at once give the same result."""
     with transaction.atomic():
-        done = transitions.holds_reconcile(batch=batch)
+        done = transitions.holds_settle(batch=batch)
     if done.admitted:
         scheduler_kick_enqueue()
     return done

@@ -21,7 +21,7 @@ from __future__ import annotations
 from scheduler.transitions.holds import (
     Reconciled,
     Released,
-    holds_reconcile,
+    holds_settle,
     pause_release,
     pauses_hold,
     runs_key_hold,
@@ -113,7 +113,7 @@ __all__ = [
     "checkpoint_page_begin",
     "engine_queries",
     "heartbeat_complete",
-    "holds_reconcile",
+    "holds_settle",
     "install_functions",
     "pause_release",
     "pauses_hold",

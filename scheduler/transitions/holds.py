@@ -27,7 +27,7 @@ class Reconciled:
     admitted: int
 
 
-def holds_reconcile(*, batch: int) -> Reconciled:
+def holds_settle(*, batch: int) -> Reconciled:
     """Pending steps of paused scopes not yet held, held; up to `batch` keys with waiters given
     their free slots (sas_holds_reconcile)."""
     data = _scalar_json("holds_reconcile", {"batch": batch})
