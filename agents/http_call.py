@@ -37,7 +37,18 @@ import httpx
 from celery import shared_task
 from django.conf import settings
 
-from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register, step_policy
+from scheduler.workflows import (
+    CONCURRENCY_KEY_MAX,
+    CONCURRENCY_LIMIT_MAX,
+    StepContext,
+    StepDef,
+    Workflow,
+    WorkflowInputError,
+    concurrency_clean,
+    concurrency_of_input,
+    register,
+    step_policy,
+)
 
 from .base import AgentTask
 from .egress import HTTP_JOB_POLICY, URL_MAX_LENGTH, UrlRefused
@@ -87,7 +98,7 @@ RESULT_HEADERS = (
     "date",
 )
 RESULT_HEADER_MAX = 512
-_FIELDS = ("method", "url", "headers", "body", "timeout", "expected_status")
+_FIELDS = ("method", "url", "headers", "body", "timeout", "expected_status", "concurrency")
 # The payload's key for the run's owner (set by the engine at submit, not an input field).
 OWNER_KEY = "owner_id"
 
@@ -191,6 +202,7 @@ def validate_http_call_input(data: Mapping[str, Any]) -> dict[str, Any]:
     if timeout is not None and (not _number(timeout) or not 0 < timeout <= window):
         errors["timeout"] = [f"must be a number of seconds above 0 and at most {window:g}"]
     expected = _clean_expected(data.get("expected_status"), errors)
+    concurrency = concurrency_clean(data.get("concurrency"), errors)
     if errors:
         raise WorkflowInputError(errors)
     cleaned: dict[str, Any] = {"method": method, "url": url, "headers": headers}
@@ -200,6 +212,8 @@ def validate_http_call_input(data: Mapping[str, Any]) -> dict[str, Any]:
         cleaned["timeout"] = timeout
     if expected is not None:
         cleaned["expected_status"] = expected
+    if concurrency is not None:
+        cleaned["concurrency"] = concurrency
     return cleaned
 
 
@@ -240,6 +254,17 @@ HTTP_CALL_INPUT_SCHEMA: dict[str, Any] = {
                 },
             ],
             "description": "statuses that count as success (default: any 2xx)",
+        },
+        "concurrency": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["key"],
+            "properties": {
+                "key": {"type": "string", "minLength": 1, "maxLength": CONCURRENCY_KEY_MAX},
+                "limit": {"type": "integer", "minimum": 1, "maximum": CONCURRENCY_LIMIT_MAX, "default": 1},
+            },
+            "description": "at most `limit` of your calls with this key at a time; the others wait in"
+            " order (for example one per account: a non-idempotent endpoint)",
         },
     },
 }
@@ -334,7 +359,8 @@ def http_call_operation(self: HttpCallAgent, **kwargs: Any) -> str:
 def _payload(ctx: StepContext) -> dict[str, Any]:
     """The call's step payload: the cleaned input, and the run's owner (its breaker's key), from
     the run row - the input cannot name one (`owner_id` is no input field)."""
-    return {**ctx.input, OWNER_KEY: ctx.owner_id}
+    call = {name: value for name, value in ctx.input.items() if name != "concurrency"}
+    return {**call, OWNER_KEY: ctx.owner_id}
 
 
 def payload_owner(payload: Mapping[str, Any]) -> int:
@@ -360,6 +386,7 @@ def build_http_call_workflow() -> Workflow:
         # Customers may aim it: the URL is checked against the egress allowlist when the job is
         # saved and again at call time (agents/http_allowlist.py).
         customer_schedulable=True,
+        concurrency=concurrency_of_input,
         steps=[
             StepDef(
                 name="call",

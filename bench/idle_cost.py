@@ -33,21 +33,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import BENCH_DB, bench_environment, log_dir, truncate_engine
-from bench.cpu_by_process import Snapshot, snapshot
+from bench.cpu_by_process import snapshot
 from bench.engine import ENGINE_QUEUES
 
 VARIANTS = ("all", "no-alerts", "no-beat")
 
 
-def _group(pid: int, info: tuple[str, str, float, int], everything: Snapshot, worker_name: str) -> str:
+def _group(pid: int, info: tuple[str, str, float, int], ours: dict[int, str]) -> str:
+    """The group of a process: the bench database's backends, or one of `ours` (pid -> group) or
+    a child of one (the worker's pool); "" for everything else on the machine."""
     name, cmd, _, ppid = info
     if name.startswith("postgres") and f" {BENCH_DB} " in f" {cmd} ":
         return "PostgreSQL (bench database's backends)"
-    if worker_name in cmd:
-        parent_cmd = everything.get(ppid, ("", "", 0.0, 0))[1]
-        return "worker pool process" if worker_name in parent_cmd else "worker main process"
-    if " beat" in cmd and "celery" in cmd:
-        return "beat"
+    if pid in ours:
+        return ours[pid]
+    if ppid in ours:
+        return f"{ours[ppid]}'s children (the pool)"
     return ""
 
 
@@ -67,6 +68,9 @@ def measure(variant: str, seconds: float, env: dict[str, str], logs: Path) -> di
     )
     try:
         time.sleep(10)  # warm-up: pools, connections, the first ticks
+        ours = {worker.pid: "worker main process"}
+        if beat is not None:
+            ours[beat.pid] = "beat"
         before, t0 = snapshot(), time.perf_counter()
         time.sleep(seconds)
         after, elapsed = snapshot(), time.perf_counter() - t0
@@ -76,7 +80,7 @@ def measure(variant: str, seconds: float, env: dict[str, str], logs: Path) -> di
         worker.stop()
     spent: dict[str, float] = collections.defaultdict(float)
     for pid, info in after.items():
-        key = _group(pid, info, after, worker_name)
+        key = _group(pid, info, ours)
         if key:
             spent[key] += max(0.0, info[2] - before.get(pid, ("", "", info[2], 0))[2])
     return {key: value * 1000 / elapsed for key, value in spent.items()}

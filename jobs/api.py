@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.throttling import BaseThrottle
 
+from jobs.account import account_status
 from sasproject.api_input import PageNumberPagination
 from sasproject.tokens.authentication import HashedTokenAuthentication
 from scheduler.dispatcher.selectors import (
@@ -203,7 +204,10 @@ class JobViewSet(viewsets.GenericViewSet):
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(job_list(owner_id=_owner_id(request))) or []
         body = [{**job_data(job), "url": _job_url(request, job.pk)} for job in page]
-        return self.get_paginated_response(JobSerializer(body, many=True).data)
+        response = self.get_paginated_response(JobSerializer(body, many=True).data)
+        # Issue 30: whether an operator paused the whole account, and why.
+        response.data["account"] = account_status(owner_id=_owner_id(request))
+        return response
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         job = self._job(request, pk)

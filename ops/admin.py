@@ -36,7 +36,7 @@ from reports.timeline import run_timeline
 from scheduler.admin import AttentionFilter, RunAdmin
 from scheduler.models import Run
 
-from . import beat_admin, selectors  # noqa: F401  (beat_admin registers the periodic tasks' admin)
+from . import beat_admin, pauses, selectors  # noqa: F401  (beat_admin, pauses register their admins)
 from .operator_admin import OperatorToolsMixin
 from .operator_pages import _has
 from .roles import permission_missing_words

@@ -29,6 +29,8 @@ class OperatorAction(models.Model):
         CANCEL_RUN = "cancel_run", "Cancel run"
         RESUME_COMPENSATION = "resume_compensation", "Resume compensation (Failed -> Compensating)"
         GIVE_UP_RUN = "give_up_run", "Give run up (Compensating -> Failed)"
+        PAUSE = "pause", "Pause a customer or a workflow"
+        RESUME = "resume", "Resume a paused customer or workflow"
 
     action = models.CharField(max_length=40, choices=Action.choices)
     run = models.ForeignKey(

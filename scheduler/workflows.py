@@ -164,6 +164,60 @@ def step_policy(conf: Mapping[str, Any]) -> dict[str, Any]:
     return policy
 
 
+CONCURRENCY_KEY_MAX = 200
+CONCURRENCY_LIMIT_MAX = 1000
+
+
+@dataclass(frozen=True)
+class ConcurrencyKey:
+    """A run's concurrency key (scoped by its owner by the engine) and the most runs of that key
+    that may be unfinished at once."""
+
+    key: str
+    limit: int
+
+
+def concurrency_clean(
+    value: object, errors: dict[str, list[str]], *, field_name: str = "concurrency"
+) -> dict[str, Any] | None:
+    """A workflow input's optional `{"key": "...", "limit": n}` (for a workflow whose callers choose
+    the key: `http.call`), cleaned; errors under `field_name`. None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) - {"key", "limit"}:
+        errors[field_name] = ['must be an object {"key": "...", "limit": n}']
+        return None
+    key, limit = value.get("key"), value.get("limit", 1)
+    if not isinstance(key, str) or not key.strip() or len(key) > CONCURRENCY_KEY_MAX:
+        errors[field_name] = [f"key must be a non-empty string of at most {CONCURRENCY_KEY_MAX} characters"]
+        return None
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= CONCURRENCY_LIMIT_MAX:
+        errors[field_name] = [f"limit must be a whole number from 1 to {CONCURRENCY_LIMIT_MAX}"]
+        return None
+    return {"key": key.strip(), "limit": limit}
+
+
+def concurrency_of_input(data: Mapping[str, Any]) -> ConcurrencyKey | None:
+    """`Workflow.concurrency` for a workflow whose input carries a cleaned `concurrency` field."""
+    value = data.get("concurrency")
+    return ConcurrencyKey(key=value["key"], limit=value["limit"]) if value else None
+
+
+def workflow_concurrency(workflow: Workflow, data: Mapping[str, Any]) -> ConcurrencyKey | None:
+    """The concurrency key of a run of `workflow` with cleaned input `data`, or None; a key the
+    workflow computed badly is a WorkflowInputError (raised before anything is written)."""
+    if workflow.concurrency is None:
+        return None
+    found = workflow.concurrency(data)
+    if found is None:
+        return None
+    if not found.key or len(found.key) > CONCURRENCY_KEY_MAX or not 1 <= found.limit <= CONCURRENCY_LIMIT_MAX:
+        raise WorkflowInputError(
+            {"concurrency": f"workflow {workflow.name} computed an invalid key or limit"}
+        )
+    return found
+
+
 @dataclass(frozen=True)
 class Workflow:
     name: str
@@ -194,6 +248,10 @@ class Workflow:
     # to be claimed before the occurrence is skipped ("setting": SAS["SCHEDULE_TO_START"];
     # None or 0: never). Runs submitted directly (orders through their API) never expire.
     schedule_to_start: float | Literal["setting"] | None = "setting"
+    # At most N at a time per key (issue 30, scheduler/holds.md): from the cleaned input, the
+    # key and its limit (runs of one owner with the same key run at most `limit` at a time, the
+    # others wait in order, holding no worker), or None for this input. None: never limited.
+    concurrency: Callable[[Mapping[str, Any]], ConcurrencyKey | None] | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps] + [s.compensation.name for s in self.steps if s.compensation]

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
 from liveness.counters import supervisor_recoveries_add
-from scheduler.services import runs_skip_unstarted, scheduler_instance_id
+from scheduler.services import holds_reconcile, runs_skip_unstarted, scheduler_instance_id
 
 from .services import step_expire_sweep
 
@@ -32,6 +32,8 @@ def supervisor_sweep() -> dict[str, int]:
         # Schedule-to-start: job occurrences whose first step waited too long are skipped
         # (one bounded batch per tick; the next tick takes the rest).
         skipped = runs_skip_unstarted(batch=settings.SAS["SWEEP_BATCH"])
+        # Pauses and concurrency keys (issue 30): what a pause missed held, free slots given.
+        holds_reconcile(batch=settings.SAS["SWEEP_BATCH"])
     except (DatabaseError, OperationalError):
         logger.exception("supervisor sweep failed; next tick retries")
         return {"examined": 0, "retried": 0, "errored": 0, "skipped": 0}

@@ -77,6 +77,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # Issue 30: a paused account's banner on every customer page.
+                "jobs.account.account_pause",
             ],
         },
     },

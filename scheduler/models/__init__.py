@@ -5,6 +5,7 @@ classes moved, the tables did not): `runs` (runs, steps), `history` (attempts, r
 
 from .base import NON_NEGATIVE, row_check
 from .history import HistoryStatus, RunEvent, TaskExecutionHistory
+from .holds import Pause
 from .jobs import DispatcherShard, Job, OverlapPolicy, ScheduledJob, ScheduledJobKind
 from .longwork import Checkpoint, HeartbeatState, HeartbeatStatus
 from .runs import (
@@ -28,6 +29,7 @@ __all__ = [
     "HistoryStatus",
     "Job",
     "OverlapPolicy",
+    "Pause",
     "Run",
     "RunEvent",
     "RunState",

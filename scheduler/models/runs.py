@@ -93,6 +93,20 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # At most N at a time per key (issue 30, scheduler/holds.md): the key the workflow computed
+    # from the input, scoped by the owner; NULL: no limit. `admitted_at`: when the run took a
+    # slot (NULL while it waits, its first step Waiting). A slot is held by an unfinished run
+    # that was admitted - derived from the run's state, so no path that ends a run can leak it.
+    concurrency_key = models.CharField(  # noqa: DJ001
+        max_length=200,
+        null=True,
+        blank=True,
+        help_text="Runs of one owner with this key run at most concurrency_limit at a time (FIFO).",
+    )
+    concurrency_limit = models.SmallIntegerField(null=True, blank=True)
+    admitted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the run took a slot of its concurrency key (empty: waiting)."
+    )
 
     class Meta:
         constraints = [
@@ -142,6 +156,15 @@ class Run(models.Model):
                 fields=["job"],
                 name="run_job_unsettled_idx",
                 condition=Q(job__isnull=False) & Q(job_settled=False) & Q(state__in=RUN_TERMINAL_STATES),
+            ),
+            # A key's unfinished runs, oldest first: its slots' holders and its queue (sas_key_admit).
+            models.Index(
+                Coalesce("owner", 0),
+                "concurrency_key",
+                "created_at",
+                "id",
+                name="run_key_unfinished_idx",
+                condition=Q(concurrency_key__isnull=False) & Q(state__in=RUN_UNFINISHED_STATES),
             ),
         ]
 

@@ -48,6 +48,7 @@ from .dispatch import (
 from .events import event_record, events_announce, run_observe
 from .expiry import runs_skip_unstarted
 from .failure import failures_settle, step_errored_settle
+from .holds import PauseRefused, holds_reconcile, pause_create, pause_of_owner, pause_resume
 from .jobs import (
     Backfill,
     JobBusy,
@@ -85,6 +86,7 @@ __all__ = [
     "JobStateError",
     "LeaseLost",
     "Outcome",
+    "PauseRefused",
     "ReplyResult",
     "RunNotCancellable",
     "RunSpec",
@@ -95,6 +97,7 @@ __all__ = [
     "events_announce",
     "failures_settle",
     "heartbeat_finish",
+    "holds_reconcile",
     "job_backfill",
     "job_create",
     "job_delete",
@@ -113,6 +116,9 @@ __all__ = [
     "operations_in_flight",
     "page_begin",
     "page_commit",
+    "pause_create",
+    "pause_of_owner",
+    "pause_resume",
     "run_cancel",
     "run_compensate",
     "run_give_up",

@@ -17,7 +17,14 @@ from sasproject.logs import state_change
 from scheduler import transitions
 from scheduler.ids import uuid7
 from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step
-from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, get_workflow
+from scheduler.workflows import (
+    StepContext,
+    StepDef,
+    Workflow,
+    WorkflowInputError,
+    get_workflow,
+    workflow_concurrency,
+)
 
 from .dispatch import claimed_settle, scheduler_instance_id, scheduler_kick_enqueue
 from .events import events_announce
@@ -76,7 +83,9 @@ def run_validate_input(*, workflow: str, input: Mapping[str, Any]) -> tuple[Work
     definition = get_workflow(workflow)
     if not isinstance(input, Mapping):
         raise WorkflowInputError({"input": "must be a JSON object"})
-    return definition, definition.validate(input)
+    cleaned = definition.validate(input)
+    workflow_concurrency(definition, cleaned)
+    return definition, cleaned
 
 
 def run_submit(
@@ -333,6 +342,7 @@ def _runs_write(
     """Write `new` (one statement), then the long steps' rows of the runs that have them, and
     announce the "received" events of observed runs. The runs written, by id."""
     written = transitions.runs_insert_many(new=new)
+    _concurrency_keys_take(new, specs, written)
     _long_steps_of_runs_create(
         {
             run_id: spec.definition
@@ -348,6 +358,25 @@ def _runs_write(
         ]
     )
     return written
+
+
+def _concurrency_keys_take(
+    new: transitions.NewRuns, specs: Sequence[RunSpec], written: Mapping[uuid.UUID, transitions.WrittenRun]
+) -> None:
+    """The written runs whose workflow gives their input a concurrency key take it: they wait
+    for a slot or are admitted (`transitions.runs_key_hold`, issue 30). Runs without a key cost
+    nothing here."""
+    run_ids: list[uuid.UUID] = []
+    keys: list[str] = []
+    limits: list[int] = []
+    for run_id, spec in zip(new.run_ids, specs, strict=True):
+        found = workflow_concurrency(spec.definition, spec.input) if run_id in written else None
+        if found is not None:
+            run_ids.append(run_id)
+            keys.append(found.key)
+            limits.append(found.limit)
+    if run_ids:
+        transitions.runs_key_hold(run_ids=run_ids, keys=keys, limits=limits)
 
 
 def _has_long_steps(definition: Workflow) -> bool:

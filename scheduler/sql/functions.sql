@@ -503,6 +503,8 @@ BEGIN
         SELECT id, run_id, expires_at, created_at FROM scheduler_step
         WHERE process_state = 'pending' AND attempts = 0 AND expires_at IS NOT NULL
           AND expires_at < statement_timestamp()
+          -- Held by a pause (issue 30): its window is frozen, shifted when the pause ends.
+          AND not_before < '9999-12-31 00:00:00+00'::timestamptz  -- sas_held(), holds.sql
         ORDER BY expires_at
         LIMIT p_batch
         FOR UPDATE SKIP LOCKED

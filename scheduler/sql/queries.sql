@@ -27,14 +27,30 @@ SELECT sas_step_fail(%(ids)s::bigint[], %(leases)s::uuid[], %(errors)s::text[], 
 -- name: run_skip_unstarted
 SELECT sas_run_skip_unstarted(%(batch)s)
 
+-- name: holds_reconcile
+-- The supervisor's tick: pauses' missed steps held, keys' free slots given (holds.sql).
+SELECT sas_holds_reconcile(%(batch)s)
+
+-- name: runs_key_hold
+-- New runs take their concurrency keys and wait for a slot, or are admitted (holds.sql).
+SELECT sas_runs_key_hold(%(run_ids)s::uuid[], %(keys)s::text[], %(limits)s::integer[])
+
+-- name: pauses_hold
+SELECT sas_pauses_hold()
+
+-- name: pause_release
+SELECT sas_pause_release(%(pause_id)s)
+
 -- name: step_due_for_supervision
 -- The supervisor's batch: Processing steps past their first deadline - start_by while no agent
 -- has been seen starting them, complete_by after - oldest first, skipping rows a reply or
 -- another sweep holds (partial index step_processing_deadline_idx). Locked until the batch's
--- transitions commit.
+-- transitions commit. A step of a paused owner or workflow is left alone while the pause lasts
+-- (issue 30: its deadlines are frozen; scheduler/holds.md) - no pause at all costs one probe.
 SELECT id, lease, start_by, complete_by, statement_timestamp()
 FROM scheduler_step
 WHERE process_state = 'processing' AND coalesce(start_by, complete_by) < statement_timestamp()
+  AND (NOT EXISTS (SELECT 1 FROM scheduler_pause) OR NOT sas_paused(owner_id, run_id))
 ORDER BY coalesce(start_by, complete_by)
 LIMIT %(batch)s
 FOR UPDATE SKIP LOCKED

@@ -18,6 +18,14 @@ transition by name; this file re-exports them as that public API.
 
 from __future__ import annotations
 
+from scheduler.transitions.holds import (
+    Reconciled,
+    Released,
+    holds_settle,
+    pause_release,
+    pauses_hold,
+    runs_key_hold,
+)
 from scheduler.transitions.long_steps import (
     CheckpointState,
     Heartbeat,
@@ -92,6 +100,8 @@ __all__ = [
     "FailedStep",
     "Heartbeat",
     "NewRuns",
+    "Reconciled",
+    "Released",
     "RunObserved",
     "Skipped",
     "SkippedRun",
@@ -103,7 +113,10 @@ __all__ = [
     "checkpoint_page_begin",
     "engine_queries",
     "heartbeat_complete",
+    "holds_settle",
     "install_functions",
+    "pause_release",
+    "pauses_hold",
     "reply_ignored",
     "run_end_compensation",
     "run_fail",
@@ -112,6 +125,7 @@ __all__ = [
     "run_skip_unstarted",
     "runs_cancel_unstarted",
     "runs_insert_many",
+    "runs_key_hold",
     "step_advance",
     "step_cancel_unstarted",
     "step_claim",

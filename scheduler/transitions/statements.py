@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 FUNCTIONS_FILE = SQL_DIR / "functions.sql"
 QUERIES_FILE = SQL_DIR / "queries.sql"
+# Concurrency keys and pauses (issue 30, scheduler/holds.md), installed by `install_holds`.
+HOLDS_FILE = SQL_DIR / "holds.sql"
 
 # Raised by sas_step_succeed when the caller did not open a transaction for an observed run.
 SQLSTATE_RUN_OBSERVED = "SAS01"
@@ -40,6 +42,14 @@ def install_functions(conn: BaseDatabaseWrapper | None = None) -> None:
         cursor.execute("SET check_function_bodies = off")
         cursor.execute(FUNCTIONS_FILE.read_text())
         cursor.execute("RESET check_function_bodies")
+
+
+def install_holds(conn: BaseDatabaseWrapper | None = None) -> None:
+    """CREATE OR REPLACE holds.sql's functions and triggers (issue 30; migration 0032 and any later
+    one that changes the file). Apart from functions.sql: its triggers name columns that the
+    migrations before 0032, which install functions.sql, do not have yet."""
+    with (conn or connection).cursor() as cursor:
+        cursor.execute(HOLDS_FILE.read_text())
 
 
 def _json(value: Any) -> Any:

@@ -79,6 +79,8 @@ NOT_STATES = {
     "continue", "heartbeat", "extended", "close_by",
     # PostgreSQL settings a page's transaction sets (set_config in checkpoint_page_begin)
     "statement_timeout", "idle_in_transaction_session_timeout",
+    # sas_step_succeed's commit without waiting for the flush, and sas.durable_steps' values
+    "synchronous_commit", "off", "on", "true",
     # encode()'s format in sas_uuid7()
     "hex",
     # keys of a job's operator history rows (jobs.sql: job_pause, job_resume, job_edit_record)
@@ -225,6 +227,7 @@ def test_queries__every_named_statement_is_loaded_once():
         "step_resume", "step_continue", "step_heartbeat", "checkpoint_page_begin", "checkpoint_advance",
         "heartbeat_complete", "runs_insert_many", "runs_cancel_unstarted", "run_skip_unstarted",
         "step_resubmit", "step_resubmit_in_place", "step_compensation_retry", "step_request_held",
+        "runs_key_hold", "pauses_hold", "pause_release", "holds_reconcile",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes

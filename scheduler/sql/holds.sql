@@ -1,0 +1,258 @@
+-- Holds (issue 30): at most N at a time per key, and pauses of an owner or a workflow. Installed
+-- by scheduler.transitions.statements.install_holds (migration 0032; CREATE OR REPLACE, the
+-- triggers with CREATE OR REPLACE TRIGGER). The rules, their table and the choices:
+-- scheduler/holds.md. Time is the database clock: statement_timestamp().
+
+
+-- ---------------------------------------------------------------------------------------------
+-- Concurrency keys. A run whose workflow computed a key from its input carries
+-- (concurrency_key, concurrency_limit); its first step is written Waiting, and the run waits,
+-- holding no worker, until sas_key_admit gives it a slot: Waiting -> Pending and admitted_at set.
+-- A slot is held by an unfinished (pending, running, compensating) admitted run of the same
+-- owner and key - a fact read from the runs, never a counter, so whatever ends a run (success,
+-- failure, compensation, cancellation, a skip, an operator) frees its slot by ending it.
+-- ---------------------------------------------------------------------------------------------
+
+-- key_admit: give the free slots of (owner, key) to its oldest waiting runs (FIFO: created_at,
+-- id). Serialized per key by a transaction-scoped advisory lock, so two admissions of one key
+-- never both count the same free slot; the holders are counted after the lock is taken (each
+-- statement of a PL/pgSQL function reads a fresh snapshot under READ COMMITTED). The limit is
+-- the head waiter's (its workflow's, at its submit). A waiter another transaction holds (being
+-- cancelled) is skipped. Returns the runs admitted.
+-- p_wait false: give up at once when another transaction admits this key (the supervisor's
+-- reconciliation: that transaction does the admitting).
+CREATE OR REPLACE FUNCTION sas_key_admit(p_owner bigint, p_key text, p_wait boolean DEFAULT true) RETURNS uuid[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_lock bigint := hashtextextended('sas_key:' || coalesce(p_owner, 0)::text || ':' || p_key, 0);
+    v_held integer;
+    v_limit integer;
+    v_admitted uuid[];
+BEGIN
+    IF p_wait THEN
+        PERFORM pg_advisory_xact_lock(v_lock);
+    ELSIF NOT pg_try_advisory_xact_lock(v_lock) THEN
+        RETURN '{}'::uuid[];
+    END IF;
+    SELECT count(*) INTO v_held FROM scheduler_run
+    WHERE coalesce(owner_id, 0) = coalesce(p_owner, 0) AND concurrency_key = p_key
+      AND state IN ('pending', 'running', 'compensating') AND admitted_at IS NOT NULL;
+    SELECT concurrency_limit INTO v_limit FROM scheduler_run
+    WHERE coalesce(owner_id, 0) = coalesce(p_owner, 0) AND concurrency_key = p_key
+      AND state = 'pending' AND admitted_at IS NULL
+    ORDER BY created_at, id LIMIT 1;
+    IF v_limit IS NULL OR v_held >= v_limit THEN
+        RETURN '{}'::uuid[];
+    END IF;
+    WITH next AS (
+        SELECT id FROM scheduler_run
+        WHERE coalesce(owner_id, 0) = coalesce(p_owner, 0) AND concurrency_key = p_key
+          AND state = 'pending' AND admitted_at IS NULL
+        ORDER BY created_at, id
+        LIMIT v_limit - v_held
+        FOR UPDATE SKIP LOCKED
+    ), admitted AS (
+        UPDATE scheduler_run AS r
+        SET admitted_at = statement_timestamp(), updated_at = statement_timestamp()
+        FROM next WHERE r.id = next.id AND r.admitted_at IS NULL
+        RETURNING r.id
+    ), first_steps AS (
+        -- Its schedule-to-start window starts now: the wait for a slot is not a backlog.
+        UPDATE scheduler_step AS s
+        SET process_state = 'pending', not_before = statement_timestamp(),
+            expires_at = statement_timestamp() + (s.expires_at - s.created_at),
+            updated_at = statement_timestamp()
+        FROM admitted AS a
+        WHERE s.run_id = a.id AND s.kind = 'forward' AND s.seq = 0 AND s.process_state = 'waiting'
+    )
+    SELECT coalesce(array_agg(id), '{}') INTO v_admitted FROM admitted;
+    RETURN v_admitted;
+END;
+$$;
+
+
+-- runs_key_hold: new runs (their submit's transaction, right after runs_insert_many) take their
+-- keys; their first steps Pending -> Waiting; then each key admits (keys in a fixed order, so
+-- two batches that admit the same keys take their locks in the same order).
+-- Guard: the first step still Pending and never claimed (attempts = 0).
+CREATE OR REPLACE FUNCTION sas_runs_key_hold(p_run_ids uuid[], p_keys text[], p_limits integer[]) RETURNS uuid[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_admitted uuid[] := '{}';
+    r record;
+BEGIN
+    UPDATE scheduler_run AS run
+    SET concurrency_key = k.key, concurrency_limit = k.lim
+    FROM unnest(p_run_ids, p_keys, p_limits) AS k(id, key, lim)
+    WHERE run.id = k.id AND run.state = 'pending' AND run.admitted_at IS NULL;
+    UPDATE scheduler_step AS s
+    SET process_state = 'waiting', updated_at = statement_timestamp()
+    WHERE s.run_id = ANY(p_run_ids) AND s.kind = 'forward' AND s.seq = 0
+      AND s.process_state = 'pending' AND s.attempts = 0;
+    FOR r IN
+        SELECT DISTINCT owner_id, concurrency_key FROM scheduler_run
+        WHERE id = ANY(p_run_ids) AND concurrency_key IS NOT NULL
+        ORDER BY owner_id, concurrency_key
+    LOOP
+        v_admitted := v_admitted || sas_key_admit(r.owner_id, r.concurrency_key);
+    END LOOP;
+    RETURN v_admitted;
+END;
+$$;
+
+
+-- The run's end frees its slot: the next waiter of its key is admitted in the same transaction
+-- as the transition that ended it, whichever it was (they all write scheduler_run.state).
+CREATE OR REPLACE FUNCTION sas_run_key_release() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM sas_key_admit(NEW.owner_id, NEW.concurrency_key);
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE TRIGGER run_key_release
+AFTER UPDATE OF state ON scheduler_run
+FOR EACH ROW
+WHEN (OLD.concurrency_key IS NOT NULL
+      AND NEW.state IN ('completed', 'compensated', 'cancelled', 'failed')
+      AND OLD.state IN ('pending', 'running', 'compensating'))
+EXECUTE FUNCTION sas_run_key_release();
+
+
+-- ---------------------------------------------------------------------------------------------
+-- Pauses. A scheduler_pause row holds a whole owner or a whole workflow: every Pending step of
+-- its scope has not_before = sas_held() (year 9999), which every claim already refuses (the pick, the admit,
+-- the claim statement all test not_before <= now) - so no claim path needs to know about pauses.
+-- A step that becomes Pending while its scope is paused (a reply's next step, a retry, a new
+-- run, a compensation, an admission) is held by the BEFORE trigger below as it is written.
+-- ---------------------------------------------------------------------------------------------
+
+-- held: the not_before of a held step. Not 'infinity': Python's datetime (Django, psycopg) cannot
+-- load it, and every page that shows a step would fail; year 9999 is the last it can.
+CREATE OR REPLACE FUNCTION sas_held() RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT '9999-12-31 00:00:00+00'::timestamptz
+$$;
+
+-- paused: is the step of (owner, run) in a paused scope?
+CREATE OR REPLACE FUNCTION sas_paused(p_owner bigint, p_run_id uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT 1 FROM scheduler_pause WHERE scope = 'owner' AND owner_id = p_owner)
+        OR EXISTS (SELECT 1 FROM scheduler_pause AS p JOIN scheduler_run AS r ON r.workflow = p.workflow
+                   WHERE p.scope = 'workflow' AND r.id = p_run_id)
+$$;
+
+CREATE OR REPLACE FUNCTION sas_step_hold() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- No pause at all (the common case): one probe of an empty table.
+    IF NEW.not_before <> sas_held() AND EXISTS (SELECT 1 FROM scheduler_pause)
+       AND sas_paused(NEW.owner_id, NEW.run_id) THEN
+        NEW.not_before := sas_held();
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE OR REPLACE TRIGGER step_hold_if_paused
+BEFORE INSERT OR UPDATE OF process_state ON scheduler_step
+FOR EACH ROW
+WHEN (NEW.process_state = 'pending')
+EXECUTE FUNCTION sas_step_hold();
+
+
+-- pauses_hold: every Pending step of every paused scope not yet held, held (the pause's own
+-- statement, and the supervisor's every tick: a step made Pending by a statement that started
+-- before the pause committed did not see it). Nothing to do without a pause.
+CREATE OR REPLACE FUNCTION sas_pauses_hold() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_owner_held integer;
+    v_workflow_held integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM scheduler_pause) THEN
+        RETURN 0;
+    END IF;
+    UPDATE scheduler_step AS s
+    SET not_before = sas_held(), updated_at = statement_timestamp()
+    FROM scheduler_pause AS p
+    WHERE p.scope = 'owner' AND s.owner_id = p.owner_id
+      AND s.process_state = 'pending' AND s.not_before <> sas_held();
+    GET DIAGNOSTICS v_owner_held = ROW_COUNT;
+    UPDATE scheduler_step AS s
+    SET not_before = sas_held(), updated_at = statement_timestamp()
+    FROM scheduler_run AS r JOIN scheduler_pause AS p ON p.scope = 'workflow' AND p.workflow = r.workflow
+    WHERE s.run_id = r.id AND r.state IN ('pending', 'running', 'compensating')
+      AND s.process_state = 'pending' AND s.not_before <> sas_held();
+    GET DIAGNOSTICS v_workflow_held = ROW_COUNT;
+    RETURN v_owner_held + v_workflow_held;
+END;
+$$;
+
+
+-- pause_release: the pause ends (its row deleted: the operator's resume). Its scope's held steps
+-- not held by another pause are due now; the deadlines of its unfinished work are shifted by
+-- the time it was paused (frozen while paused): the whole-step deadline (close_by) of Pending and
+-- Waiting steps, and a job occurrence's schedule-to-start (expires_at). A Processing step past
+-- its attempt's deadline, which the sweep left alone while paused, is swept at the next tick (its
+-- attempt did end). Returns {"released": steps due again, "paused_seconds": the pause's length},
+-- or NULL when no such pause (resumed already).
+CREATE OR REPLACE FUNCTION sas_pause_release(p_pause_id bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pause record;
+    v_paused interval;
+    v_released integer;
+BEGIN
+    DELETE FROM scheduler_pause WHERE id = p_pause_id RETURNING * INTO v_pause;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_paused := statement_timestamp() - v_pause.created_at;
+    WITH scope AS (
+        SELECT s.id FROM scheduler_step AS s
+        WHERE v_pause.scope = 'owner' AND s.owner_id = v_pause.owner_id
+          AND s.process_state IN ('pending', 'waiting')
+        UNION ALL
+        SELECT s.id FROM scheduler_run AS r JOIN scheduler_step AS s ON s.run_id = r.id
+        WHERE v_pause.scope = 'workflow' AND r.workflow = v_pause.workflow
+          AND r.state IN ('pending', 'running', 'compensating') AND s.process_state IN ('pending', 'waiting')
+    ), released AS (
+        UPDATE scheduler_step AS s
+        SET not_before = CASE WHEN s.not_before = sas_held() THEN statement_timestamp() ELSE s.not_before END,
+            close_by = s.close_by + v_paused,
+            expires_at = s.expires_at + v_paused,
+            updated_at = statement_timestamp()
+        FROM scope
+        WHERE s.id = scope.id AND NOT sas_paused(s.owner_id, s.run_id)
+        RETURNING s.process_state, s.not_before
+    )
+    SELECT count(*) FILTER (WHERE process_state = 'pending') INTO v_released FROM released;
+    RETURN jsonb_build_object('released', v_released, 'paused_seconds', extract(epoch FROM v_paused));
+END;
+$$;
+
+
+-- holds_reconcile: the supervisor's tick - hold what a pause missed (sas_pauses_hold), and give
+-- any free slot to its key's waiters (a key whose release was rolled back with its transaction,
+-- a limit raised). Bounded: p_batch keys; a key another transaction is admitting is skipped.
+CREATE OR REPLACE FUNCTION sas_holds_reconcile(p_batch integer) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_held integer;
+    v_admitted uuid[] := '{}';
+    r record;
+BEGIN
+    v_held := sas_pauses_hold();
+    FOR r IN
+        SELECT DISTINCT owner_id, concurrency_key FROM scheduler_run
+        WHERE concurrency_key IS NOT NULL AND state = 'pending' AND admitted_at IS NULL
+        ORDER BY owner_id, concurrency_key
+        LIMIT p_batch
+    LOOP
+        v_admitted := v_admitted || sas_key_admit(r.owner_id, r.concurrency_key, false);
+    END LOOP;
+    RETURN jsonb_build_object('held', v_held, 'admitted', cardinality(v_admitted));
+END;
+$$;
