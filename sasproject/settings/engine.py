@@ -8,8 +8,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from sasproject.settings.base import SAS_WORKFLOW_APPS
 from sasproject.settings.celery_conf import REDIS_URL
 from sasproject.settings.env import env_bool, env_float, env_slots
+from sasproject.workflow_apps import WORKFLOW_APP_SLOTS, workflow_app_queue
 
 # --------------------------------------------------------------------------------------------
 # The engine.
@@ -77,6 +79,8 @@ SAS: dict[str, Any] = {
             "agent.tasks": 2,
             "agent.catalogue": 2,
             "agent.exports": 2,
+            # The workflow apps' queues (issue 31): the agents-apps worker's threads.
+            **{workflow_app_queue(app): WORKFLOW_APP_SLOTS for app in SAS_WORKFLOW_APPS},
         },
     ),
     # The most of a bulkhead's slots one owner may hold: ceil(slots x share), at least 1. Below
