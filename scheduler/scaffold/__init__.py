@@ -82,6 +82,11 @@ def _list_append(text: str, anchor: str, item: str) -> str:
     opening = text.index("[", start + len(anchor))
     closing = text.index("]", opening)
     last_quote = text.rindex('"', opening, closing)
+    line_start = text.rindex("\n", 0, last_quote) + 1
+    indent = text[line_start : len(text) - len(text[line_start:].lstrip(" "))]
+    if text.startswith(",\n", last_quote + 1) and text[line_start : last_quote + 1].strip().count('"') == 2:
+        # A list of one item a line: the new one on a line of its own.
+        return f'{text[: last_quote + 2]}\n{indent}"{item}",{text[last_quote + 2 :]}'
     return f'{text[: last_quote + 1]}, "{item}"{text[last_quote + 1 :]}'
 
 

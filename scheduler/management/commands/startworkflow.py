@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,18 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         for path in written:
             self.stdout.write(f"wrote {path.relative_to(root)}")
+        self._tidy([str(p) for p in written if p.suffix == ".py"], root)
         self.stdout.write(
             f"\nNext: .venv/bin/pytest tests/{name} -q  (its tests)\n"
             f"      make run  (the agents-apps worker serves agent.{name}; restart it when it runs)\n"
             f"      docs/developing/workflows.md  (more steps, compensations, deadlines)"
         )
+
+    def _tidy(self, paths: list[str], root: Path) -> None:
+        """The project's formatter and import order on the new files (a long NAME moves lines)."""
+        ruff = Path(sys.executable).parent / "ruff"
+        if not ruff.exists():
+            self.stderr.write("ruff not found beside Python: run `make format` before `make lint`")
+            return
+        for command in (["format", "--quiet"], ["check", "--fix", "--quiet"]):
+            subprocess.run([str(ruff), *command, *paths], cwd=root, check=False)
