@@ -97,7 +97,9 @@ def pyproject_with_app(text: str, name: str) -> str:
     layers = next(c for c in config["contracts"] if c["id"] == "layers")["layers"]
     domain = next((layer for layer in layers if DOMAIN_LAYER_MEMBER in layer.split(" | ")), None)
     if domain is None or text.count(f'"{domain}"') != 1:
-        raise ScaffoldError(f"pyproject.toml: the layers contract has no single {DOMAIN_LAYER_MEMBER!r} layer")
+        raise ScaffoldError(
+            f"pyproject.toml: the layers contract has no single {DOMAIN_LAYER_MEMBER!r} layer"
+        )
     text = text.replace(f'"{domain}"', f'"{domain} | {name}"')
     text = _list_append(text, "root_packages = ", name)
     text = _list_append(text, f'id = "{TOOLING_CONTRACT}"', name)

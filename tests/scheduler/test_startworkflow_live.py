@@ -18,6 +18,8 @@ from tests.test_sizes import ROOT
 LONG = "a_workflow_of_twenty_nine_chr"
 NAMES = ("greeting", LONG)
 VENV_BIN = ROOT / ".venv" / "bin"
+# A pytest session of its own in the copy (its test database made from scratch) on a shared machine.
+pytestmark = pytest.mark.timeout(900)
 
 
 def _copy_of_the_repository(dest: Path) -> Path:
@@ -39,7 +41,12 @@ def _copy_of_the_repository(dest: Path) -> Path:
 
 def _run(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(a) for a in args], cwd=copy, capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+        [str(a) for a in args],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
     )
 
 
@@ -103,7 +110,9 @@ def test_startworkflow__layering_check__covers_the_new_app(copy: Path) -> None:
 
 @pytest.mark.parametrize("name", ["greeting", "Bad-Name", "x", "class", "apps", "json", "orders"])
 def test_startworkflow__refused_name__clear_error_and_nothing_changed(copy: Path, name: str) -> None:
-    before = {p: p.read_bytes() for p in (copy / "pyproject.toml", copy / "tests" / "greeting" / "test_greeting.py")}
+    before = {
+        p: p.read_bytes() for p in (copy / "pyproject.toml", copy / "tests" / "greeting" / "test_greeting.py")
+    }
     tree = sorted(p.name for p in copy.iterdir())
 
     result = _run(copy, VENV_BIN / "python", "manage.py", "startworkflow", name)
