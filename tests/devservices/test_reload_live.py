@@ -38,7 +38,8 @@ def test_reloading_line__a_changed_module_restarts_the_process(tmp_path: Path) -
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "__init__.py").write_text("")
-    program = f'{sys.executable} -u -c \'import os, time; print("pid", os.environ["MARK"], os.getpid()); time.sleep(60)\''
+    script = 'import os, time; print("pid", os.environ["MARK"], os.getpid()); time.sleep(60)'
+    program = f"{sys.executable} -u -c {shlex.quote(script)}"
     text = procfile_reloading(f"control: MARK=on {program}\nsimulator: {program}\n", tmp_path)
     control, simulator = text.splitlines()
     assert simulator == f"simulator: {program}"  # not a process of the project's code
