@@ -183,7 +183,7 @@ class Workflow:
     # Default no: a workflow is staff-only work (internal plumbing such as webhook deliveries,
     # work on data every tenant shares such as the catalogue) until its author says it is safe
     # for any customer to aim at with any input, and that its runs only touch the owner's own
-    # data. The rule is `workflow_permitted`; docs/jobs-targets.md ("Who may schedule what").
+    # data. The rule is `workflow_permitted`; docs/using/jobs-targets.md ("Who may schedule what").
     customer_schedulable: bool = False
     # May anyone make a job of it (or run one from a job)? False: the engine starts it itself
     # for a row of its own (a webhook delivery, an alert notification), and its runs act with

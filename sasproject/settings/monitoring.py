@@ -13,7 +13,7 @@ from sasproject.workflow_apps import workflow_app_queue
 
 # --------------------------------------------------------------------------------------------
 # Monitoring (issue 19): /healthz, /readyz, /metrics (ops/), Flower, the engine-health page.
-# See docs/operators.md ("Monitoring") and docs/decisions.md ("Metrics read at scrape time").
+# See docs/operating/operators.md ("Monitoring") and docs/decisions.md ("Metrics read at scrape time").
 # --------------------------------------------------------------------------------------------
 # Every queue the engine's tasks are routed to (CELERY_TASK_ROUTES, agents/routing.py), declared
 # explicitly so that /metrics, the health page and Flower's broker page list each of them even

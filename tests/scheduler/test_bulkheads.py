@@ -1,4 +1,4 @@
-"""Bulkheads' slots (issue 26, docs/fairness.md): a claim sends an agent queue no more steps than
+"""Bulkheads' slots (issue 26, docs/operating/fairness.md): a claim sends an agent queue no more steps than
 it has slots, an owner no more than its share of them, and asks the same of a step claimed by
 id (a submit's, a reply's next step). Database tier; the live noisy neighbour is
 tests/e2e/test_noisy_neighbour_live.py."""
