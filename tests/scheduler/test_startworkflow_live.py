@@ -7,36 +7,17 @@ refuses changes nothing."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.test_sizes import ROOT
+from tests.repo_copy import VENV_BIN, repository_copy
 
 LONG = "a_workflow_of_twenty_nine_chr"
 NAMES = ("greeting", LONG)
-VENV_BIN = ROOT / ".venv" / "bin"
 # A pytest session of its own in the copy (its test database made from scratch) on a shared machine.
 pytestmark = pytest.mark.timeout(900)
-
-
-def _copy_of_the_repository(dest: Path) -> Path:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for name in filter(None, listed):
-        source = ROOT / name.decode()
-        if source.is_file():
-            target = dest / name.decode()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-    (dest / ".venv").symlink_to((ROOT / ".venv").resolve())
-    return dest
 
 
 def _run(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -52,7 +33,7 @@ def _run(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    copy = _copy_of_the_repository(tmp_path_factory.mktemp("repo"))
+    copy = repository_copy(tmp_path_factory.mktemp("repo"))
     for name in NAMES:
         made = _run(copy, VENV_BIN / "python", "manage.py", "startworkflow", name)
         assert made.returncode == 0, made.stderr
