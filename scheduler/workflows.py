@@ -3,14 +3,9 @@
 A workflow is an ordered list of steps; each step names the agent operation (a Celery task name)
 that performs it, its complete-by window, failure limit, backoff and optional compensation.
 Adding a workflow means writing a `Workflow(...)` and calling `register()` - the engine does not
-change. Example (see `orders/workflows.py` for the real one)::
-
-    register(Workflow(
-        name="greeting",
-        validate=validate_greeting,
-        steps=[StepDef(name="send", operation="agents.mail.send", timeout=10,
-                       payload=lambda ctx: {"to": ctx.input["to"]})],
-    ))
+change. `manage.py startworkflow NAME` writes an app with one (docs/developing/workflows.md);
+`orders/workflows.py` is a three-step saga with compensations, its operations in
+`orders/tasks.py`.
 """
 
 from __future__ import annotations
