@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repo_copy import ROOT, repository_copy
+from sastools.repo_copy import ROOT, repository_copy
 
 GUIDE = ROOT / "docs" / "developing" / "workflows.md"
 BLOCK = re.compile(r"^```sh exec\n(.*?)^```", re.S | re.M)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repo_copy import VENV_BIN, repository_copy
+from sastools.repo_copy import VENV_BIN, repository_copy
 
 LONG = "a_workflow_of_twenty_nine_chr"
 NAMES = ("greeting", LONG)
