@@ -61,9 +61,8 @@ def main() -> int:
     args = parser.parse_args()
     rows = [one_round(args.name) for _ in range(args.rounds)]
     print(f"newcomer's path, {args.rounds} round(s), app {args.name!r}")
-    print(
-        f"{'round':>5} {'scaffold s':>11} {'tests wall s':>13} {'tests calls s':>14} {'tests':>6} {'calls/target':>13}"
-    )
+    header = ("round", "scaffold s", "tests wall s", "tests calls s", "tests", "calls/target")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(header, (5, 11, 13, 14, 6, 13), strict=True)))
     for i, row in enumerate(rows, 1):
         ratio = row["tests_calls_s"] / TESTS_TARGET_S
         print(
