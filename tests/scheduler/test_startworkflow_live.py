@@ -20,7 +20,7 @@ NAMES = ("greeting", LONG)
 pytestmark = pytest.mark.timeout(900)
 
 
-def _run(copy: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _run(copy: Path, *args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(a) for a in args],
         cwd=copy,
