@@ -64,7 +64,7 @@ endef
 .PHONY: help venv install run test test-fast lint format chromium promtool nginx bench soak services-status stop-services clean-devdata
 
 help:
-	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode)"
+	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode, code reload; SAS_RELOAD=0: off)"
 	echo "make test           install, lint (ruff, mypy, lint-imports) and pytest -- what CI runs"
 	echo "make lint           ruff check, ruff format --check, mypy, lint-imports"
 	echo "make test-fast      pytest, the database-only tier: no live, browser or deploy test (PYTEST_ARGS='-k foo' to narrow)"
@@ -129,8 +129,17 @@ run: $(STAMP)
 	export EMAIL_BACKEND="$${EMAIL_BACKEND:-django.core.mail.backends.filebased.EmailBackend}"
 	export EMAIL_FILE_PATH="$${EMAIL_FILE_PATH:-$(CURDIR)/.devdata/mail}"
 	mkdir -p "$$EMAIL_FILE_PATH"; echo "alert e-mails: $$EMAIL_FILE_PATH (EMAIL_BACKEND=$$EMAIL_BACKEND)"
+	# Code reload (issue 31): the web, the workers and beat restart when a .py file of the
+	# project changes (devservices/reload.py runs them under watchfiles). SAS_RELOAD=0: the
+	# plain Procfile (restart one process by hand: docs/developing/README.md, "Reloading").
+	procfile=Procfile
+	if [ "$${SAS_RELOAD:-1}" != 0 ]; then
+		procfile=.devdata/Procfile.reload
+		$(PY) -m devservices.reload Procfile > "$$procfile"
+		echo "code reload on: a changed .py file restarts web, workers and beat (SAS_RELOAD=0 make run: off)"
+	fi
 	# Ctrl-C reaches honcho, which stops every process and exits 130: that is a clean stop.
-	code=0; $(VENV)/bin/honcho start -f Procfile || code=$$?
+	code=0; $(VENV)/bin/honcho start -f "$$procfile" -d . || code=$$?
 	if [ "$$code" -eq 130 ]; then echo "stopped (Ctrl-C)"; exit 0; fi
 	exit "$$code"
 

@@ -6,7 +6,7 @@ the field) and again when the call is made (`url_check` + `addresses_resolve`: t
 resolved once, every address checked, and the connection goes to a checked address - no second
 lookup a DNS rebinding could answer differently; agents/egress_http.py).
 
-A policy reads two settings under its prefix (docs/jobs-targets.md, "The egress policy"):
+A policy reads two settings under its prefix (docs/using/jobs-targets.md, "The egress policy"):
 
 - `<PREFIX>_ALLOWED_HOSTS`: a URL must match one entry. `api.example.com` (that host, any
   port), `api.example.com:8443` (that port only), `*.example.com` (any subdomain, not the

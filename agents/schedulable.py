@@ -9,7 +9,7 @@
 registers the workflow `task:webhooks.purge_deliveries`: staff-only work, as every schedulable
 task is unless it says `customer_schedulable=True` (a task runs in our own process with our own
 credentials; say so only for one that touches nothing but the owner's data, whatever its
-arguments - docs/jobs-targets.md, "Who may schedule what"). Its input is the task's arguments,
+arguments - docs/using/jobs-targets.md, "Who may schedule what"). Its input is the task's arguments,
 `{"args": [...], "kwargs": {...}}` (JSON only), checked before anything is written against the
 function's signature: unknown or missing arguments, and arguments of the wrong JSON type where
 the annotation says (int, float, str, bool, list, dict, optionally `| None`), are field errors.

@@ -18,7 +18,7 @@ def alert_webhook_secret_check(app_configs: Any = None, **kwargs: Any) -> list[c
                 "SAS_ALERT_WEBHOOK_URL is set but SAS_ALERT_WEBHOOK_SECRET is not: operator alert "
                 "webhooks are not sent (there is no default secret).",
                 hint="Set SAS_ALERT_WEBHOOK_SECRET to a long random value and give it to the receiver "
-                "(docs/operators.md, Alerts).",
+                "(docs/operating/operators.md, Alerts).",
                 id="alerting.W001",
             )
         ]

@@ -8,7 +8,7 @@ sends `alerting.evaluate` every SAS_ALERTS_INTERVAL; the watchdog runs a tick it
 the last completed tick is older than 3 intervals. Both take the same advisory lock, so they
 never run a tick at once. If the control worker is dead too, its queue-heartbeats expire and
 nobody evaluates: that is what an external check of `/healthz`-style liveness (or the metrics
-issue's Prometheus rules) is for; it is named as the remaining gap in docs/operators.md.
+issue's Prometheus rules) is for; it is named as the remaining gap in docs/operating/operators.md.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ ALERT_WEBHOOK_OPERATION = "agents.webhook.alert"
 
 ALERT_WEBHOOK_NO_SECRET = (
     "operator alert webhook not sent: SAS_ALERT_WEBHOOK_SECRET is not set (it has no default; "
-    "docs/operators.md, Alerts)"
+    "docs/operating/operators.md, Alerts)"
 )
 
 

@@ -19,7 +19,7 @@ the simulator), on the bench database:
 
 A's job and B's jobs have the same priority: the customers' highest (scheduler.limits'
 CUSTOMER_PRIORITY_MAX where that exists, else -10), which is also a customer job's default
-there - fairness is within a priority (docs/fairness.md).
+there - fairness is within a priority (docs/operating/fairness.md).
 
 Printed: A's job start lag (occurrence -> first claim) p50/p99 and its skipped occurrences, A's
 order submit -> Completed p50/p99, the webhook worker's peak RSS, each with B against without B,

@@ -9,7 +9,7 @@ claim_next, as an agent's reply: the next step is claimed in the same statement)
 a run. `--backlog` more runs are submitted and left Pending, so each reply's "one more" claim
 (the slot it freed) finds one, as under a burst; `--owners K` spreads that backlog over K owners
 (the replying runs' owner one of them), so each "one more" takes the fair claim's several-owner
-path (docs/fairness.md) instead of the one-owner path. Prints per reply: the wall time p50 and mean
+path (docs/operating/fairness.md) instead of the one-owner path. Prints per reply: the wall time p50 and mean
 (the round trip and the commit, as the agent waits for it), this process's CPU, and the CPU of
 the PostgreSQL backend serving it (`/proc/<pid>/stat`). `--set name=value` sets a PostgreSQL
 setting for the session first (to weigh one). Server CPU per reply is the figure to compare

@@ -8,7 +8,7 @@ breaker-reset button (agents' breakers, beat's periodic tasks).
 
 The health page keeps its URLs under the run admin: /admin/scheduler/run/health/
 (`admin:scheduler_run_health`) and .../health/breaker/<service>/reset/
-(`admin:scheduler_run_breaker_reset`), which docs/operators.md and bookmarks use.
+(`admin:scheduler_run_breaker_reset`), which docs/operating/operators.md and bookmarks use.
 """
 
 from __future__ import annotations

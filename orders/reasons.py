@@ -15,7 +15,7 @@ from scheduler.models import Run
 # The remote services of the order workflow, as a customer would name them.
 SERVICE_NAMES: dict[str, str] = {"inventory": "stock", "payment": "payment", "shipping": "shipping"}
 
-# Refusal codes the remote services answer with (docs/simulator.md), as sentences.
+# Refusal codes the remote services answer with (docs/developing/simulator.md), as sentences.
 REFUSALS: dict[str, str] = {
     "card_declined": "Your card was declined, so no money was taken.",
     "out_of_stock": "An item in your order is out of stock.",

@@ -81,7 +81,7 @@ class OrderCreateSerializer(ClosedSerializer):
         required=False,
         default="",
         allow_blank=True,
-        help_text="Every event of the order is POSTed here, signed (see docs/api.md#webhooks).",
+        help_text="Every event of the order is POSTed here, signed (see docs/using/api.md#webhooks).",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -197,7 +197,7 @@ class IdempotencyConflictSerializer(ErrorSerializer):
 
 
 class WebhookSecretSerializer(serializers.Serializer[dict[str, Any]]):
-    """Your secret and how a delivery is signed with it (webhooks/signing.py, docs/api.md)."""
+    """Your secret and how a delivery is signed with it (webhooks/signing.py, docs/using/api.md)."""
 
     secret = serializers.CharField(help_text="The HMAC key (its UTF-8 bytes).")
     algorithm = serializers.CharField(

@@ -209,7 +209,7 @@ def build_order_workflow() -> Workflow:
         customer_schedulable=True,
         validate=validate_order_input,
         # A submitted order is never dropped for waiting: it waits its turn, which the fair
-        # claim bounds (docs/fairness.md).
+        # claim bounds (docs/operating/fairness.md).
         schedule_to_start=None,
         steps=[
             StepDef(
@@ -217,7 +217,7 @@ def build_order_workflow() -> Workflow:
                 label="Reserve the items",
                 operation="agents.inventory.reserve",
                 payload=_reserve,
-                # The items in the input are what the stock refuses (docs/simulator.md).
+                # The items in the input are what the stock refuses (docs/developing/simulator.md).
                 input_refusals=("out_of_stock", "bad_request"),
                 compensation=StepDef(
                     name="release_inventory",

@@ -17,7 +17,7 @@ in Flower 2.2's routes (flower/urls.py), before Flower builds its application fr
 
 `/healthcheck` stays open (compose's health check). Everything else Flower shows - workers,
 tasks, their arguments and results, the broker's queues - still needs the login and is read
-only. docs/operators.md, "Flower", and docs/decisions.md (record 16) say why.
+only. docs/operating/operators.md, "Flower", and docs/decisions.md (record 16) say why.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ graceful_timeout = 10
 # worker gives a connection's thread 5 s for its first bytes, then reads the rest of its headers
 # with no deadline, so a client that sends a header line every few seconds holds a thread for as
 # long as it likes. In front of the web there must be a buffering proxy with header and body
-# deadlines (docker/nginx/nginx.conf; docs/deploy.md, "The front door").
+# deadlines (docker/nginx/nginx.conf; docs/deploying/deploy.md, "The front door").
 # An idle kept-alive connection (a client talking to gunicorn directly: `make run`) is closed
 # after 2 s (gunicorn's default, said out loud); the proxy opens one connection per request.
 keepalive = 2

@@ -8,7 +8,7 @@ cut off by the server (deadlock, cancellation, lost connection). Each leaves not
 transaction it interrupted rolls back. Programming and integrity errors stay 500s.
 
 The API answers JSON in its error shape (`{"detail", "code"}`), pages a plain page. A client
-that retries a POST with its Idempotency-Key gets its one order (docs/api.md).
+that retries a POST with its Idempotency-Key gets its one order (docs/using/api.md).
 
 Two hooks, because Django turns an exception into a 500 response at every middleware layer:
 - `process_exception` answers for an exception raised by a view (DRF re-raises the ones its

@@ -1,4 +1,4 @@
-"""Bulkheads' slots (issue 26, docs/fairness.md): how many steps of each agent queue may be
+"""Bulkheads' slots (issue 26, docs/operating/fairness.md): how many steps of each agent queue may be
 Processing at once, and how many of those one owner may hold.
 
 The claim (`sas_step_pick`, `sas_step_admit` in scheduler/sql/functions.sql) counts the

@@ -4,7 +4,7 @@ admin's confirmation pages, the bulk dry run) and by the engine's own resume ser
 
 A remote service stores the first answer it gave for a key - the success, and also the
 definitive refusal (a 402 for a declined card) - and replays it for every later call with that
-key, as real payment providers do (docs/simulator.md, "Idempotency"). So:
+key, as real payment providers do (docs/developing/simulator.md, "Idempotency"). So:
 
 - after a **definitive refusal** (the remote answered no for good: a 4xx, the agent's
   PermanentFault, the step's `error_permanent`), nothing happened under that key, and resending

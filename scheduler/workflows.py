@@ -3,14 +3,9 @@
 A workflow is an ordered list of steps; each step names the agent operation (a Celery task name)
 that performs it, its complete-by window, failure limit, backoff and optional compensation.
 Adding a workflow means writing a `Workflow(...)` and calling `register()` - the engine does not
-change. Example (see `orders/workflows.py` for the real one)::
-
-    register(Workflow(
-        name="greeting",
-        validate=validate_greeting,
-        steps=[StepDef(name="send", operation="agents.mail.send", timeout=10,
-                       payload=lambda ctx: {"to": ctx.input["to"]})],
-    ))
+change. `manage.py startworkflow NAME` writes an app with one (docs/developing/workflows.md);
+`orders/workflows.py` is a three-step saga with compensations, its operations in
+`orders/tasks.py`.
 """
 
 from __future__ import annotations
@@ -237,7 +232,7 @@ class Workflow:
     # Default no: a workflow is staff-only work (internal plumbing such as webhook deliveries,
     # work on data every tenant shares such as the catalogue) until its author says it is safe
     # for any customer to aim at with any input, and that its runs only touch the owner's own
-    # data. The rule is `workflow_permitted`; docs/jobs-targets.md ("Who may schedule what").
+    # data. The rule is `workflow_permitted`; docs/using/jobs-targets.md ("Who may schedule what").
     customer_schedulable: bool = False
     # May anyone make a job of it (or run one from a job)? False: the engine starts it itself
     # for a row of its own (a webhook delivery, an alert notification), and its runs act with

@@ -1,7 +1,7 @@
 """Simulated remote services (inventory, payment, shipping) with idempotency and fault injection.
 
 A separate process, standard library only, no Django: ``python -m simulator --port 8055``.
-See ``docs/simulator.md`` for the HTTP contract and `simulator.client.SimulatorControl` for the
+See ``docs/developing/simulator.md`` for the HTTP contract and `simulator.client.SimulatorControl` for the
 control client used by tests and the demo. All state (ledger, idempotency store, tombstones,
 faults, stats) is in memory: restarting the simulator loses it.
 """

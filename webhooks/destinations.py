@@ -7,7 +7,7 @@ delivery attempt, resolved and pinned (agents/egress_http.py).
 
 A customer's alert webhook (alerting/customer.py) passes the same policy and must be https,
 except to a host the operator lets be private (`SAS_CALLBACK_PRIVATE_HOSTS`, or an address
-listed by itself): a test or development receiver. Order callbacks may be http (docs/api.md).
+listed by itself): a test or development receiver. Order callbacks may be http (docs/using/api.md).
 A refusal shown to a customer is `UrlRefused.customer`: what to change, never a setting.
 """
 

@@ -1,10 +1,10 @@
 """Webhook signatures, as Stripe signs its webhooks: the signed text is `<timestamp>.<body>`, so a
-captured delivery cannot be replayed later with a fresh timestamp (docs/api.md#webhooks).
+captured delivery cannot be replayed later with a fresh timestamp (docs/using/api.md#webhooks).
 
     X-SAS-Signature: t=1764000000,v1=<hex HMAC-SHA256 of "1764000000." + raw body>
 
 under the owner's secret. Each attempt of a delivery is signed when it is sent (its own `t`).
-Receivers verify with `signature_verify` (or the snippet in docs/api.md): the HMAC over the
+Receivers verify with `signature_verify` (or the snippet in docs/using/api.md): the HMAC over the
 received bytes, in constant time, and `t` within the replay window (`tolerance` seconds, by
 default SAS_WEBHOOK_SIGNATURE_TOLERANCE = 300). A header may carry several `v1=` (during a
 secret rotation a receiver may be sent either); one matching is enough.
@@ -23,7 +23,7 @@ SEQUENCE_HEADER = "X-SAS-Sequence"
 SCHEME = "v1"
 DEFAULT_TOLERANCE = 300
 
-# What `_mac` signs, in words, for receivers (GET /api/webhook-secret/, docs/api.md): written
+# What `_mac` signs, in words, for receivers (GET /api/webhook-secret/, docs/using/api.md): written
 # here beside it so the two cannot drift apart (issue 26: it once said "the raw request body").
 HEADER_FORMAT = f"t=<Unix seconds>,{SCHEME}=<hex signature>"
 SIGNED_PAYLOAD = "<t>.<raw body>"

@@ -7,7 +7,7 @@
 -- the user's own work in the window, not the size of the tables. reports/selectors.py runs them
 -- with JIT and parallel workers off (see `_fetch`).
 --
--- Definitions (docs/reports.md says the same for people):
+-- Definitions (docs/using/reports.md says the same for people):
 --   outcome       completed | compensated | failed | cancelled | in_progress (pending, running,
 --                 compensating) - the run's state now.
 --   success rate  completed / (completed + compensated + failed); cancelled (someone chose to

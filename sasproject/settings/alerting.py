@@ -10,7 +10,7 @@ from sasproject.settings.monitoring import SAS_QUEUES
 
 # --------------------------------------------------------------------------------------------
 # Alerting (issue 21): alert rules evaluated from the database, e-mail and signed webhooks.
-# docs/operators.md#alerts. The rules themselves are rows (admin: Supervisor > Alert rules).
+# docs/operating/operators.md#alerts. The rules themselves are rows (admin: Supervisor > Alert rules).
 # --------------------------------------------------------------------------------------------
 # Off: neither beat's tick nor the watchdog evaluates (the test suite's shared workers run with
 # it off so that background alerts never meet another test's assertions).
@@ -22,10 +22,10 @@ SAS_ALERT_MAX_RULES = int(os.environ.get("SAS_ALERT_MAX_RULES", "500"))
 SAS_ALERT_HEARTBEAT_INTERVAL = env_float("SAS_ALERT_HEARTBEAT_INTERVAL", 2.0)
 # Start-up grace (seconds): after the evaluator's process starts, the dead man's switch
 # ("Supervisor / Jobs dispatcher not running") and "a queue with work and no consumer" are not
-# evaluated for this long - a clean restart pages nobody (docs/operators.md#alerts, issue 27).
+# evaluated for this long - a clean restart pages nobody (docs/operating/operators.md#alerts, issue 27).
 SAS_ALERT_STARTUP_GRACE = env_float("SAS_ALERT_STARTUP_GRACE", 60.0)
 # The site's public address (scheme://host[:port], no path), for links in alert e-mails to the
-# alert, the job and its runs. Empty: the e-mails carry no links (docs/operators.md#alerts).
+# alert, the job and its runs. Empty: the e-mails carry no links (docs/operating/operators.md#alerts).
 SAS_PUBLIC_URL = os.environ.get("SAS_PUBLIC_URL", "")
 # Queues the "queue with work and no consumer" rule watches when the rule names none.
 SAS_ALERT_QUEUES = env_list("SAS_ALERT_QUEUES", [q for q in SAS_QUEUES if q != "bench"])

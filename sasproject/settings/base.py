@@ -10,6 +10,7 @@ import dj_database_url
 
 from sasproject.logs import logging_config
 from sasproject.settings.env import env_bool, env_float
+from sasproject.workflow_apps import workflow_apps_found
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -48,6 +49,11 @@ INSTALLED_APPS = [
     # Alerting (issue 21, settings/alerting.py).
     "alerting",
 ]
+# Workflow apps found in the tree (issue 31): a top-level package with apps.py and workflows.py
+# (what `manage.py startworkflow NAME` writes) is installed by being there, after the apps above.
+# sasproject/workflow_apps.py; docs/developing/workflows.md.
+SAS_WORKFLOW_APPS = workflow_apps_found(root=BASE_DIR, listed=INSTALLED_APPS)
+INSTALLED_APPS += SAS_WORKFLOW_APPS
 
 MIDDLEWARE = [
     # Outermost: the Content-Security-Policy header on every response (issue 26).

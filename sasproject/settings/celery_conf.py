@@ -15,7 +15,7 @@ from sasproject.settings.env import env_bool, env_float
 # --------------------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
-# Redis by default; RabbitMQ (amqp://...) works as well: docs/deploy.md, "Broker". Empty counts
+# Redis by default; RabbitMQ (amqp://...) works as well: docs/deploying/deploy.md, "Broker". Empty counts
 # as unset (docker/production.env.example lists it empty).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL
 # No result backend: agents reply through the state store, never through AsyncResult, and

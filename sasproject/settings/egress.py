@@ -10,9 +10,9 @@ from sasproject.settings.engine import SAS
 from sasproject.settings.env import denied_defaults, env_float, env_list
 
 # --------------------------------------------------------------------------------------------
-# Job targets (issue 8): HTTP-call jobs and @schedulable tasks. See docs/jobs-targets.md.
+# Job targets (issue 8): HTTP-call jobs and @schedulable tasks. See docs/using/jobs-targets.md.
 # --------------------------------------------------------------------------------------------
-# The egress policy (issue 18; agents/egress.py, docs/jobs-targets.md "The egress policy"): where
+# The egress policy (issue 18; agents/egress.py, docs/using/jobs-targets.md "The egress policy"): where
 # an outbound call a customer can aim may go. Entries: `host`, `host:port`, `*.example.com`, an
 # IP address written out (`203.0.113.7`, `[2001:db8::1]:8443`), `*` (any host, public addresses
 # only), each optionally scoped to a path prefix (`127.0.0.1:8055/echo`). Comma-separated in the

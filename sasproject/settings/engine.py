@@ -8,8 +8,10 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from sasproject.settings.base import SAS_WORKFLOW_APPS
 from sasproject.settings.celery_conf import REDIS_URL
 from sasproject.settings.env import env_bool, env_float, env_slots
+from sasproject.workflow_apps import WORKFLOW_APP_SLOTS, workflow_app_queue
 
 # --------------------------------------------------------------------------------------------
 # The engine.
@@ -60,7 +62,7 @@ SAS: dict[str, Any] = {
     # Backpressure: at most this many steps of one agent operation Processing at once, for an
     # operation whose queue has no BULKHEAD_SLOTS entry.
     "MAX_IN_FLIGHT_PER_OPERATION": int(os.environ.get("SAS_MAX_IN_FLIGHT", "50")),
-    # Bulkheads' slots (issue 26, docs/fairness.md): at most this many steps of an agent queue
+    # Bulkheads' slots (issue 26, docs/operating/fairness.md): at most this many steps of an agent queue
     # Processing at once - its workers' threads, so nothing waits in the broker's FIFO queue and
     # the fair claim, not the broker, decides who runs next. The Procfile's and compose's `-c`
     # of the queue's worker (tests/scheduler/test_bulkheads.py pins them); a queue not listed gets
@@ -77,6 +79,8 @@ SAS: dict[str, Any] = {
             "agent.tasks": 2,
             "agent.catalogue": 2,
             "agent.exports": 2,
+            # The workflow apps' queues (issue 31): the agents-apps worker's threads.
+            **{workflow_app_queue(app): WORKFLOW_APP_SLOTS for app in SAS_WORKFLOW_APPS},
         },
     ),
     # The most of a bulkhead's slots one owner may hold: ceil(slots x share), at least 1. Below
@@ -87,7 +91,7 @@ SAS: dict[str, Any] = {
     # A step that a reply claims runs in place, with no broker hop, when the replying worker
     # serves its queue: at most this many per task (0: off). agents/eager.py.
     "EAGER_STEPS": int(os.environ.get("SAS_EAGER_STEPS", "8")),
-    # Schedule-to-start (issue 18, docs/fairness.md): seconds a job occurrence's run may wait
+    # Schedule-to-start (issue 18, docs/operating/fairness.md): seconds a job occurrence's run may wait
     # for its first step to be claimed; past it the supervisor skips the occurrence (run
     # Cancelled, a "skipped: not started within N s (backlog)" job history row). A workflow may
     # set its own (`Workflow.schedule_to_start`); orders never expire. 0: never.

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sasproject.settings.base import SAS_WORKFLOW_APPS
 from sasproject.settings.celery_conf import CELERY_TASK_DEFAULT_QUEUE_TYPE
 from sasproject.settings.env import env_bool, env_float
+from sasproject.workflow_apps import workflow_app_queue
 
 # --------------------------------------------------------------------------------------------
 # Monitoring (issue 19): /healthz, /readyz, /metrics (ops/), Flower, the engine-health page.
-# See docs/operators.md ("Monitoring") and docs/decisions.md ("Metrics read at scrape time").
+# See docs/operating/operators.md ("Monitoring") and docs/decisions.md ("Metrics read at scrape time").
 # --------------------------------------------------------------------------------------------
 # Every queue the engine's tasks are routed to (CELERY_TASK_ROUTES, agents/routing.py), declared
 # explicitly so that /metrics, the health page and Flower's broker page list each of them even
@@ -36,6 +38,8 @@ SAS_QUEUES = [
     "agent.catalogue",
     "agent.exports",
     "bench",
+    # The workflow apps' queues, one each (settings/base.py's SAS_WORKFLOW_APPS; issue 31).
+    *(workflow_app_queue(app) for app in SAS_WORKFLOW_APPS),
 ]
 
 

@@ -1,5 +1,5 @@
 """The production profile (issue 19): DEBUG, the secret key, hosts, HTTPS, cookies and static
-file storage - safe by default, loosened only by the environment (docs/deploy.md)."""
+file storage - safe by default, loosened only by the environment (docs/deploying/deploy.md)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ SAS_DEMO = env_bool("SAS_DEMO", False)
 # --- production profile (issue 19): HTTPS, cookies, static files ---
 # Every setting from the environment; the defaults are the production ones whenever DEBUG is off
 # (`manage.py check --deploy` then only needs DJANGO_SECRET_KEY, DJANGO_SECURE_PROXY_SSL_HEADER
-# behind a proxy, and DJANGO_SECURE_HSTS_PRELOAD). docker/production.env.example, docs/deploy.md.
+# behind a proxy, and DJANGO_SECURE_HSTS_PRELOAD). docker/production.env.example, docs/deploying/deploy.md.
 # https://docs.djangoproject.com/en/5.2/ref/middleware/#module-django.middleware.security
 # --------------------------------------------------------------------------------------------
 # Plain HTTP is redirected to HTTPS (by the web; a proxy may do it first).

@@ -11,7 +11,7 @@ from sasproject.settings.env import env_float
 # --------------------------------------------------------------------------------------------
 # --- web and API (issue 3) ---
 # The order pages, the JSON API (Django REST framework, OpenAPI by drf-spectacular) and
-# webhooks. Everything below is owned by that feature; see docs/api.md and docs/web.md.
+# webhooks. Everything below is owned by that feature; see docs/using/api.md and docs/using/web.md.
 # --------------------------------------------------------------------------------------------
 
 # The cache backs the API rate limits, so it must be shared by every web process: Redis.
@@ -51,7 +51,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "sasproject API",
     "DESCRIPTION": "Submit orders, follow their runs, cancel them; schedule jobs (one-off and cron). "
-    "See docs/api.md.",
+    "See docs/using/api.md.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -69,7 +69,7 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# API tokens expire this many days after they are made (docs/api.md "Authentication").
+# API tokens expire this many days after they are made (docs/using/api.md "Authentication").
 SAS_API_TOKEN_DAYS = int(os.environ.get("SAS_API_TOKEN_DAYS", "90"))
 
 # Order submissions per user (web form and API share the budget), DRF rate syntax: N/second,
@@ -102,11 +102,11 @@ SAS_LOGIN_THROTTLE: dict[str, int] = {
 # of trusted proxies in front, each appending the address it was reached from to the header
 # (the compose nginx sets `X-Forwarded-For $remote_addr`: 1). 0: REMOTE_ADDR, for a site reached
 # directly. Set it only behind proxies that overwrite or append the header - otherwise a client
-# picks its own address. docs/deploy.md.
+# picks its own address. docs/deploying/deploy.md.
 SAS_TRUSTED_PROXY_HOPS = int(os.environ.get("SAS_TRUSTED_PROXY_HOPS", "0"))
 SAS_TRUSTED_PROXY_HEADER = os.environ.get("SAS_TRUSTED_PROXY_HEADER", "X-Forwarded-For")
 
-# Fair share per owner (issue 18, docs/api.md "Limits"). Every path that creates work - pages
+# Fair share per owner (issue 18, docs/using/api.md "Limits"). Every path that creates work - pages
 # and API alike - takes a token from its scope's budget per user (scheduler/limits.py: one
 # Redis-backed limiter, a burst of N then one every period/N). A scope left empty uses
 # SAS_SUBMIT_RATE. Read at request time. Refused: 429 with Retry-After (API), a form error

@@ -178,7 +178,7 @@ class Run(models.Model):
 
 def _pending_claim_index(*leading: str, name: str) -> models.Index:
     """A partial index of Pending steps in the fair claim's order - per owner, highest priority
-    and earliest deadline first - after the `leading` columns (docs/fairness.md)."""
+    and earliest deadline first - after the `leading` columns (docs/operating/fairness.md)."""
     return models.Index(
         *leading,
         "owner_id",
@@ -301,7 +301,7 @@ class Step(models.Model):
     priority = models.SmallIntegerField(default=0)
     deadline = models.DateTimeField(null=True, blank=True)
     # The run's owner, copied onto each step at submit (0: a run nobody owns) so the claim can
-    # share slots fairly between owners by an index alone (issue 18; docs/fairness.md). Not a
+    # share slots fairly between owners by an index alone (issue 18; docs/operating/fairness.md). Not a
     # foreign key: the claim reads it on every step, and nothing joins through it.
     owner_id = models.BigIntegerField(
         default=0, db_default=0, help_text="The run's owner (copied from the run; 0: nobody's)."
@@ -359,7 +359,7 @@ class Step(models.Model):
         indexes = [
             # The scheduler's claim: only Pending rows, per owner in claim order - the fair
             # claim (sas_step_pick) walks the owners that have Pending rows (a loose index
-            # scan) and takes each one's head in claim order (docs/fairness.md).
+            # scan) and takes each one's head in claim order (docs/operating/fairness.md).
             _pending_claim_index(name="step_pending_owner_idx"),
             # A reply's claim of one more step of its own operation (the slot it freed): the
             # same, within one operation, so a backlog of another operation's Pending rows is

@@ -194,7 +194,7 @@ def step_claim_due(
     Invariant: two schedulers never claim the same step (`FOR UPDATE SKIP LOCKED` and the state
     change in one statement); highest priority first, and within a priority fair between owners:
     the owner with the fewest steps of the operation in flight first, then earliest run deadline
-    (`sas_step_pick`, docs/fairness.md). Each claim gets a fresh lease and
+    (`sas_step_pick`, docs/operating/fairness.md). Each claim gets a fresh lease and
     `complete_by = now() + timeout` from the database clock.
     Transaction: the caller's.
     """
@@ -226,7 +226,7 @@ def scheduler_pump(*, instance: str, limit: int, run_id: uuid.UUID | str | None 
     Backpressure: a step is claimed only into a free slot of its bulkhead (its agent queue's
     workers' threads, scheduler/bulkheads.py; `sas_step_pick`). A claim starts the step's
     complete-by clock, and a message beyond the threads would wait in the broker's first-in,
-    first-out queue, where the fair order no longer holds (docs/fairness.md).
+    first-out queue, where the fair order no longer holds (docs/operating/fairness.md).
     """
     with transaction.atomic():
         claims = step_claim_due(instance=instance, limit=limit, run_id=run_id)

@@ -1,5 +1,5 @@
 """Schedule-to-start: job occurrences that waited too long for their first step to start are
-skipped, not left queued behind a backlog (issue 18, docs/fairness.md)."""
+skipped, not left queued behind a backlog (issue 18, docs/operating/fairness.md)."""
 
 from __future__ import annotations
 

@@ -287,7 +287,7 @@ $$;
 -- has fewer steps Processing than its slots (its workers' threads) and its owner fewer than
 -- its share of them - so a queue is sent no more than its workers can start at once, nothing
 -- waits in the broker's first-in-first-out queue, and this order, not the broker's, decides who
--- runs next (docs/fairness.md). A bulkhead with no free slot (or none for the only owner) is
+-- runs next (docs/operating/fairness.md). A bulkhead with no free slot (or none for the only owner) is
 -- left out of the search altogether.
 -- The owners that have Pending rows are found by a loose index scan (one descent per owner)
 -- of step_pending_owner_idx, or step_pending_op_owner_idx when one operation is asked for;
@@ -295,7 +295,7 @@ $$;
 -- single-tenant bench) that owner's head is taken as before, with no sort.
 -- Filters: only one operation (a reply claiming one more step for the slot it freed); not the
 -- excluded operations; only one run (tests, operators). NULL / empty = none.
--- docs/fairness.md says what this bounds and measures its cost (bench/README.md).
+-- docs/operating/fairness.md says what this bounds and measures its cost (bench/README.md).
 CREATE OR REPLACE FUNCTION sas_step_pick(
     p_limit integer, p_operation text, p_exclude text[], p_run_id uuid, p_bulkheads jsonb
 ) RETURNS bigint[]
@@ -493,7 +493,7 @@ $$;
 -- by the dispatcher's transitions only).
 -- Guard: step pending, attempts = 0, expires_at < now (partial index step_pending_expiry_idx),
 -- FOR UPDATE SKIP LOCKED (a claim that holds the row wins: the step starts, late); run pending.
--- Orders and compensations have no expires_at (docs/fairness.md).
+-- Orders and compensations have no expires_at (docs/operating/fairness.md).
 CREATE OR REPLACE FUNCTION sas_run_skip_unstarted(p_batch integer) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE

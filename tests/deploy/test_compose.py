@@ -71,7 +71,7 @@ def test_healthchecks__every_service_has_one(services: dict[str, dict[str, Any]]
 def test_workers__pinged_by_their_own_node_name(services: dict[str, dict[str, Any]]) -> None:
     workers = _workers(services)
 
-    assert len(workers) == 9, sorted(workers)
+    assert len(workers) == 10, sorted(workers)
     for name, spec in workers.items():
         match = WORKER.search(spec["command"])
         assert match

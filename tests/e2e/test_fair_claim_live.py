@@ -1,5 +1,5 @@
 """Fair share per owner on the session's real workers, beat, PostgreSQL, Redis and simulator
-(issue 18, docs/fairness.md): one owner's backlog of hundreds of due steps does not hold another
+(issue 18, docs/operating/fairness.md): one owner's backlog of hundreds of due steps does not hold another
 owner's due step back, and a job occurrence that waited past its schedule-to-start is skipped by
 the real supervisor. The claims' order is asserted, never wall time."""
 
@@ -23,7 +23,7 @@ from .helpers import wait_run
 
 BACKLOG = 300
 # A's step must be among the first K claims made once it is due. The fair claim makes it the
-# first or second (docs/fairness.md); K leaves room for claims already in flight when it came due
+# first or second (docs/operating/fairness.md); K leaves room for claims already in flight when it came due
 # (a reply's "one more" racing the submit). Without fairness it is claimed after B's backlog.
 K = 8
 

@@ -1,4 +1,4 @@
-"""A noisy neighbour on the http bulkhead (issue 26, docs/fairness.md), with real workers: the
+"""A noisy neighbour on the http bulkhead (issue 26, docs/operating/fairness.md), with real workers: the
 session's control worker and beat, the Procfile's agents-http worker (its production threads,
 which are agent.http's default slots), PostgreSQL, Redis and the simulator's /echo.
 

@@ -1,4 +1,4 @@
-"""Every API read answers an anonymous request 401 with `WWW-Authenticate: Token`, as docs/api.md
+"""Every API read answers an anonymous request 401 with `WWW-Authenticate: Token`, as docs/using/api.md
 says (issue 26: `GET /api/runs/<id>/progress/` answered 403 - DRF takes the challenge from the
 first authentication class, and the session's has none). The reads are taken from the served
 OpenAPI schema, so an endpoint added later is covered without editing this test."""

@@ -1,4 +1,4 @@
-"""Bulkheads' slots (issue 26, docs/fairness.md): a claim sends an agent queue no more steps than
+"""Bulkheads' slots (issue 26, docs/operating/fairness.md): a claim sends an agent queue no more steps than
 it has slots, an owner no more than its share of them, and asks the same of a step claimed by
 id (a submit's, a reply's next step). Database tier; the live noisy neighbour is
 tests/e2e/test_noisy_neighbour_live.py."""
@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from agents.http_call import HTTP_CALL_OPERATION, HTTP_CALL_WORKFLOW
 from agents.routing import route_agent_task
 from sasproject.settings.env import env_slots
+from sasproject.workflow_apps import workflow_app_queue
 from sastools.harness import REPO, procfile_commands
 from scheduler import transitions
 from scheduler.bulkheads import bulkhead_limits, owner_slots
@@ -176,6 +177,11 @@ def test_default_slots__are_the_procfile_workers_threads():
             for queue in queues.group(1).split(","):
                 if queue.startswith("agent."):
                     seen[queue] = int(threads.group(1))
+    # The agents-apps worker serves the workflow apps' queues, found at its start (issue 31).
+    apps_threads = re.search(r" -c (\d+)", procfile_commands()["agents-apps"])
+    assert apps_threads
+    for app in settings.SAS_WORKFLOW_APPS:
+        seen[workflow_app_queue(app)] = int(apps_threads.group(1))
     assert seen == {queue: n for queue, n in defaults.items()}, (seen, defaults)
 
 

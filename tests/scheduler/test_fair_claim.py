@@ -1,4 +1,4 @@
-"""The fair claim (issue 18, docs/fairness.md) on the real PostgreSQL, the test playing the
+"""The fair claim (issue 18, docs/operating/fairness.md) on the real PostgreSQL, the test playing the
 scheduler: within a priority, an owner with fewer steps of an operation in flight is claimed
 first, so one owner's backlog does not hold another owner's due step back."""
 

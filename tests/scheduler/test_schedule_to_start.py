@@ -1,4 +1,4 @@
-"""Schedule-to-start (issue 18, docs/fairness.md): a job occurrence whose first step was never
+"""Schedule-to-start (issue 18, docs/operating/fairness.md): a job occurrence whose first step was never
 claimed within its window is skipped - run Cancelled, a history row that says so - and nothing
 else ever expires: orders, claimed steps, compensations."""
 

@@ -25,7 +25,7 @@ class Command(BaseCommand):
             raise CommandError(
                 "demo_setup creates a demo admin with a known password and runs only in demo mode "
                 "(SAS_DEMO=1, set by `make run`). A deployment runs `manage.py setup_periodic_tasks` "
-                "and `manage.py createsuperuser` instead (docs/deploy.md)."
+                "and `manage.py createsuperuser` instead (docs/deploying/deploy.md)."
             )
         username = os.environ.get("DEMO_ADMIN_USER", "admin")
         password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
