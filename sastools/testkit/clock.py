@@ -53,9 +53,12 @@ def _install_sql() -> str:
         cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         for name in _SHADOWED:
             volatility = "VOLATILE" if name == "clock_timestamp" else "STABLE"
-            cursor.execute(_FUNCTION.format(schema=SCHEMA, name=name, volatility=volatility, setting=OFFSET_SETTING))
+            cursor.execute(
+                _FUNCTION.format(schema=SCHEMA, name=name, volatility=volatility, setting=OFFSET_SETTING)
+            )
         cursor.execute(
-            "SELECT set_config('search_path', %s || ', pg_catalog, ' || current_setting('search_path'), false)",
+            "SELECT set_config('search_path', %s || ', pg_catalog, ' || current_setting('search_path'),"
+            " false)",
             [SCHEMA],
         )
     return before
@@ -84,7 +87,8 @@ class VirtualClock:
         self.offset += timedelta(seconds=seconds)
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT set_config(%s, %s, false)", [OFFSET_SETTING, f"{self.offset.total_seconds():.6f} seconds"]
+                "SELECT set_config(%s, %s, false)",
+                [OFFSET_SETTING, f"{self.offset.total_seconds():.6f} seconds"],
             )
         return self.now()
 

@@ -94,6 +94,10 @@ class Harness:
         self._delivered.add(lease)
         task = current_app.tasks.get(step.operation)
         if task is None:
+            # The apps' task modules, as a worker imports them at start (Celery's autodiscovery).
+            current_app.loader.import_default_modules()
+            task = current_app.tasks.get(step.operation)
+        if task is None:
             raise HarnessError(f"step {step.name}: no agent task named {step.operation!r} is registered")
         at = self.clock.now()
         try:
@@ -127,12 +131,21 @@ class Harness:
             overdue, upcoming = self._moments()
             if overdue and self._swept():
                 continue
-            if upcoming is None or (until is not None and upcoming > until):
-                if until is not None:
-                    self.clock.advance_to(until)
+            if until is not None and (upcoming is None or upcoming > until):
+                self.clock.advance_to(until)
+                return
+            if upcoming is None:
+                self._check_idle()
                 return
             self.clock.advance_to(upcoming + _PAST)
         raise HarnessError(f"work not settled after {max_rounds} rounds: {self._open_steps()}")
+
+    def _check_idle(self) -> None:
+        """Nothing is due now or later: every step must be settled - a step still Pending or
+        Processing here is work the harness cannot move (say which, rather than return)."""
+        left = self._open_steps()
+        if left:
+            raise HarnessError(f"open steps with nothing due and nothing to wait for: {left}")
 
     def _swept(self) -> int:
         result = self.sweep()
@@ -155,7 +168,9 @@ class Harness:
 
     def _open_steps(self) -> list[tuple[str, str, int]]:
         open_states = (Step.State.PENDING, Step.State.PROCESSING)
-        return list(Step.objects.filter(process_state__in=open_states).values_list("name", "process_state", "id"))
+        return list(
+            Step.objects.filter(process_state__in=open_states).values_list("name", "process_state", "id")
+        )
 
     # -- reading the outcome ---------------------------------------------------------------
     def run(self, run: Run | str) -> Run:

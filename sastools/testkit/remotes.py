@@ -39,12 +39,12 @@ class HarnessError(Exception):
     """A test's harness was used wrongly (an unscripted service, a run that never settles)."""
 
 
-class AgentLost(BaseException):  # noqa: N818 - an event, not an error: the agent vanished
+class AgentLost(BaseException):
     """Raised inside an agent by `hang()`: a BaseException, so no `except Exception` of the
     agent turns it into a reply - the attempt ends with nothing said, as when a worker dies."""
 
 
-class UnscriptedCall(BaseException):  # noqa: N818
+class UnscriptedCall(BaseException):
     """A call to a service no fake was declared for: escapes the agent and fails the test."""
 
 
@@ -160,14 +160,18 @@ class FakeRemotes:
     def called(self, service: str | None = None, path: str | None = None) -> list[FakeCall]:
         """The calls received, in order, optionally those of one service (and path)."""
         return [
-            c for c in self.calls if (service is None or c.service == service) and (path is None or c.path == path)
+            c
+            for c in self.calls
+            if (service is None or c.service == service) and (path is None or c.path == path)
         ]
 
     def _handle(self, request: httpx.Request) -> httpx.Response:
         service, path = _service_of(str(request.url))
         fake = self.services.get(service)
         if fake is None:
-            raise UnscriptedCall(f"a call to service {service!r} ({request.url}): declare harness.remote({service!r})")
+            raise UnscriptedCall(
+                f"a call to service {service!r} ({request.url}): declare harness.remote({service!r})"
+            )
         behaviour = fake.next_behaviour(path)
         body = json.loads(request.content) if request.content else None
         key = request.headers.get("Idempotency-Key", "")
@@ -180,7 +184,10 @@ class FakeRemotes:
         service's URL - configured or not - is a fake host that `_handle` answers."""
         client = httpx.Client(transport=httpx.MockTransport(self._handle))
         try:
-            with override_settings(SAS={**settings.SAS, "REMOTE_URLS": _FakeUrls()}), http_client_used(client):
+            with (
+                override_settings(SAS={**settings.SAS, "REMOTE_URLS": _FakeUrls()}),
+                http_client_used(client),
+            ):
                 yield
         finally:
             client.close()

@@ -37,7 +37,9 @@ def _cancel(service: str):
 
 
 def _step(service: str) -> StepDef:
-    undo = StepDef(name=f"cancel_{service}", operation=f"agents.{service}.cancel", payload=_cancel(service), **POLICY)
+    undo = StepDef(
+        name=f"cancel_{service}", operation=f"agents.{service}.cancel", payload=_cancel(service), **POLICY
+    )
     return StepDef(
         name=f"book_{service}", operation=f"agents.{service}.book", payload=_book, compensation=undo, **POLICY
     )

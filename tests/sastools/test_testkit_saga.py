@@ -9,14 +9,13 @@ from collections.abc import Iterator
 import pytest
 
 from sastools.testkit import Harness, answer, hang, refuse, time_out, timed
-from sastools.testkit.fixtures import harness  # noqa: F401 - the fixture
 from scheduler.models import Run, Step, TaskExecutionHistory
 
 from .saga import POLICY, SAGA, SERVICES
 
 
 @pytest.fixture
-def trip(harness: Harness, request: pytest.FixtureRequest) -> Iterator[Harness]:  # noqa: F811
+def trip(harness: Harness, request: pytest.FixtureRequest) -> Iterator[Harness]:
     for service in SERVICES:
         harness.remote(service, default=answer({"ok": True}))
     with timed(request.node.name):
@@ -34,7 +33,9 @@ def test_saga__all_services_answer__completes_in_order(trip: Harness) -> None:
     assert _calls(trip) == ["flight/book:answer", "hotel/book:answer", "car/book:answer"]
     keys = [c.idempotency_key for c in trip.remotes.calls]
     assert len(set(keys)) == 3
-    assert [s.process_state for s in trip.steps(run) if s.kind == Step.Kind.FORWARD] == [Step.State.PROCESSED] * 3
+    assert [s.process_state for s in trip.steps(run) if s.kind == Step.Kind.FORWARD] == [
+        Step.State.PROCESSED
+    ] * 3
 
 
 def test_saga__hotel_times_out_once__retried_after_backoff_and_completes(trip: Harness) -> None:
@@ -51,7 +52,9 @@ def test_saga__hotel_times_out_once__retried_after_backoff_and_completes(trip: H
     assert (hotel[1].at - hotel[0].at).total_seconds() >= POLICY["timeout"] - 1
     step = next(s for s in trip.steps(run) if s.name == "book_hotel")
     assert step.failure_count == 1 and step.result == {"room": 12}
-    statuses = list(TaskExecutionHistory.objects.filter(step=step).order_by("id").values_list("status", flat=True))
+    statuses = list(
+        TaskExecutionHistory.objects.filter(step=step).order_by("id").values_list("status", flat=True)
+    )
     assert statuses == [
         TaskExecutionHistory.Status.TIMED_OUT,  # the supervisor's verdict at complete-by
         TaskExecutionHistory.Status.RETRY_SCHEDULED,  # back to Pending after the backoff
