@@ -6,7 +6,7 @@ worker process. docs/developing/testing.md is the guide."""
 from __future__ import annotations
 
 from .clock import VirtualClock, virtual_clock
-from .engine import Delivery, Harness, harness, timed
+from .engine import Delivery, Harness, harness_open, timed
 from .remotes import FakeCall, HarnessError, answer, fail, hang, refuse, time_out
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
     "answer",
     "fail",
     "hang",
-    "harness",
+    "harness_open",
     "refuse",
     "time_out",
     "timed",

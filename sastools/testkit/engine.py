@@ -55,7 +55,7 @@ class Delivery:
 
 
 class Harness:
-    """Use through `harness()` (or the pytest fixture `harness`, sastools/testkit/fixtures.py)."""
+    """Use through `harness_open()` (or the pytest fixture `harness`, sastools/testkit/fixtures.py)."""
 
     def __init__(self, clock: VirtualClock, remotes: FakeRemotes) -> None:
         self.clock = clock
@@ -205,7 +205,7 @@ def _request(step: Step) -> dict[str, Any]:
 
 
 @contextmanager
-def harness() -> Iterator[Harness]:
+def harness_open() -> Iterator[Harness]:
     """A harness for the block: a virtual clock, fake remotes, replies in-process. Needs the
     test's transaction (pytest-django's `db`); prints nothing, changes nothing outside it."""
     with ExitStack() as stack:

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from .engine import Harness
-from .engine import harness as _harness
+from .engine import Harness, harness_open
 
 
 @pytest.fixture
 def harness(db: Any) -> Iterator[Harness]:
-    with _harness() as h:
+    with harness_open() as h:
         yield h
