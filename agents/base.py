@@ -39,10 +39,10 @@ from celery import Task, current_app
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
-from django.utils import timezone
 
 from liveness.counters import agent_request_refused, attempt_observe
 from sasproject.logs import log_context
+from scheduler import clock
 from scheduler.attempts import StartMark, attempt_start_mark
 from scheduler.messages import agent_request_problem, message_step_label
 from scheduler.selectors import step_request_held
@@ -211,7 +211,7 @@ class AgentTask(Task):
         timeout: float | None = None,
     ) -> str:
         outer = datetime.fromisoformat(complete_by)
-        started = timezone.now()
+        started = clock.now()
         if started >= outer or (start_by is not None and started >= datetime.fromisoformat(start_by)):
             # Not started in time: the supervisor sends the step again (no failure counted).
             logger.info("step %s: request expired before it was read; dropped", step_id)
@@ -250,7 +250,7 @@ class AgentTask(Task):
         reached = False
         try:
             while True:
-                remaining = (deadline - timezone.now()).total_seconds()
+                remaining = (deadline - clock.now()).total_seconds()
                 if remaining <= policy.min_call_window:
                     if mark is not None:
                         mark.set()
@@ -295,7 +295,7 @@ class AgentTask(Task):
                     )
                     if stop is not None:
                         return stop
-                    time.sleep(policy.delay(tries))
+                    clock.sleep(policy.delay(tries))
                     continue
                 except SoftTimeLimitExceeded:
                     # The call was still running at the deadline: a timeout, for the breaker
@@ -341,7 +341,7 @@ class AgentTask(Task):
             )
         logger.info("step %s try %d: %s", step_id, tries, exc)
         pause = policy.delay(tries)
-        left = (deadline - timezone.now()).total_seconds()
+        left = (deadline - clock.now()).total_seconds()
         if tries >= policy.max_tries:
             if left > policy.min_call_window:
                 outcome = "transient" if reached else "deferred"
@@ -411,7 +411,7 @@ class AgentTask(Task):
         retry_after: float = 0.0,
         reached: bool = False,
     ) -> str:
-        if timezone.now() >= deadline:
+        if clock.now() >= deadline:
             # The pattern's rule: past complete-by the agent says nothing, not even an error.
             return "deadline"
         record = _attempt.get()

@@ -33,8 +33,8 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
-from django.utils import timezone
 
+from scheduler import clock
 from scheduler.attempts import attempt_mark_started
 from scheduler.services import (
     LeaseLost,
@@ -59,7 +59,7 @@ def _attempt_begin(
     started in time - the supervisor sends the step again, no failure counted; else mark it
     started and return (the claim's outer complete-by, this attempt's own deadline)."""
     outer = datetime.fromisoformat(complete_by)
-    started = timezone.now()
+    started = clock.now()
     if started >= outer or (start_by is not None and started >= datetime.fromisoformat(start_by)):
         logger.info("step %s: request expired before it was read; dropped", step_id)
         return None
@@ -169,7 +169,7 @@ class PagedAgentTask(AgentTask):
             # same checkpoint after backoff (a failure counted) - or, past the deadline (the
             # database ends a page's statement or idle wait at the step's complete_by, see
             # `page_begin`), no reply: the supervisor takes the step back.
-            if timezone.now() >= deadline:
+            if clock.now() >= deadline:
                 logger.warning("step %s: page ran past its deadline (%s); rolled back", step_id, exc)
                 return "deadline"
             logger.exception("step %s: page failed; rolled back", step_id)

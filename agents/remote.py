@@ -5,8 +5,10 @@ payment, shipping) makes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -37,6 +39,20 @@ def close_http_client() -> None:
     if client is not None:
         client.close()
         _local.client = None
+
+
+@contextlib.contextmanager
+def http_client_used(client: httpx.Client) -> Iterator[None]:
+    """This thread's remote calls go through `client` while the block runs, then the pooled
+    client again. For the test harness (sastools.testkit), whose fake remote services are an
+    httpx transport: every line of `remote_post` - the request, its bounded read, the mapping
+    of statuses to faults, the JSON limits - runs as in production. Production never calls it."""
+    saved = (getattr(_local, "client", None), getattr(_local, "pid", None))
+    _local.client, _local.pid = client, os.getpid()
+    try:
+        yield
+    finally:
+        _local.client, _local.pid = saved
 
 
 def remote_post(

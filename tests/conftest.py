@@ -37,6 +37,7 @@ from sastools.harness import (
     simulator_process,
     wait_for,
 )
+from sastools.testkit.fixtures import harness  # noqa: F401 - the harness on a virtual clock (issue 31)
 from simulator.client import SimulatorControl
 
 ENGINE_TABLES = [

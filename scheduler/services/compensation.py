@@ -12,9 +12,8 @@ import uuid
 from datetime import datetime
 
 from django.db import OperationalError, connection, transaction
-from django.utils import timezone
 
-from scheduler import transitions
+from scheduler import clock, transitions
 from scheduler.keys import KeyChoice, step_key_choice
 from scheduler.models import Run, RunEvent, Step, TaskExecutionHistory
 from scheduler.workflows import get_workflow
@@ -193,7 +192,7 @@ def run_resume_compensation(*, run_id: uuid.UUID | str, actor: str) -> int:
         ).select_for_update()
         choices = {s.pk: step_key_choice(s) for s in errored}
         resumed = transitions.step_resume(run_id=run.id, renew=list(choices.values()))
-        now = timezone.now()
+        now = clock.now()
         TaskExecutionHistory.objects.bulk_create(
             [
                 TaskExecutionHistory(

@@ -20,11 +20,10 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.db import models, transaction
-from django.utils import timezone
 
 from sasproject.logs import state_change
 from sasproject.redis_client import get_redis
-from scheduler import transitions
+from scheduler import clock, transitions
 from scheduler.models import Step
 from scheduler.transitions import Claim, Transitioned
 
@@ -103,7 +102,7 @@ def claims_dispatch(claims: Sequence[Claim]) -> int:
     sent = 0
     keeper = _keeper.get()
     for claim in claims:
-        now = timezone.now()
+        now = clock.now()
         remaining = (claim.complete_by - now).total_seconds()
         if remaining <= 0:
             continue
