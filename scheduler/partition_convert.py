@@ -156,3 +156,56 @@ def _dated_partitions(cursor, spec: PartitionedTable, old: str, periods_ahead: i
             ),
             [low, high],
         )
+
+
+def table_unpartition(
+    schema_editor,  # type: ignore[no-untyped-def]
+    *,
+    spec: PartitionedTable,
+    unique: dict[str, Sequence[str]] | None = None,
+    drop_owner: bool = False,
+) -> None:
+    """The reverse of `table_partition_by_range`: a plain table again, every partition's rows in
+    it, primary key (id), `unique` restored (name -> columns), the owner column (and its
+    trigger) dropped when `drop_owner`."""
+    table, old = spec.table, f"{spec.table}_partitioned"
+    t, o = sql.Identifier(table), sql.Identifier(old)
+    with schema_editor.connection.cursor() as cursor:
+        indexes = _one(
+            cursor,
+            "SELECT replace(pg_get_indexdef(i.indexrelid), ' ON ONLY ', ' ON ') FROM pg_index i"
+            " WHERE i.indrelid = %s::regclass"
+            " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)",
+            [table],
+        )
+        constraints = _one(
+            cursor,
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype IN ('c', 'f') ORDER BY conname",
+            [table],
+        )
+        cursor.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(t, o))
+        cursor.execute(
+            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING STORAGE)").format(t, o)
+        )
+        cursor.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(t, o))
+        cursor.execute(sql.SQL("DROP TABLE {} CASCADE").format(o))
+        if drop_owner:
+            cursor.execute(sql.SQL("ALTER TABLE {} DROP COLUMN owner_id").format(t))
+        for (definition,) in indexes:
+            cursor.execute(definition)
+        for name, definition in constraints:
+            cursor.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(t, sql.Identifier(name)) + sql.SQL(definition))
+        for name, cols in {f"{table}_pkey": ["id"], **(unique or {})}.items():
+            kind = sql.SQL("PRIMARY KEY" if name.endswith("_pkey") else "UNIQUE")
+            cursor.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {} ({})").format(
+                    t, sql.Identifier(name), kind, sql.SQL(", ").join(sql.Identifier(c) for c in cols)
+                )
+            )
+        cursor.execute(
+            sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {} HAVING max(id) IS NOT NULL").format(
+                t
+            ),
+            [table],
+        )

@@ -4,7 +4,7 @@ owner's user id (filled by the database on insert) in its primary key:
 (id, started_at, owner_id) and (id, created_at, owner_id); event_id unique with both.
 
 Django's state keeps `id` as the models' primary key (what the ORM reads and writes by); the
-database's keys are wider (decision record 42). Not reversible: go back by restoring a backup.
+database's keys are wider (decision record 42). Reversible (back to plain tables, the owners dropped), for the migration tests.
 """
 
 from django.db import migrations, models
@@ -28,6 +28,16 @@ def partition(apps, schema_editor):
         primary_key=["id", "created_at", "owner_id"],
         unique={"runevent_event_id_unique": ["event_id", "created_at", "owner_id"]},
         owner_fill="sas_event_owner_fill",
+    )
+
+
+def unpartition(apps, schema_editor):
+    from scheduler.partition_convert import table_unpartition
+    from scheduler.partitions import EVENTS, HISTORY
+
+    table_unpartition(schema_editor, spec=HISTORY, drop_owner=True)
+    table_unpartition(
+        schema_editor, spec=EVENTS, unique={"scheduler_runevent_event_id_key": ["event_id"]}, drop_owner=True
     )
 
 
@@ -59,6 +69,6 @@ class Migration(migrations.Migration):
                     ),
                 ),
             ],
-            database_operations=[migrations.RunPython(partition)],
+            database_operations=[migrations.RunPython(partition, unpartition)],
         ),
     ]
