@@ -81,7 +81,9 @@ class RetentionPolicy(models.Model):
     (ops/storage/purge.py). Longer than the platform's has no effect: partitions past the
     platform's retention are dropped for everyone."""
 
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="retention_policy")
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="retention_policy"
+    )
     runs_days = models.PositiveIntegerField(
         help_text="Days a finished run and its history are kept for this customer (at least 1)."
     )

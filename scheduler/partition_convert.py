@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from psycopg import sql
 
 from scheduler.partitions import PartitionedTable
@@ -44,13 +46,13 @@ END $$;
 """
 
 
-def _one(cursor, query, params=()):  # type: ignore[no-untyped-def]
+def _one(cursor: Any, query: str, params: Sequence[Any] = ()) -> list[Any]:
     cursor.execute(query, params)
     return cursor.fetchall()
 
 
 def table_partition_by_range(
-    schema_editor,  # type: ignore[no-untyped-def]
+    schema_editor: BaseDatabaseSchemaEditor,
     *,
     spec: PartitionedTable,
     primary_key: Sequence[str],
@@ -100,7 +102,9 @@ def table_partition_by_range(
         )
         if owner_fill:
             cursor.execute(sql.SQL("ALTER TABLE {} ADD COLUMN owner_id integer").format(t))
-        cursor.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(sql.Identifier(spec.default), t))
+        cursor.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(sql.Identifier(spec.default), t)
+        )
         _dated_partitions(cursor, spec, old, periods_ahead)
         if owner_fill:
             cursor.execute(OWNER_FUNCTIONS)
@@ -118,7 +122,10 @@ def table_partition_by_range(
         for (definition,) in indexes:
             cursor.execute(definition)
         for name, definition in constraints:
-            cursor.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(t, sql.Identifier(name)) + sql.SQL(definition))
+            cursor.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(t, sql.Identifier(name))
+                + sql.SQL(definition)
+            )
         keys = {f"{table}_pkey": primary_key, **(unique or {})}
         for name, cols in keys.items():
             kind = sql.SQL("PRIMARY KEY" if name.endswith("_pkey") else "UNIQUE")
@@ -128,14 +135,14 @@ def table_partition_by_range(
                 )
             )
         cursor.execute(
-            sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {} HAVING max(id) IS NOT NULL").format(
-                t
-            ),
+            sql.SQL(
+                "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {} HAVING max(id) IS NOT NULL"
+            ).format(t),
             [table],
         )
 
 
-def _dated_partitions(cursor, spec: PartitionedTable, old: str, periods_ahead: int) -> None:  # type: ignore[no-untyped-def]
+def _dated_partitions(cursor: Any, spec: PartitionedTable, old: str, periods_ahead: int) -> None:
     cursor.execute(
         sql.SQL("SELECT DISTINCT date_trunc({}, {} AT TIME ZONE 'UTC')::date FROM {}").format(
             sql.Literal(spec.period), sql.Identifier(spec.column), sql.Identifier(old)
@@ -159,7 +166,7 @@ def _dated_partitions(cursor, spec: PartitionedTable, old: str, periods_ahead: i
 
 
 def table_unpartition(
-    schema_editor,  # type: ignore[no-untyped-def]
+    schema_editor: BaseDatabaseSchemaEditor,
     *,
     spec: PartitionedTable,
     unique: dict[str, Sequence[str]] | None = None,
@@ -186,7 +193,9 @@ def table_unpartition(
         )
         cursor.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(t, o))
         cursor.execute(
-            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING STORAGE)").format(t, o)
+            sql.SQL(
+                "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING STORAGE)"
+            ).format(t, o)
         )
         cursor.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(t, o))
         cursor.execute(sql.SQL("DROP TABLE {} CASCADE").format(o))
@@ -195,7 +204,10 @@ def table_unpartition(
         for (definition,) in indexes:
             cursor.execute(definition)
         for name, definition in constraints:
-            cursor.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(t, sql.Identifier(name)) + sql.SQL(definition))
+            cursor.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(t, sql.Identifier(name))
+                + sql.SQL(definition)
+            )
         for name, cols in {f"{table}_pkey": ["id"], **(unique or {})}.items():
             kind = sql.SQL("PRIMARY KEY" if name.endswith("_pkey") else "UNIQUE")
             cursor.execute(
@@ -204,8 +216,8 @@ def table_unpartition(
                 )
             )
         cursor.execute(
-            sql.SQL("SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {} HAVING max(id) IS NOT NULL").format(
-                t
-            ),
+            sql.SQL(
+                "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {} HAVING max(id) IS NOT NULL"
+            ).format(t),
             [table],
         )

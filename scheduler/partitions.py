@@ -117,7 +117,9 @@ def partition_ensure(spec: PartitionedTable, lower: date) -> bool:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
         # Serialises makers of this table (the lock the ATTACH takes anyway), then look again.
-        cursor.execute(sql.SQL("LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE").format(sql.Identifier(spec.table)))
+        cursor.execute(
+            sql.SQL("LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE").format(sql.Identifier(spec.table))
+        )
         cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
         if cursor.fetchone()[0]:
             return False
@@ -135,12 +137,17 @@ def partition_ensure(spec: PartitionedTable, lower: date) -> bool:
             )
             return True
         cursor.execute(
-            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(ident, parent)
+            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+                ident, parent
+            )
         )
         cursor.execute(
             sql.SQL(
-                "WITH moved AS (DELETE FROM {} WHERE {} >= %s AND {} < %s RETURNING *) INSERT INTO {} SELECT * FROM moved"
-            ).format(sql.Identifier(spec.default), sql.Identifier(spec.column), sql.Identifier(spec.column), ident),
+                "WITH moved AS (DELETE FROM {} WHERE {} >= %s AND {} < %s RETURNING *)"
+                " INSERT INTO {} SELECT * FROM moved"
+            ).format(
+                sql.Identifier(spec.default), sql.Identifier(spec.column), sql.Identifier(spec.column), ident
+            ),
             [low, high],
         )
         cursor.execute(
@@ -185,7 +192,9 @@ def partition_detach_drop(spec: PartitionedTable, name: str) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
         cursor.execute(
-            sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(sql.Identifier(spec.table), sql.Identifier(name))
+            sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(
+                sql.Identifier(spec.table), sql.Identifier(name)
+            )
         )
         cursor.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
 

@@ -38,7 +38,11 @@ def partition_archive_write(*, spec: PartitionedTable, partition: str, folder: P
     query = sql.SQL("SELECT to_jsonb(t)::text FROM {} AS t ORDER BY {}").format(
         sql.Identifier(partition), sql.Identifier(spec.column)
     )
-    with transaction.atomic(), connection.chunked_cursor() as cursor, gzip.open(partial, "wt", encoding="utf-8") as out:
+    with (
+        transaction.atomic(),
+        connection.chunked_cursor() as cursor,
+        gzip.open(partial, "wt", encoding="utf-8") as out,
+    ):
         cursor.execute(query.as_string(connection.connection))
         while batch := cursor.fetchmany(READ_BATCH):
             out.writelines(f"{line}\n" for (line,) in batch)
@@ -60,11 +64,15 @@ def archive_load(*, path: Path, spec: PartitionedTable, into: str) -> int:
         target, parent
     )
     loaded = 0
-    with transaction.atomic(), connection.cursor() as cursor, gzip.open(path, "rt", encoding="utf-8") as lines:
+    with (
+        transaction.atomic(),
+        connection.cursor() as cursor,
+        gzip.open(path, "rt", encoding="utf-8") as lines,
+    ):
         cursor.execute(
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
-                target, parent
-            )
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            ).format(target, parent)
         )
         batch: list[object] = []
         for line in lines:

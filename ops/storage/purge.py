@@ -50,9 +50,9 @@ def runs_purge_batch(*, cutoff: datetime, limit: int, owner_id: int | None = Non
         runs = runs.filter(owner_id=owner_id)
     with transaction.atomic():
         locked = list(
-            runs.order_by("created_at").select_for_update(skip_locked=True, of=("self",)).values_list("pk", flat=True)[
-                :limit
-            ]
+            runs.order_by("created_at")
+            .select_for_update(skip_locked=True, of=("self",))
+            .values_list("pk", flat=True)[:limit]
         )
         if not locked:
             return 0
@@ -89,7 +89,11 @@ def runs_purge(*, now: datetime | None = None) -> int:
         while budget > 0:
             budget -= 1
             runs = runs_purge_batch(cutoff=cutoff, limit=batch, owner_id=owner_id)
-            rows = 0 if owner_id is None else job_history_purge_batch(cutoff=cutoff, owner_id=owner_id, limit=batch)
+            rows = (
+                0
+                if owner_id is None
+                else job_history_purge_batch(cutoff=cutoff, owner_id=owner_id, limit=batch)
+            )
             purged += runs
             if runs < batch and rows < batch:
                 break

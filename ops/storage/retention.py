@@ -60,7 +60,9 @@ def partitions_drop_expired(
         for partition in partitions_expired(kept.spec, now=now or timezone.now(), keep=kept.keep):
             if folder is not None:
                 try:
-                    path, rows = partition_archive_write(spec=kept.spec, partition=partition.name, folder=folder)
+                    path, rows = partition_archive_write(
+                        spec=kept.spec, partition=partition.name, folder=folder
+                    )
                 except OSError:
                     logger.exception("archive of %s failed; the partition is kept", partition.name)
                     continue

@@ -93,7 +93,10 @@ class TaskExecutionHistory(models.Model):
     # record 42). Filled by the database on insert from the run's (or the job's) owner when the
     # writer leaves it out; 0 for a run with no owner. Never null in the table.
     owner_id = models.IntegerField(
-        null=True, blank=True, editable=False, help_text="The owner's user id (filled on insert; 0: no owner)."
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The owner's user id (filled on insert; 0: no owner).",
     )
 
     class Meta:
@@ -172,14 +175,19 @@ class RunEvent(models.Model):
     # record 42). Filled by the database on insert from the run's (or the job's) owner when the
     # writer leaves it out; 0 for a run with no owner. Never null in the table.
     owner_id = models.IntegerField(
-        null=True, blank=True, editable=False, help_text="The owner's user id (filled on insert; 0: no owner)."
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The owner's user id (filled on insert; 0: no owner).",
     )
 
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["run", "id"], name="event_run_id_idx")]
         constraints = [
-            models.UniqueConstraint(fields=["event_id", "created_at", "owner_id"], name="runevent_event_id_unique")
+            models.UniqueConstraint(
+                fields=["event_id", "created_at", "owner_id"], name="runevent_event_id_unique"
+            )
         ]
 
     def __str__(self) -> str:

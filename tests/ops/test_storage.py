@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
-from django.test import override_settings
 from django.utils import timezone
 
 from alerting.models import Alert, AlertRun
@@ -61,7 +60,9 @@ def _run(owner: Any, *, state: str = "completed", age_days: float = 60, **extra:
     run = Run.objects.create(workflow="order_fulfilment", input={}, owner=owner, state=state, **extra)
     at = timezone.now() - timedelta(days=age_days)
     Run.objects.filter(pk=run.pk).update(created_at=at, finished_at=at if state != "running" else None)
-    Step.objects.create(run=run, seq=0, name="reserve", operation="inventory.reserve", idempotency_key=f"{run.pk}:0")
+    Step.objects.create(
+        run=run, seq=0, name="reserve", operation="inventory.reserve", idempotency_key=f"{run.pk}:0"
+    )
     RunEvent.objects.create(run=run, type="completed")
     _history(run, timezone.now())
     return run
@@ -83,7 +84,9 @@ def test_partitions__made_ahead_for_every_kept_table(sas: dict[str, Any]) -> Non
 def test_partitions__rows_in_the_default__moved_into_their_own(owner: Any, sas: dict[str, Any]) -> None:
     """A row whose day had no partition waits in the default; making the day's partition moves it."""
     old = datetime(2020, 1, 15, 8, tzinfo=UTC)
-    row = _history(None, old, kind="job", job=Job.objects.create(owner=owner, name="j", workflow="w", input={}))
+    row = _history(
+        None, old, kind="job", job=Job.objects.create(owner=owner, name="j", workflow="w", input={})
+    )
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM scheduler_taskexecutionhistory_default WHERE id = %s", [row.pk])
         assert cursor.fetchone()[0] == 1
@@ -91,7 +94,10 @@ def test_partitions__rows_in_the_default__moved_into_their_own(owner: Any, sas: 
     partitions_make_ahead(today=NOW)
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT tableoid::regclass::text, owner_id FROM scheduler_taskexecutionhistory WHERE id = %s", [row.pk])
+        cursor.execute(
+            "SELECT tableoid::regclass::text, owner_id FROM scheduler_taskexecutionhistory WHERE id = %s",
+            [row.pk],
+        )
         assert cursor.fetchone() == ("scheduler_taskexecutionhistory_p20200115", owner.pk)
 
 
@@ -99,7 +105,9 @@ def _midnight(day: date, hour: int = 0, minute: int = 0) -> datetime:
     return datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC)
 
 
-def test_retention__drops_exactly_the_expired_partitions__archived_first(owner: Any, sas: dict[str, Any]) -> None:
+def test_retention__drops_exactly_the_expired_partitions__archived_first(
+    owner: Any, sas: dict[str, Any]
+) -> None:
     now = timezone.now()
     today = now.astimezone(UTC).date()
     for days_ago in range(34):
@@ -122,7 +130,9 @@ def test_retention__drops_exactly_the_expired_partitions__archived_first(owner: 
     assert not TaskExecutionHistory.objects.filter(pk=expired_row.pk).exists()
     assert TaskExecutionHistory.objects.filter(pk=kept_row.pk).exists()
     folder = Path(sas["ARCHIVE_DIR"]) / "scheduler_taskexecutionhistory"
-    assert done.archived == {str(folder / f"{name}.jsonl.gz"): (1 if name == expected[-1] else 0) for name in expected}
+    assert done.archived == {
+        str(folder / f"{name}.jsonl.gz"): (1 if name == expected[-1] else 0) for name in expected
+    }
     with gzip.open(folder / f"{expected[-1]}.jsonl.gz", "rt") as lines:
         (line,) = lines.readlines()
     assert json.loads(line)["worker"] == "expired" and json.loads(line)["owner_id"] == owner.pk
@@ -143,7 +153,9 @@ def test_archive__loaded_back_into_a_table_of_its_own(owner: Any, sas: dict[str,
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT id, worker, detail, owner_id, run_id FROM archive_{name} ORDER BY id")
         loaded = cursor.fetchall()
-    as_read = [(pk, worker, json.loads(detail), owner_id, run_id) for pk, worker, detail, owner_id, run_id in loaded]
+    as_read = [
+        (pk, worker, json.loads(detail), owner_id, run_id) for pk, worker, detail, owner_id, run_id in loaded
+    ]
     assert as_read == [(r.pk, r.worker, r.detail, owner.pk, run.pk) for r in rows]
 
 
@@ -165,21 +177,29 @@ def test_retention__not_positive__refused(sas: dict[str, Any]) -> None:
         partitions_drop_expired(now=NOW, tables=(KEPT_TABLES[1],))
 
 
-def test_purge__only_terminal_runs_nothing_still_needs(owner: Any, sas: dict[str, Any], django_user_model: Any) -> None:
+def test_purge__only_terminal_runs_nothing_still_needs(
+    owner: Any, sas: dict[str, Any], django_user_model: Any
+) -> None:
     operator = django_user_model.objects.create_user(username="op")
     plain = _run(owner)
     resolved_alert = _run(owner)
-    Alert.objects.create(kind="workflow_failure_rate", message="m", key="k1", state="resolved", run=resolved_alert)
+    Alert.objects.create(
+        kind="workflow_failure_rate", message="m", key="k1", state="resolved", run=resolved_alert
+    )
     in_flight = _run(owner, state="running")
     compensating = _run(owner, state="compensating")
     recent = _run(owner, age_days=5)
     linked = _run(owner)
-    AlertRun.objects.create(alert=Alert.objects.create(kind="workflow_failure_rate", message="m", key="k2"), run=linked)
+    AlertRun.objects.create(
+        alert=Alert.objects.create(kind="workflow_failure_rate", message="m", key="k2"), run=linked
+    )
     first_of_alert = _run(owner)
     Alert.objects.create(kind="workflow_failure_rate", message="m", key="k3", run=first_of_alert)
     audited = _run(owner)
     resubmitted = _run(owner)
-    OperatorAction.objects.create(action="resubmit_run", run=audited, new_run=resubmitted, actor=operator, reason="r")
+    OperatorAction.objects.create(
+        action="resubmit_run", run=audited, new_run=resubmitted, actor=operator, reason="r"
+    )
 
     purged = runs_purge(now=timezone.now())
 
@@ -189,7 +209,15 @@ def test_purge__only_terminal_runs_nothing_still_needs(owner: Any, sas: dict[str
     assert not Step.objects.filter(run_id__in=gone).exists()
     assert not RunEvent.objects.filter(run_id__in=gone).exists()
     assert not TaskExecutionHistory.objects.filter(run_id__in=gone).exists()
-    kept = {in_flight.pk, compensating.pk, recent.pk, linked.pk, first_of_alert.pk, audited.pk, resubmitted.pk}
+    kept = {
+        in_flight.pk,
+        compensating.pk,
+        recent.pk,
+        linked.pk,
+        first_of_alert.pk,
+        audited.pk,
+        resubmitted.pk,
+    }
     assert set(Run.objects.values_list("pk", flat=True)) == kept
     assert Step.objects.filter(run_id__in=kept).count() == len(kept)
 
@@ -204,7 +232,9 @@ def test_purge__bounded_batches(owner: Any, sas: dict[str, Any]) -> None:
     assert runs_purge(now=timezone.now()) == 1
 
 
-def test_purge__a_customers_shorter_retention__theirs_only(owner: Any, sas: dict[str, Any], django_user_model: Any) -> None:
+def test_purge__a_customers_shorter_retention__theirs_only(
+    owner: Any, sas: dict[str, Any], django_user_model: Any
+) -> None:
     other = django_user_model.objects.create_user(username="tenant-b")
     RetentionPolicy.objects.create(user=owner, runs_days=3)
     mine, theirs = _run(owner, age_days=5), _run(other, age_days=5)
@@ -215,7 +245,9 @@ def test_purge__a_customers_shorter_retention__theirs_only(owner: Any, sas: dict
     assert runs_purge(now=timezone.now()) == 1
 
     assert not Run.objects.filter(pk=mine.pk).exists() and Run.objects.filter(pk=theirs.pk).exists()
-    assert list(TaskExecutionHistory.objects.filter(job=job).values_list("pk", flat=True)) == [new_occurrence.pk]
+    assert list(TaskExecutionHistory.objects.filter(job=job).values_list("pk", flat=True)) == [
+        new_occurrence.pk
+    ]
     assert old_occurrence.pk != new_occurrence.pk
 
 
@@ -238,7 +270,11 @@ def test_history_keys__hold_the_partition_key_and_the_owner() -> None:
         ("ops_operatoraction", "ops_operatoraction_pkey", "PRIMARY KEY (id, created_at)"),
         ("scheduler_runevent", "runevent_event_id_unique", "UNIQUE (event_id, created_at, owner_id)"),
         ("scheduler_runevent", "scheduler_runevent_pkey", "PRIMARY KEY (id, created_at, owner_id)"),
-        ("scheduler_taskexecutionhistory", "scheduler_taskexecutionhistory_pkey", "PRIMARY KEY (id, started_at, owner_id)"),
+        (
+            "scheduler_taskexecutionhistory",
+            "scheduler_taskexecutionhistory_pkey",
+            "PRIMARY KEY (id, started_at, owner_id)",
+        ),
     ]
     assert partitioned == [
         ("ops_operatoraction", "RANGE (created_at)"),

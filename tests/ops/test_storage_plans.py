@@ -36,10 +36,18 @@ def _days(today: Any, first: int, last: int) -> set[str]:
     return {f"{HISTORY.table}_p{today - timedelta(days=k):%Y%m%d}" for k in range(first, last + 1)}
 
 
-def test_plan__a_weeks_report__reads_the_partitions_from_its_start(month_of_partitions: Any, admin_user: Any) -> None:
+def test_plan__a_weeks_report__reads_the_partitions_from_its_start(
+    month_of_partitions: Any, admin_user: Any
+) -> None:
     today = month_of_partitions
     start = timezone.now() - timedelta(days=7)
-    params = {"owner": admin_user.pk, "start": start, "end": timezone.now(), "now": timezone.now(), "tz": "UTC"}
+    params = {
+        "owner": admin_user.pk,
+        "start": start,
+        "end": timezone.now(),
+        "now": timezone.now(),
+        "tz": "UTC",
+    }
 
     read = partitions_read(_explain(statements()["report_groups"], params), HISTORY.table)
 

@@ -13,11 +13,11 @@ from django.core.paginator import Paginator
 from django.db import connection
 from django.utils import timezone
 
+from sastools.plans import uses_index
 from scheduler.dispatcher.selectors import job_get_counted, job_history, job_runs
 from scheduler.models import Job, Run, TaskExecutionHistory
 from scheduler.outcomes import run_undone, run_undone_of
 from scheduler.paging import IdFirstPaginator
-from sastools.plans import uses_index
 
 pytestmark = pytest.mark.django_db
 

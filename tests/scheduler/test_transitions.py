@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 
 from jobs.presenters import OPERATOR_ACTIONS
+from sastools.plans import uses_index
 from scheduler import transitions
 from scheduler.dispatcher import transitions as job_transitions
 from scheduler.models import (
@@ -26,7 +27,6 @@ from scheduler.models import (
 )
 from scheduler.services import run_submit, step_claim_due, step_reply
 from scheduler.transitions import AttemptOutcome
-from sastools.plans import uses_index
 from tests.engine_workflow import ENGINE_INPUT, ENGINE_WORKFLOW
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]

@@ -20,15 +20,21 @@ class Command(BaseCommand):
     help = "Load a partition's archive (<table>/<partition>.jsonl.gz) back into a table."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", type=Path, help="the archive: <SAS_ARCHIVE_DIR>/<table>/<partition>.jsonl.gz")
-        parser.add_argument("--into", default="", help="the table to load into (default: archive_<partition>)")
+        parser.add_argument(
+            "file", type=Path, help="the archive: <SAS_ARCHIVE_DIR>/<table>/<partition>.jsonl.gz"
+        )
+        parser.add_argument(
+            "--into", default="", help="the table to load into (default: archive_<partition>)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path: Path = options["file"]
         table = path.parent.name
         specs = {kept.spec.table: kept.spec for kept in KEPT_TABLES}
         if table not in specs or not path.name.endswith(".jsonl.gz"):
-            raise CommandError(f"{path} is no archive: expected <folder>/<{'|'.join(specs)}>/<partition>.jsonl.gz")
+            raise CommandError(
+                f"{path} is no archive: expected <folder>/<{'|'.join(specs)}>/<partition>.jsonl.gz"
+            )
         into = options["into"] or f"archive_{path.name.removesuffix('.jsonl.gz')}"
         try:
             rows = archive_load(path=path, spec=specs[table], into=into)

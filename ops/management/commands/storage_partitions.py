@@ -14,13 +14,17 @@ from scheduler.partitions import partitions_list
 
 
 class Command(BaseCommand):
-    help = "Make history partitions ahead of time (SAS_PARTITIONS_AHEAD_DAYS); --retention also drops and purges."
+    help = "Make history partitions ahead (SAS_PARTITIONS_AHEAD_DAYS); --retention also drops and purges."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--retention", action="store_true", help="also archive and drop partitions past retention, purge old runs"
+            "--retention",
+            action="store_true",
+            help="also archive and drop partitions past retention, purge old runs",
         )
-        parser.add_argument("--list", action="store_true", help="list each kept table's partitions afterwards")
+        parser.add_argument(
+            "--list", action="store_true", help="list each kept table's partitions afterwards"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["retention"]:
@@ -28,11 +32,15 @@ class Command(BaseCommand):
             made = done.made
             for path, rows in done.archived.items():
                 self.stdout.write(f"archived {rows} rows to {path}")
-            self.stdout.write(f"dropped: {', '.join(done.dropped) or 'none'}; runs purged: {done.runs_purged}")
+            self.stdout.write(
+                f"dropped: {', '.join(done.dropped) or 'none'}; runs purged: {done.runs_purged}"
+            )
         else:
             made = partitions_make_ahead()
         self.stdout.write(f"partitions made: {', '.join(made) or 'none (all in place)'}")
         if options["list"]:
             for kept in KEPT_TABLES:
                 names = [p.name for p in partitions_list(kept.spec)]
-                self.stdout.write(f"{kept.spec.table} ({kept.setting}): {len(names)} partitions, {', '.join(names)}")
+                self.stdout.write(
+                    f"{kept.spec.table} ({kept.setting}): {len(names)} partitions, {', '.join(names)}"
+                )
