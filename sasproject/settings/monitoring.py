@@ -35,6 +35,8 @@ SAS_QUEUES = [
     "agent.tasks",
     "agent.catalogue",
     "agent.exports",
+    # The storage maintenance (issue 29), on the longjobs worker.
+    "storage",
     "bench",
 ]
 
