@@ -12,6 +12,7 @@ operation is this one line and the workflow step that names it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, cast
 
 from celery import shared_task
@@ -31,5 +32,8 @@ def remote_operation(*, name: str, service: str, path: str) -> AgentTask:
 
     operation.__name__ = operation.__qualname__ = name.rsplit(".", 1)[-1]
     operation.__doc__ = f"POST {path} on the {service} service (agent operation {name})."
+    # The task belongs to the module that declares it, as a decorated function would (a test's
+    # own operations are told apart by it: tests/ops/test_queues.py).
+    operation.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
     # shared_task returns a proxy of the task; it is used as the task itself.
     return cast(AgentTask, shared_task(name=name, bind=True, base=base)(operation))

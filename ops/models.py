@@ -74,3 +74,26 @@ class OperatorAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_action_display()} by {self.actor_name} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class RetentionPolicy(models.Model):
+    """A customer's shorter retention (issue 29): their terminal runs (with steps, events and
+    attempt history) and their jobs' occurrence history are purged after `runs_days` instead of
+    the platform's SAS_RETENTION_RUNS_DAYS, in the storage maintenance's bounded batches
+    (ops/storage/purge.py). Longer than the platform's has no effect: partitions past the
+    platform's retention are dropped for everyone."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="retention_policy"
+    )
+    runs_days = models.PositiveIntegerField(
+        help_text="Days a finished run and its history are kept for this customer (at least 1)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "retention policies"
+        constraints = [models.CheckConstraint(condition=Q(runs_days__gte=1), name="retention_days_positive")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.runs_days} days"

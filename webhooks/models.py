@@ -60,8 +60,12 @@ class WebhookDelivery(models.Model):
     State = DeliveryState
 
     subscription = models.ForeignKey(WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries")
+    # No constraint in the database: the events are range-partitioned by time (issue 29), so
+    # their id alone is no unique key a foreign key could reference. Deleting an event through
+    # the ORM still deletes its delivery; a dropped partition of events leaves the delivery,
+    # which carries its own body (decision record 42).
     event = models.OneToOneField(
-        "scheduler.RunEvent", on_delete=models.CASCADE, related_name="webhook_delivery"
+        "scheduler.RunEvent", on_delete=models.CASCADE, related_name="webhook_delivery", db_constraint=False
     )
     # Copied from the event: the receiver's dedupe key (X-SAS-Event-Id).
     event_uuid = models.UUIDField(default=uuid.uuid4, editable=False)

@@ -74,7 +74,9 @@ CROSS JOIN LATERAL (
            count(*) FILTER (WHERE h.kind IN ('supervisor', 'scheduler') AND h.status = 'errored'
                             AND h.detail ->> 'give_up' = 'deadline') AS missed_close
     FROM scheduler_taskexecutionhistory AS h
-    WHERE h.run_id = r.id
+    -- A run's history starts after the run: the bound lets the planner read only the
+    -- partitions from the window's start on (the history is partitioned by day, issue 29).
+    WHERE h.run_id = r.id AND h.started_at >= %(start)s
 ) AS h
 GROUP BY GROUPING SETS ((r.job_id, r.workflow), ())
 ORDER BY is_total, r.job_id NULLS LAST, r.workflow

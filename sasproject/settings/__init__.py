@@ -15,7 +15,8 @@ imports it, so the order of the star imports below does not matter:
   workflows' step policies;
 - `egress`: where outbound calls may go;
 - `web`: the pages and the JSON API;
-- `monitoring`, `alerting`: the operations wing.
+- `monitoring`, `alerting`: the operations wing;
+- `storage`: history partitions, retention and the archive (issue 29).
 The test profile (short windows for the live tests and the soak) is not a settings module: it is
 environment variables that the test session and the soak both take from `sastools/profile.py`,
 so worker subprocesses started with this module get it too.
@@ -31,4 +32,5 @@ from sasproject.settings.egress import *  # noqa: F403
 from sasproject.settings.engine import *  # noqa: F403
 from sasproject.settings.monitoring import *  # noqa: F403
 from sasproject.settings.production import *  # noqa: F403
+from sasproject.settings.storage import *  # noqa: F403
 from sasproject.settings.web import *  # noqa: F403

@@ -112,6 +112,9 @@ CELERY_TASK_ROUTES = (
         "alerting.evaluate": {"queue": "supervisor"},
         "alerting.email_send": {"queue": "agent.webhook"},
         "bench.*": {"queue": "bench"},
+        # Partitions, archives, drops and purges (issue 29): minutes at a time, on the longjobs
+        # worker, never the control worker's queues.
+        "ops.storage_maintain": {"queue": "storage"},
     },
 )
 # Celery 5.6+ closes every database connection before and after each task (celery/celery#9824

@@ -37,6 +37,8 @@ SAS_QUEUES = [
     "agent.tasks",
     "agent.catalogue",
     "agent.exports",
+    # The storage maintenance (issue 29), on the longjobs worker.
+    "storage",
     "bench",
     # The workflow apps' queues, one each (settings/base.py's SAS_WORKFLOW_APPS; issue 31).
     *(workflow_app_queue(app) for app in SAS_WORKFLOW_APPS),

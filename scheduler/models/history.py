@@ -88,6 +88,16 @@ class TaskExecutionHistory(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # The owner (user id) of the row, for the tenant keys (issue 29): the primary key in the
+    # database is (id, started_at, owner_id), the table range-partitioned by started_at (decision
+    # record 42). Filled by the database on insert from the run's (or the job's) owner when the
+    # writer leaves it out; 0 for a run with no owner. Never null in the table.
+    owner_id = models.IntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The owner's user id (filled on insert; 0: no owner).",
+    )
 
     class Meta:
         verbose_name_plural = "task execution history"
@@ -151,17 +161,34 @@ class RunEvent(models.Model):
         CANCELLED = "cancelled", "Cancelled"
         FAILED = "failed", "Failed"
 
-    event_id = models.UUIDField(default=uuid7, unique=True, editable=False)
+    # Unique with the partition key and the owner (runevent_event_id_unique): a partitioned
+    # table's unique keys hold its partition key. A uuid7 is unique on its own anyway.
+    event_id = models.UUIDField(default=uuid7, editable=False)
     # No index of its own: event_run_id_idx (run_id, id) serves lookups by run.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     type = models.CharField(max_length=30, choices=Type.choices)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The owner (user id) of the row, for the tenant keys (issue 29): the primary key in the
+    # database is (id, created_at, owner_id), the table range-partitioned by created_at (decision
+    # record 42). Filled by the database on insert from the run's (or the job's) owner when the
+    # writer leaves it out; 0 for a run with no owner. Never null in the table.
+    owner_id = models.IntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The owner's user id (filled on insert; 0: no owner).",
+    )
 
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["run", "id"], name="event_run_id_idx")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event_id", "created_at", "owner_id"], name="runevent_event_id_unique"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.type} run={self.run_id}"

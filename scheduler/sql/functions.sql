@@ -50,6 +50,16 @@ LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
         'hex')::uuid
 $$;
 
+-- When a lease was made: a lease is a sas_uuid7() of its claim, whose first 48 bits are the claim's
+-- time in ms. The attempt's history row was written by the same claim statement (started_at <=
+-- the lease's time), so an update of "the attempt of this lease" bounds started_at with it and
+-- reads the one or two day partitions of the history that can hold it, not every partition's
+-- lease index (issue 29: the history is partitioned by day).
+CREATE OR REPLACE FUNCTION sas_lease_time(p_lease uuid) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT to_timestamp(('x' || left(replace(p_lease::text, '-', ''), 12))::bit(48)::bigint / 1000.0)
+$$;
+
 -- The rows the engine writes on every step, checked by one function call per row: the CHECK
 -- constraints step_row_valid, run_row_valid and history_row_valid (scheduler/models.py).
 -- PostgreSQL rebuilds every CHECK constraint's expression from its stored text, and plans it,
@@ -690,7 +700,8 @@ BEGIN
 
     UPDATE scheduler_taskexecutionhistory
     SET status = 'succeeded', ended_at = statement_timestamp()
-    WHERE lease = p_lease AND kind = 'attempt';
+    WHERE lease = p_lease AND kind = 'attempt'
+      AND started_at BETWEEN sas_lease_time(p_lease) - interval '1 hour' AND sas_lease_time(p_lease) + interval '1 minute';
     INSERT INTO scheduler_runevent (event_id, run_id, step_id, type, data, created_at)
     VALUES (sas_uuid7(), s.run_id, s.id, 'step_completed',
             jsonb_build_object('attempt', s.attempts, 'step', s.name), statement_timestamp())
@@ -755,7 +766,8 @@ BEGIN
     END IF;
     UPDATE scheduler_taskexecutionhistory
     SET status = 'cancelled', ended_at = statement_timestamp(), error = 'marked done by ' || p_actor
-    WHERE lease = s.lease AND kind = 'attempt' AND status = 'started';
+    WHERE lease = s.lease AND kind = 'attempt' AND status = 'started'
+      AND started_at BETWEEN sas_lease_time(s.lease) - interval '1 hour' AND sas_lease_time(s.lease) + interval '1 minute';
     INSERT INTO scheduler_taskexecutionhistory
         (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at, ended_at)
     VALUES (s.id, s.run_id, 'operator', 'action', NULL, 0, p_actor, left(p_reason, 4000),
@@ -913,7 +925,8 @@ BEGIN
     END IF;
     UPDATE scheduler_taskexecutionhistory
     SET status = 'continued', ended_at = statement_timestamp()
-    WHERE lease = p_lease AND kind = 'attempt';
+    WHERE lease = p_lease AND kind = 'attempt'
+      AND started_at BETWEEN sas_lease_time(p_lease) - interval '1 hour' AND sas_lease_time(p_lease) + interval '1 minute';
     IF p_claim THEN
         v_claim := sas_step_claim(ARRAY[s.id], p_instance);
     END IF;

@@ -101,6 +101,7 @@ WITH s AS (
     UPDATE scheduler_taskexecutionhistory
     SET status = 'failed_permanent', ended_at = statement_timestamp(), error = left(%(error)s, 4000)
     WHERE lease = %(lease)s::uuid AND kind = 'attempt' AND EXISTS (SELECT 1 FROM s)
+      AND started_at BETWEEN sas_lease_time(%(lease)s::uuid) - interval '1 hour' AND sas_lease_time(%(lease)s::uuid) + interval '1 minute'
 )
 SELECT id, run_id, name, kind FROM s
 

@@ -88,7 +88,8 @@ def test_operator_action_moved__rows_kept__groups_and_users_hold_ops_permissions
         p.codename
         for p in Group.objects.get(name=READ_ONLY_GROUP).permissions.filter(content_type__app_label="ops")
     }
-    assert reader == {"view_operatoraction", "view_sweep_preview"}
+    # ...and every ops model's view permission: the customers' retention policies (issue 29) too.
+    assert reader == {"view_operatoraction", "view_retentionpolicy", "view_sweep_preview"}
     # A new audit row gets the next id (the sequence came along with the table).
     assert (
         OperatorAction.objects.create(action="bulk_resubmit", actor_name="admin:kim", reason="x").pk
