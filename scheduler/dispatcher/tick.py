@@ -27,6 +27,7 @@ from sasproject.redis_client import get_redis
 from scheduler.models import Job, Run, ScheduledJob
 
 from . import transitions
+from .dependents import dependents_settle
 from .firing import FiringPlan, retry_delay
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class DispatchResult:
     queued: int = 0
     settled: int = 0
     retries: int = 0
+    # Dependent runs queued by the settle (issue 30): children whose gate it completed.
+    dependents: int = 0
     # Shards this tick held (each drained, then released); a batch that found its lease gone.
     shards: list[int] = field(default_factory=list)
     lost: bool = False
@@ -101,11 +104,13 @@ def jobs_dispatch_batch(
     return result
 
 
-def job_runs_settle(*, limit: int) -> DispatchResult:
+def job_runs_settle(*, limit: int, instance: str = "") -> DispatchResult:
     """Job runs that ended: close their attempt's history row; a run that ended Failed or
     Compensated below the job's max retry gets a retry row after its backoff; the job's oldest
-    parked row becomes due (its turn has come). One transaction; each run settled once
-    (`job_settled`, SKIP LOCKED on the run and its job)."""
+    parked row becomes due (its turn has come); an occurrence that ended for good (no retry)
+    reaches its dependents (`dependents_settle`: their runs queued, or a history row saying why
+    not). One transaction; each run settled once (`job_settled`, SKIP LOCKED on the run and its
+    job)."""
     result = DispatchResult()
     with transaction.atomic():
         ended = transitions.job_runs_mark_settled(limit=limit)
@@ -118,6 +123,7 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
             {r.job_id for r in ended}
         )
         retries: list[ScheduledJob] = []
+        retried: set[object] = set()
         for r in ended:
             job = jobs[r.job_id]
             if (
@@ -125,6 +131,7 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
                 and r.scheduled_for is not None
                 and r.attempt < job.max_retry
             ):
+                retried.add(r.run_id)
                 retries.append(
                     ScheduledJob(
                         job_id=job.id,
@@ -139,6 +146,9 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
             ScheduledJob.objects.bulk_create(retries, ignore_conflicts=True)
             result.retries = len(retries)
         transitions.scheduled_unpark_oldest(job_ids=[j.id for j in jobs.values() if j.enabled])
+        result.dependents = dependents_settle(
+            ended=ended, retried=retried, worker=instance, at=ended[0].now
+        ).fired
     return result
 
 
@@ -166,9 +176,10 @@ def jobs_dispatch(
     # the rest waits for the next ticks).
     settled_before = total.settled
     for _ in range(min(max_batches, SETTLE_BATCHES)):
-        done = job_runs_settle(limit=batch)
+        done = job_runs_settle(limit=batch, instance=instance)
         total.settled += done.settled
         total.retries += done.retries
+        total.dependents += done.dependents
         if done.settled < batch:
             break
     if total.settled > settled_before:

@@ -36,14 +36,16 @@ from scheduler.dispatcher.cron import (
     next_occurrence,
     zone_error,
 )
+from scheduler.dispatcher.dependents import BACKFILL_ALONE, BACKFILL_WITH_DEPENDENTS
 from scheduler.dispatcher.firing import Firing, FiringPlan, JobStateError, jitter_offset
 from scheduler.limits import (
     quota_check_active_jobs,
     quota_check_runs,
 )
 from scheduler.models import Job, Run, RunEvent, ScheduledJob
-from scheduler.workflows import WorkflowInputError, get_workflow
+from scheduler.workflows import WorkflowInputError, WorkflowNotPermitted, get_workflow
 
+from .dependencies import ParentSpec, job_parents_check, job_parents_create
 from .dispatch import scheduler_instance_id
 from .events import events_announce
 from .job_input import aware_datetime, job_input_clean, job_permit
@@ -140,6 +142,7 @@ def job_create(
     run_at: datetime | None = None,
     max_firings: int | None = None,
     recurring: bool | None = None,
+    parents: Any = None,
 ) -> Job:
     """Create a one-off (`cron` empty) or recurring job and its first occurrence. Invariant:
     every field is checked first; bad input raises WorkflowInputError (field -> messages) and
@@ -147,14 +150,34 @@ def job_create(
     refused. `by_staff`: the person acting is staff (staff-only work needs it, and a staff
     owner: `job_permit`; any priority, where customers choose in their band). `priority` None
     is the customers' default. The owner's active jobs stay within SAS_QUOTAS["ACTIVE_JOBS"]
-    (QuotaExceeded, counted under the owner's quota lock). Transaction: one atomic block (the
-    job and its next row)."""
+    (QuotaExceeded, counted under the owner's quota lock). `parents`: its dependencies
+    ([{"job": id, "condition": ...}], `scheduler/services/dependencies.py`); a one-off job with
+    parents and no run time has no occurrence of its own - it runs when its parents end.
+    Transaction: one atomic block (the job, its edges and its next row)."""
     data = dict(locals())
-    fields = job_input_clean(owner_id=owner_id, by_staff=by_staff, data=data)
+    errors: dict[str, list[str]] = {}
+    fields: dict[str, Any] = {}
+    specs: list[ParentSpec] = []
+    for check in (
+        lambda: fields.update(job_input_clean(owner_id=owner_id, by_staff=by_staff, data=data)),
+        lambda: specs.extend(
+            job_parents_check(owner_id=owner_id, by_staff=by_staff, child=None, parents=parents)
+        ),
+    ):
+        try:
+            check()
+        except WorkflowNotPermitted:
+            raise  # staff-only work: refused alone (job_input_clean)
+        except WorkflowInputError as exc:
+            errors.update(exc.errors)
+    if errors:
+        raise WorkflowInputError(errors)
     with transaction.atomic():
         quota_check_active_jobs(owner_id=owner_id)
         job = Job.objects.create(owner_id=owner_id, **fields)
-        if _arm(job, now=job_transitions.db_now()) is None:
+        job_parents_create(child=job, parents=specs)
+        waits_for_parents = bool(specs) and not job.is_recurring and job.run_at is None
+        if not waits_for_parents and _arm(job, now=job_transitions.db_now()) is None:
             raise WorkflowInputError({"cron": "the schedule has no occurrence after now, before its end"})
     return job
 
@@ -335,9 +358,13 @@ class Backfill:
     already: list[datetime] = field(default_factory=list)
 
 
-def job_backfill(*, job_id: int, by_staff: bool, start: datetime, end: datetime, actor: str = "") -> Backfill:
+def job_backfill(
+    *, job_id: int, by_staff: bool, start: datetime, end: datetime, actor: str = "", dependents: bool = False
+) -> Backfill:
     """Queue the job's cron occurrences in [start, end] - a past range - that have no run yet.
     The dispatcher starts them oldest first, one after another (all at once under allow_all).
+    `dependents`: their outcomes reach the job's dependents as a scheduled occurrence's do
+    (their runs for those times); without it, a backfilled occurrence fires no dependent.
     Not counted in max firings. Raises WorkflowInputError for a bad range (end before start,
     in the future, more than 1,000 occurrences) or staff-only work someone may not schedule
     (WorkflowNotPermitted), JobStateError for a one-off job and QuotaExceeded when the owner is
@@ -378,7 +405,8 @@ def job_backfill(*, job_id: int, by_staff: bool, start: datetime, end: datetime,
             queued=[t for t in times if t not in taken], already=[t for t in times if t in taken]
         )
         plan = FiringPlan(now=now, instance=actor or scheduler_instance_id(), jobs={job.pk: job})
-        plan.queue(job, result.queued, reason="backfill", scheduled=False)
+        reason = BACKFILL_WITH_DEPENDENTS if dependents else BACKFILL_ALONE
+        plan.queue(job, result.queued, reason=reason, scheduled=False)
         plan.apply()
     return result
 
