@@ -42,7 +42,7 @@ from scheduler.limits import (
     quota_check_active_jobs,
     quota_check_runs,
 )
-from scheduler.models import Job, Run, RunEvent, ScheduledJob
+from scheduler.models import Job, JobDependency, Run, RunEvent, ScheduledJob
 from scheduler.workflows import WorkflowInputError, WorkflowNotPermitted, get_workflow
 
 from .dependencies import ParentSpec, job_parents_check, job_parents_create
@@ -103,10 +103,18 @@ def _first_occurrence(job: Job, *, now: datetime) -> datetime | None:
     return next_occurrence(job, after=now)
 
 
+def _waits_for_parents(job: Job) -> bool:
+    """A one-off job with parents and no run time has no occurrence of its own: it runs when
+    its parents end (scheduler/jobs.md, "Dependencies")."""
+    return not job.is_recurring and job.run_at is None and JobDependency.objects.filter(child=job).exists()
+
+
 def _arm(job: Job, *, now: datetime) -> ScheduledJob | None:
-    """Write the job's next row from `now` (none when the schedule has no occurrence left, or
-    max firings is reached). Transaction: the caller's, holding the job."""
+    """Write the job's next row from `now` (none when the schedule has no occurrence left, max
+    firings is reached, or it waits for its parents). Transaction: the caller's, holding the job."""
     if job.max_firings is not None and job.firing_count >= job.max_firings:
+        return None
+    if _waits_for_parents(job):
         return None
     first = _first_occurrence(job, now=now)
     if first is None:
@@ -176,8 +184,7 @@ def job_create(
         quota_check_active_jobs(owner_id=owner_id)
         job = Job.objects.create(owner_id=owner_id, **fields)
         job_parents_create(child=job, parents=specs)
-        waits_for_parents = bool(specs) and not job.is_recurring and job.run_at is None
-        if not waits_for_parents and _arm(job, now=job_transitions.db_now()) is None:
+        if _arm(job, now=job_transitions.db_now()) is None and not _waits_for_parents(job):
             raise WorkflowInputError({"cron": "the schedule has no occurrence after now, before its end"})
     return job
 
@@ -244,7 +251,9 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
             ScheduledJob.objects.filter(job=job, kind=ScheduledJob.Kind.NEXT).delete()
             if job.enabled:
                 now = job_transitions.db_now()
-                if job.is_recurring or job.finished_at is None or "run_at" in changed:
+                if _waits_for_parents(job):
+                    pass  # no occurrence of its own: its parents fire it
+                elif job.is_recurring or job.finished_at is None or "run_at" in changed:
                     if job.finished_at is not None:
                         # Finished jobs do not count; one that comes back does.
                         quota_check_active_jobs(owner_id=job.owner_id)
