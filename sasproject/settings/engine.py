@@ -56,6 +56,9 @@ SAS: dict[str, Any] = {
     # Test only: seconds the dispatcher sleeps between its claim and its commit, so a crash
     # test can kill it there. 0 in every real deployment.
     "JOBS_TEST_PAUSE_AFTER_CLAIM": env_float("SAS_JOBS_TEST_PAUSE_AFTER_CLAIM", 0.0),
+    # Test only: seconds a settle that queued dependent runs (issue 30) sleeps before its commit,
+    # so a crash test can kill the dispatcher with the gates written and not committed.
+    "JOBS_TEST_PAUSE_AFTER_DEPENDENTS": env_float("SAS_JOBS_TEST_PAUSE_AFTER_DEPENDENTS", 0.0),
     "CLAIM_BATCH": int(os.environ.get("SAS_CLAIM_BATCH", "100")),
     # Backpressure: at most this many steps of one agent operation Processing at once, for an
     # operation whose queue has no BULKHEAD_SLOTS entry.

@@ -37,6 +37,7 @@ SETTLE_BATCHES = 10
 
 # Marker a test waits for (the dispatcher paused between claim and commit; see settings).
 PAUSE_MARKER = "JOBS_DISPATCH_CLAIMED_PAUSING"
+DEPENDENTS_PAUSE_MARKER = "JOBS_DISPATCH_DEPENDENTS_PAUSING"
 
 
 @dataclass
@@ -58,11 +59,11 @@ class DispatchResult:
     lost: bool = False
 
 
-def _pause_for_tests() -> None:
-    """A test-only pause between claim and commit, so a test can kill the process there."""
-    pause = float(settings.SAS.get("JOBS_TEST_PAUSE_AFTER_CLAIM", 0) or 0)
+def _pause_for_tests(setting: str = "JOBS_TEST_PAUSE_AFTER_CLAIM", marker: str = PAUSE_MARKER) -> None:
+    """A test-only pause before a commit, so a test can kill the process there."""
+    pause = float(settings.SAS.get(setting, 0) or 0)
     if pause > 0:
-        logger.warning(PAUSE_MARKER)
+        logger.warning(marker)
         time.sleep(pause)
 
 
@@ -149,6 +150,8 @@ def job_runs_settle(*, limit: int, instance: str = "") -> DispatchResult:
         result.dependents = dependents_settle(
             ended=ended, retried=retried, worker=instance, at=ended[0].now
         ).fired
+        if result.dependents:
+            _pause_for_tests("JOBS_TEST_PAUSE_AFTER_DEPENDENTS", DEPENDENTS_PAUSE_MARKER)
     return result
 
 

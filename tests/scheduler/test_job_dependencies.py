@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from ops.roles import OPERATOR_GROUP
 from scheduler.models import DependencyGate, Job, JobDependency, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.services import job_backfill, job_delete, job_pause, job_resume, job_run_now
 from scheduler.services.dependencies import job_parents_set
 from scheduler.workflows import WorkflowInputError
-from ops.roles import OPERATOR_GROUP
 from tests.roles import staff_in
 
 from .jobs_support import compensate, complete, dispatch, make_due, new_job, past_occurrence, runs_of
@@ -76,7 +76,8 @@ def test_on_success__parent_fails__child_not_fired_and_its_history_says_why(user
     (row,) = H.objects.filter(job=b)
     assert row.status == "skipped" and row.scheduled_for == t
     assert row.detail["reason"] == (
-        f"not fired: parent job 'import' (#{a.pk}) ended failed for {t.isoformat()}; the edge runs this job on_success"
+        f"not fired: parent job 'import' (#{a.pk}) ended failed for {t.isoformat()}; "
+        "the edge runs this job on_success"
     )
     assert row.detail["parent_outcome"] == "failed" and row.detail["condition"] == "on_success"
     assert DependencyGate.objects.get(child=b, logical_time=t).fired_at is None
