@@ -24,6 +24,7 @@ from rest_framework.throttling import BaseThrottle
 from sasproject.api_input import PageNumberPagination
 from sasproject.tokens.authentication import HashedTokenAuthentication
 from scheduler.dispatcher.selectors import (
+    job_edges,
     job_get,
     job_history,
     job_list,
@@ -196,7 +197,8 @@ class JobViewSet(viewsets.GenericViewSet):
 
     def _detail(self, request: Request, job_id: int) -> dict[str, Any]:
         found = job_get(owner_id=_owner_id(request), job_id=job_id)
-        return {**job_data(found), "url": _job_url(request, job_id)}
+        edges = job_edges(owner_id=_owner_id(request), job_id=job_id)
+        return {**job_data(found), **edges, "url": _job_url(request, job_id)}
 
     # -- CRUD ------------------------------------------------------------------------------------
 

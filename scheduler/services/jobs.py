@@ -45,7 +45,7 @@ from scheduler.limits import (
 from scheduler.models import Job, JobDependency, Run, RunEvent, ScheduledJob
 from scheduler.workflows import WorkflowInputError, WorkflowNotPermitted, get_workflow
 
-from .dependencies import ParentSpec, job_parents_check, job_parents_create
+from .dependencies import ParentSpec, job_parents_check, job_parents_create, job_parents_set
 from .dispatch import scheduler_instance_id
 from .events import events_announce
 from .job_input import aware_datetime, job_input_clean, job_permit
@@ -205,11 +205,19 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
     finished job whose new schedule has occurrences again is re-armed). Runs already going are
     not touched. An edit that changed something leaves an operator row in the job's history:
     `actor` and the fields. A priority changed must be in the customers' band unless `by_staff`.
-    Re-arming a finished job counts toward the owner's active jobs (QuotaExceeded). Transaction:
+    Re-arming a finished job counts toward the owner's active jobs (QuotaExceeded). `parents`:
+    the job's edges replaced (`job_parents_set`), in the same transaction. Transaction:
     one atomic block holding the job's row (FOR UPDATE)."""
-    unknown = set(changes) - set(EDITABLE) - {"recurring"}
+    unknown = set(changes) - set(EDITABLE) - {"recurring", "parents"}
     if unknown:
         raise TypeError(f"job_update() got unexpected fields: {', '.join(sorted(unknown))}")
+    if "parents" in changes:
+        # The edges with the fields, in one transaction: refused parents leave the job as it was.
+        parents = changes.pop("parents")
+        with transaction.atomic():
+            edit = job_update(job_id=job_id, by_staff=by_staff, actor=actor, **changes)
+            job_parents_set(job_id=job_id, by_staff=by_staff, parents=parents, actor=actor)
+            return edit
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         current = {
