@@ -193,7 +193,21 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
         what = ("name", "workflow", "input") if obj is not None else ("owner", "name", "workflow", "input")
         sets: list[Any] = [
             (None, {"fields": what}),
-            ("When", {"fields": ("kind", "cron", "timezone", "run_at", "start_at", "end_at", "max_firings")}),
+            (
+                "When",
+                {
+                    "fields": (
+                        "kind",
+                        "cron",
+                        "timezone",
+                        "run_at",
+                        "start_at",
+                        "end_at",
+                        "max_firings",
+                        "parents",
+                    )
+                },
+            ),
             (
                 "Overlaps and failures",
                 {

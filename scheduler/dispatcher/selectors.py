@@ -188,3 +188,14 @@ def job_graph(*, owner_id: int) -> tuple[list[Job], list[JobDependency]]:
     ids = {e.parent_id for e in edges} | {e.child_id for e in edges}
     jobs = list(job_annotate(Job.objects.filter(owner_id=owner_id, pk__in=ids)).order_by("name"))
     return jobs, edges
+
+
+def job_ids_by_name(*, owner_id: int, names: list[str]) -> dict[str, int]:
+    """name -> id of the owner's jobs among `names` ("#12" also finds the owner's job 12)."""
+    by_id = [int(n[1:]) for n in names if n.startswith("#") and n[1:].isdigit() and len(n) < 19]
+    found: dict[str, int] = {}
+    for pk, name in Job.objects.filter(owner_id=owner_id, name__in=names).values_list("pk", "name"):
+        found[name] = pk
+    for pk in Job.objects.filter(owner_id=owner_id, pk__in=by_id).values_list("pk", flat=True):
+        found[f"#{pk}"] = pk
+    return found
