@@ -132,16 +132,22 @@ def _arrow(
     )
 
 
-def _ports(edges: Sequence[JobDependency], *, key: Callable[[JobDependency], int]) -> dict[int, float]:
+def _ports(
+    edges: Sequence[JobDependency],
+    *,
+    key: Callable[[JobDependency], int],
+    other: Callable[[JobDependency], tuple[int, int]],
+) -> dict[int, float]:
     """Where each edge leaves (or reaches) its box, as a fraction of the box's height: a box's
-    k edges spread evenly down its side, so their labels do not sit on one another."""
+    k edges spread evenly down its side, in the order of their other ends' rows (fewer
+    crossings), so their labels do not sit on one another."""
     sides: dict[int, list[JobDependency]] = {}
     for edge in edges:
         sides.setdefault(key(edge), []).append(edge)
     return {
         edge.pk: (index + 1) / (len(side) + 1)
         for side in sides.values()
-        for index, edge in enumerate(sorted(side, key=lambda e: (e.parent_id, e.child_id)))
+        for index, edge in enumerate(sorted(side, key=lambda e: (other(e)[1], other(e)[0])))
     }
 
 
@@ -172,7 +178,8 @@ def graph_chart(jobs: Sequence[Job], edges: Sequence[JobDependency]) -> SafeStri
         )
     ]
     drawn = [e for e in edges if e.parent_id in place and e.child_id in place]
-    outs, ins = _ports(drawn, key=lambda e: e.parent_id), _ports(drawn, key=lambda e: e.child_id)
+    outs = _ports(drawn, key=lambda e: e.parent_id, other=lambda e: place[e.child_id])
+    ins = _ports(drawn, key=lambda e: e.child_id, other=lambda e: place[e.parent_id])
     for edge in drawn:
         px, py = corner(edge.parent_id)
         cx, cy = corner(edge.child_id)
