@@ -329,6 +329,7 @@ class JobViewSet(viewsets.GenericViewSet):
                 start=in_zone(serializer.validated_data["start"], job.timezone),
                 end=in_zone(serializer.validated_data["end"], job.timezone),
                 actor=_actor(request),
+                dependents=serializer.validated_data["dependents"],
             )
         except WorkflowInputError as exc:  # about the range (start / end), or staff-only work (workflow)
             raise exceptions.ValidationError(exc.errors) from None

@@ -315,6 +315,12 @@ class BackfillSerializer(ClosedSerializer):
         help_text="Last occurrence time to consider (inclusive), in the past "
         f"(without an offset: the job's zone). {YEARS}"
     )
+    dependents = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also run the jobs that wait for this one, for each backfilled occurrence, as its "
+        "scheduled occurrences do (default: the backfill runs this job only).",
+    )
 
 
 class BackfillResultSerializer(serializers.Serializer[dict[str, Any]]):
