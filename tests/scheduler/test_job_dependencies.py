@@ -196,7 +196,7 @@ def test_backfill__fires_dependents_only_when_asked(user: Any, dependents: bool)
         complete(run)
     dispatch()
 
-    assert sorted(r.scheduled_for for r in runs_of(b)) == (times if dependents else [])
+    assert sorted(r.scheduled_for for r in runs_of(b) if r.scheduled_for) == (times if dependents else [])
 
 
 def _snapshot() -> tuple[Any, ...]:
