@@ -193,21 +193,8 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
         what = ("name", "workflow", "input") if obj is not None else ("owner", "name", "workflow", "input")
         sets: list[Any] = [
             (None, {"fields": what}),
-            (
-                "When",
-                {
-                    "fields": (
-                        "kind",
-                        "cron",
-                        "timezone",
-                        "run_at",
-                        "start_at",
-                        "end_at",
-                        "max_firings",
-                        "parents",
-                    )
-                },
-            ),
+            ("When", {"fields": ("kind", "cron", "timezone", "run_at", "start_at", "end_at", "max_firings")}),
+            ("Waits for (issue 30)", {"fields": ("parents",)}),
             (
                 "Overlaps and failures",
                 {
