@@ -6,8 +6,8 @@
 Real processes, as bench/jobs.py lays them out (`start_ours`): celery beat with the project's
 scheduler (the dispatcher's tick every SAS["JOBS_DISPATCH_INTERVAL"] s, the sweep, the scheduler's
 tick), two dispatcher workers (-Q jobs -c 1 each), one control worker, one agent worker running the
-bench's one-step no-op workflow (bench/jobs_tasks.py). Two runs, in this order, each over the same
---minutes whole minutes:
+bench's one-step no-op workflow (bench/jobs_tasks.py). Two runs, in this order, each over
+--minutes whole minutes (the stack restarted between them, the chains added meanwhile):
 
   without  --independent jobs every minute ("* * * * *"), spread over --owners users;
   with     the same independent jobs, plus --chains chains over the same users: A every minute, B
@@ -133,19 +133,16 @@ def measure(made: dict[str, list[int]], start: datetime, end: datetime, *, cap: 
 
 
 def one_run(
-    env: dict[str, str], logs: Path, tag: str, args: argparse.Namespace, *, chains: int
+    env: dict[str, str], logs: Path, tag: str, args: argparse.Namespace, made: dict[str, list[int]]
 ) -> dict[str, Any]:
-    from bench.jobs import bench_owners, db_now, reset, sleep_until, start_ours
+    """Start the stack, measure one window of whole minutes, stop it."""
+    from bench.jobs import db_now, sleep_until, start_ours
 
-    reset(env["SAS_REDIS_PREFIX"])
-    owner_ids = bench_owners(args.owners)
-    t0 = time.time()
-    made = make_jobs(owner_ids, chains=chains, independent=args.independent)
-    print(f"  {tag}: {sum(map(len, made.values())):,} jobs made in {time.time() - t0:.1f} s", flush=True)
     stack = start_ours(env, logs, tag, dispatchers=2)
     try:
         now = db_now()
-        # The window: the whole minutes after the first boundary at least 5 s away.
+        # The window: whole minutes from the first boundary at least a minute away (a restarted
+        # stack's first tick fires what came due while it was down: not in the window).
         start = (now + timedelta(seconds=65)).replace(second=0, microsecond=0)
         end = start + timedelta(minutes=args.minutes)
         print(f"  {tag}: window {start:%H:%M:%S} - {end:%H:%M:%S} UTC", flush=True)
@@ -214,11 +211,20 @@ def main() -> None:
     env = bench_environment()
     logs = log_dir()
     print(f"logs in {logs}", flush=True)
-    out = {
-        "without": one_run(env, logs, "without", args, chains=0),
-        "with": one_run(env, logs, "with", args, chains=args.chains),
-        "args": {k: str(v) for k, v in vars(args).items()},
-    }
+    from bench.jobs import bench_owners, reset
+
+    reset(env["SAS_REDIS_PREFIX"])
+    owner_ids = bench_owners(args.owners)
+    out: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    t0 = time.time()
+    made = make_jobs(owner_ids, chains=0, independent=args.independent)
+    print(f"  {args.independent:,} independent jobs made in {time.time() - t0:.1f} s", flush=True)
+    out["without"] = one_run(env, logs, "without", args, made)
+    t0 = time.time()
+    chains = make_jobs(owner_ids, chains=args.chains, independent=0)
+    made = {**chains, "independent": made["independent"]}
+    print(f"  {args.chains:,} chains ({3 * args.chains:,} jobs) made in {time.time() - t0:.1f} s", flush=True)
+    out["with"] = one_run(env, logs, "with", args, made)
     report(out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, default=str))

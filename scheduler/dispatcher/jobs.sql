@@ -364,3 +364,21 @@ SET last_outcome = t.outcome, last_logical_time = t.logical_time, last_matched =
 FROM unnest(%(ids)s::bigint[], %(outcomes)s::text[], %(times)s::timestamptz[], %(matched)s::boolean[])
      AS t(id, outcome, logical_time, matched)
 WHERE e.id = t.id AND (e.last_logical_time IS NULL OR e.last_logical_time <= t.logical_time)
+
+-- name: dependency_parents_busy
+-- Not a transition: whether a job with children has a run not settled yet (going, or ended and
+-- not settled): the dispatcher then ticks again within SAS["JOBS_DEPENDENTS_POLL"] s
+-- (`jobs_dispatch_follow`), so a child's run is written soon after its parent's ends, not at
+-- beat's next send. One probe of the partial indexes run_job_unfinished_idx /
+-- run_job_unsettled_idx per parent; stops at the first.
+SELECT EXISTS (
+    SELECT 1 FROM (SELECT DISTINCT e.parent_id FROM scheduler_jobdependency AS e) AS p
+    WHERE EXISTS (
+        SELECT 1 FROM scheduler_run AS r
+        WHERE r.job_id = p.parent_id AND r.job_id IS NOT NULL AND r.state IN ('pending', 'running', 'compensating')
+    ) OR EXISTS (
+        SELECT 1 FROM scheduler_run AS r
+        WHERE r.job_id = p.parent_id AND r.job_id IS NOT NULL AND NOT r.job_settled
+          AND r.state IN ('completed', 'compensated', 'cancelled', 'failed')
+    )
+)

@@ -313,3 +313,34 @@ def jobs_dispatch_relay() -> None:
         )
     except Exception:
         logger.warning("jobs dispatcher relay not sent; beat's next tick joins instead", exc_info=True)
+
+
+FOLLOW_KEY = "sas:jobs:follow"
+
+
+def jobs_dispatch_follow() -> bool:
+    """Issue 30: a parent's run ends between two of beat's sends, and its children's runs are
+    written by the settle of the next tick - up to a whole interval later. While a job with
+    children has a run not settled (`dependency_parents_busy`), send one more tick
+    SAS["JOBS_DEPENDENTS_POLL"] seconds from now: one across every dispatcher per poll (a Redis
+    SET NX that lives that long). Best effort: a lost follow-up only means beat's next tick
+    settles the run. Returns whether it sent one."""
+    interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
+    poll = float(settings.SAS.get("JOBS_DEPENDENTS_POLL", 0) or 0)
+    if poll <= 0 or poll >= interval or not transitions.dependency_parents_busy():
+        return False
+    key = f"{settings.REDIS_PREFIX}{FOLLOW_KEY}"
+    try:
+        if not get_redis().set(key, "1", nx=True, px=max(1, int(poll * 1000))):
+            return False  # another dispatcher's follow-up is on its way
+        current_app.send_task(
+            "scheduler.jobs_dispatch",
+            countdown=poll,
+            expires=poll + 5 * interval,
+            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
+            ignore_result=True,
+        )
+    except Exception:
+        logger.warning("jobs dispatcher follow-up not sent; beat's next tick settles", exc_info=True)
+        return False
+    return True

@@ -424,3 +424,9 @@ def dependency_edges_record(*, outcomes: Sequence[tuple[int, str, datetime, bool
             "matched": [o[3] for o in outcomes],
         },
     )
+
+
+def dependency_parents_busy() -> bool:
+    """Not a transition: a job with children has a run not settled yet. A read."""
+    ((busy,),) = _rows("dependency_parents_busy", {})
+    return bool(busy)

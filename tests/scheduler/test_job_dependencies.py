@@ -295,3 +295,22 @@ def test_edit__replaces_the_edges_and_records_who(user: Any) -> None:
     row = H.objects.get(job=c, kind="operator")
     assert row.worker == "bob" and row.detail == {"reason": "edited", "changed": ["parents"]}
     assert Run.objects.count() == 0
+
+
+def test_parents_busy__while_a_parents_run_is_not_settled(user: Any) -> None:
+    from scheduler.dispatcher.transitions import dependency_parents_busy
+
+    a = new_job(user, name="a")
+    lone = new_job(user, name="lone")
+    make_due(lone)
+    dispatch()
+    assert not dependency_parents_busy()  # no edge: a run going does not count
+    child_of(user, (a, "on_success"))
+    assert not dependency_parents_busy()  # an edge, no run of its parent
+    make_due(a)
+    dispatch()
+    assert dependency_parents_busy()  # a parent's run going
+    complete(runs_of(a)[0])
+    assert dependency_parents_busy()  # ended, not settled
+    dispatch()
+    assert not dependency_parents_busy()
