@@ -57,12 +57,14 @@ def make_jobs(owner_ids: list[int], *, chains: int, independent: int) -> dict[st
 
     made: dict[str, list[int]] = {"independent": [], "a": [], "b": [], "c": []}
     for i in range(independent):
-        made["independent"].append(create(owner_ids[i % len(owner_ids)], f"ind-{i}", cron="* * * * *"))
+        made["independent"].append(
+            create(owner_ids[i % len(owner_ids)], f"ind-{i}", cron="* * * * *", overlap_policy="allow_all")
+        )
     for i in range(chains):
         owner = owner_ids[i % len(owner_ids)]
         a = create(owner, f"a-{i}", cron="* * * * *", overlap_policy="allow_all")
-        b = create(owner, f"b-{i}", parents=[{"job": a}])
-        c = create(owner, f"c-{i}", parents=[{"job": b}])
+        b = create(owner, f"b-{i}", parents=[{"job": a}], overlap_policy="allow_all")
+        c = create(owner, f"c-{i}", parents=[{"job": b}], overlap_policy="allow_all")
         made["a"].append(a)
         made["b"].append(b)
         made["c"].append(c)
@@ -141,9 +143,10 @@ def one_run(
     stack = start_ours(env, logs, tag, dispatchers=2)
     try:
         now = db_now()
-        # The window: whole minutes from the first boundary at least a minute away (a restarted
-        # stack's first tick fires what came due while it was down: not in the window).
-        start = (now + timedelta(seconds=65)).replace(second=0, microsecond=0)
+        # The window: whole minutes from the first boundary at least two minutes away (a
+        # restarted stack's first tick fires what came due while it was down, and the runs of
+        # that burst end meanwhile: not in the window).
+        start = (now + timedelta(seconds=125)).replace(second=0, microsecond=0)
         end = start + timedelta(minutes=args.minutes)
         print(f"  {tag}: window {start:%H:%M:%S} - {end:%H:%M:%S} UTC", flush=True)
         sleep_until(time.time() + (end - db_now()).total_seconds() + 5)
