@@ -268,6 +268,18 @@ def _fire(
 WAKE_KEY = "sas:jobs:wake:"
 
 
+def _send_tick(*, countdown: float | None, expires: float) -> None:
+    """One more dispatcher tick to SAS["JOBS_DISPATCH_QUEUE"]: the wake-up, the relay and the
+    follow-up send it the same way."""
+    current_app.send_task(
+        "scheduler.jobs_dispatch",
+        countdown=countdown,
+        expires=expires,
+        queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
+        ignore_result=True,
+    )
+
+
 def jobs_dispatch_wake() -> datetime | None:
     """Beat ticks every SAS["JOBS_DISPATCH_INTERVAL"] seconds, so an occurrence due between two
     ticks would wait up to one interval. When the next due row comes before the next tick, send
@@ -287,13 +299,7 @@ def jobs_dispatch_wake() -> datetime | None:
         if not get_redis().set(key, "1", nx=True, px=int((delay + 10) * 1000)):
             return None  # another dispatcher has woken for it
         # A few ms past the due time: the worker's clock and the database's may differ a little.
-        current_app.send_task(
-            "scheduler.jobs_dispatch",
-            countdown=delay + 0.005,
-            expires=delay + 10 * interval,
-            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
-            ignore_result=True,
-        )
+        _send_tick(countdown=delay + 0.005, expires=delay + 10 * interval)
     except Exception:
         logger.warning("jobs dispatcher wake-up not sent; beat's next tick fires the row", exc_info=True)
         return None
@@ -305,12 +311,7 @@ def jobs_dispatch_relay() -> None:
     send does the same a second later."""
     interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
     try:
-        current_app.send_task(
-            "scheduler.jobs_dispatch",
-            expires=5 * interval,
-            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
-            ignore_result=True,
-        )
+        _send_tick(countdown=None, expires=5 * interval)
     except Exception:
         logger.warning("jobs dispatcher relay not sent; beat's next tick joins instead", exc_info=True)
 
@@ -333,13 +334,7 @@ def jobs_dispatch_follow() -> bool:
     try:
         if not get_redis().set(key, "1", nx=True, px=max(1, int(poll * 1000))):
             return False  # another dispatcher's follow-up is on its way
-        current_app.send_task(
-            "scheduler.jobs_dispatch",
-            countdown=poll,
-            expires=poll + 5 * interval,
-            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
-            ignore_result=True,
-        )
+        _send_tick(countdown=poll, expires=poll + 5 * interval)
     except Exception:
         logger.warning("jobs dispatcher follow-up not sent; beat's next tick settles", exc_info=True)
         return False
