@@ -195,6 +195,7 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
         sets: list[Any] = [
             (None, {"fields": what}),
             ("When", {"fields": ("kind", "cron", "timezone", "run_at", "start_at", "end_at", "max_firings")}),
+            ("Waits for (issue 30)", {"fields": ("parents",)}),
             (
                 "Overlaps and failures",
                 {

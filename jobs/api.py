@@ -25,6 +25,7 @@ from jobs.account import account_status
 from sasproject.api_input import PageNumberPagination
 from sasproject.tokens.authentication import HashedTokenAuthentication
 from scheduler.dispatcher.selectors import (
+    job_edges,
     job_get,
     job_history,
     job_list,
@@ -197,7 +198,8 @@ class JobViewSet(viewsets.GenericViewSet):
 
     def _detail(self, request: Request, job_id: int) -> dict[str, Any]:
         found = job_get(owner_id=_owner_id(request), job_id=job_id)
-        return {**job_data(found), "url": _job_url(request, job_id)}
+        edges = job_edges(owner_id=_owner_id(request), job_id=job_id)
+        return {**job_data(found), **edges, "url": _job_url(request, job_id)}
 
     # -- CRUD ------------------------------------------------------------------------------------
 
@@ -331,6 +333,7 @@ class JobViewSet(viewsets.GenericViewSet):
                 start=in_zone(serializer.validated_data["start"], job.timezone),
                 end=in_zone(serializer.validated_data["end"], job.timezone),
                 actor=_actor(request),
+                dependents=serializer.validated_data["dependents"],
             )
         except WorkflowInputError as exc:  # about the range (start / end), or staff-only work (workflow)
             raise exceptions.ValidationError(exc.errors) from None

@@ -26,6 +26,7 @@ from alerting.models import CUSTOMER_RULE_KINDS
 from sasproject.json_input import JSONFormField
 from sasproject.names import control_characters_refuse
 from scheduler.dispatcher.cron import zone_error
+from scheduler.dispatcher.selectors import job_edges, job_ids_by_name
 from scheduler.limits import (
     CUSTOMER_PRIORITY_DEFAULT,
     CUSTOMER_PRIORITY_MAX,
@@ -213,6 +214,16 @@ class JobForm(forms.ModelForm):
     actor: str = ""
     # The last `job_save` was refused by a quota (the page answers 429, not 400).
     refused_by_limit: bool = False
+    # Issue 30: not a model field - the job service writes the edges (`job_parents_set`).
+    parents = forms.CharField(
+        label="Waits for",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off", "spellcheck": "false"}),
+        help_text="Other jobs of yours this one runs after, one per line: the job's name, then "
+        "optionally \u201c: on failure\u201d or \u201c: on either\u201d (default: on success). It runs for "
+        "their occurrence's time once every one has ended so. Leave Runs on \u201conce\u201d with no "
+        "time to run it only after them.",
+    )
 
     class Meta:
         model = Job
@@ -251,6 +262,7 @@ class JobForm(forms.ModelForm):
             value = getattr(job, name)
             self.initial[name] = None if value is None else value.astimezone(zone).replace(tzinfo=None)
         self.initial["input"] = job.input
+        self.initial["parents"] = parents_text(job_edges(owner_id=job.owner_id, job_id=job.pk)["parents"])
 
     def clean_catchup_window(self) -> int | None:
         """Bounded before it becomes a timedelta (`timedelta(seconds=1e20)` overflowed: a 500),
@@ -329,6 +341,9 @@ def job_write(form: JobForm, *, owner_id: int | None = None) -> Job | None:
     fields = form.service_fields()
     by_staff = bool(form.staff)
     try:
+        owner = form.instance.owner_id if form.instance.pk is not None else owner_id
+        if "parents" in form.fields and owner is not None:
+            fields["parents"] = parents_from_text(form.cleaned_data.get("parents") or "", owner_id=owner)
         if form.instance.pk is None:
             if owner_id is None:
                 raise WorkflowInputError({"owner": "a job needs an owner"})
@@ -403,3 +418,41 @@ class AlertRuleForm(forms.Form):
         for field, messages in errors.items():
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
+
+
+CONDITION_WORDS = {"on success": "on_success", "on failure": "on_failure", "on either": "on_either"}
+
+
+def parents_text(edges: list[dict[str, Any]]) -> str:
+    """A job's parents as the form shows them: "name" (on success) or "name: on failure"."""
+    words = {v: k for k, v in CONDITION_WORDS.items()}
+    return "\n".join(
+        e["name"] if e["condition"] == "on_success" else f"{e['name']}: {words[e['condition']]}"
+        for e in edges
+    )
+
+
+def parents_from_text(text: str, *, owner_id: int) -> list[dict[str, Any]]:
+    """The form's lines as the service's `parents` ([{"job": id, "condition": ...}]): each a
+    job's name (or #id) of the owner, then optionally ": on failure" / ": on either". Raises
+    WorkflowInputError on `parents` for a name that is none of the owner's jobs; the rest
+    (cycles, staff-only work) is the service's to refuse."""
+    wanted: list[tuple[str, str]] = []
+    errors: list[str] = []
+    for line in filter(None, (raw.strip() for raw in text.splitlines())):
+        head, sep, tail = line.rpartition(":")
+        word = " ".join(tail.lower().split())
+        if sep and word in CONDITION_WORDS:
+            wanted.append((head.strip(), CONDITION_WORDS[word]))
+        else:  # a name may hold a colon: only a known condition after the last one is read as one
+            wanted.append((line, "on_success"))
+    ids = job_ids_by_name(owner_id=owner_id, names=[n for n, _ in wanted])
+    parents = []
+    for name, condition in wanted:
+        if name not in ids:
+            errors.append(f"you have no job named {name!r}")
+        else:
+            parents.append({"job": ids[name], "condition": condition})
+    if errors:
+        raise WorkflowInputError({"parents": errors})
+    return parents

@@ -24,6 +24,8 @@ START_REASONS = {
     "run_now": "Run now",
     "catch_up": "Caught up after downtime",
     "backfill": "Backfill",
+    "backfill_deps": "Backfill (with its dependents)",
+    "dependency": "Its parent jobs ended",
     "retry": "Retry",
     "buffered": "Was buffered behind the previous run",
     "cancel_other": "Replaced the cancelled run",

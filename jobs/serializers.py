@@ -24,7 +24,7 @@ from sasproject.api_input import (
 from sasproject.names import control_characters_refuse
 from scheduler.dispatcher.cron import YEAR_MAX, YEAR_MIN, zone_error
 from scheduler.limits import CUSTOMER_PRIORITY_DEFAULT, CUSTOMER_PRIORITY_MAX, CUSTOMER_PRIORITY_MIN
-from scheduler.models import HistoryStatus, OverlapPolicy, RunState
+from scheduler.models import DependencyCondition, HistoryStatus, OverlapPolicy, RunState
 from scheduler.serializers import StepOutputSerializer
 from scheduler.services.job_input import (
     CATCHUP_WINDOW_MAX,
@@ -211,6 +211,14 @@ class JobWriteSerializer(ClosedSerializer):
         required=False, help_text="false: two runs of this job never overlap, whatever the policy."
     )
 
+    parents = serializers.JSONField(
+        required=False,
+        help_text='The jobs this one waits for: [{"job": <id>, "condition": "on_success" | "on_failure" | '
+        '"on_either"}] (condition: on_success when left out). Replaces the job\'s parents on an edit '
+        "(left out: unchanged). Your own jobs only; no cycle. A one-off job with parents and no run_at "
+        "runs only when they end, for their occurrence's time.",
+    )
+
     def to_service(self, *, create: bool = False, job_zone: str = "UTC") -> dict[str, Any]:
         """The validated fields as the job service's keywords (only those sent, on an edit).
         Times without an offset are read in the zone sent, else `job_zone` (the job's)."""
@@ -238,6 +246,18 @@ class JobWriteSerializer(ClosedSerializer):
 class LastRunSerializer(serializers.Serializer[dict[str, Any]]):
     state = serializers.ChoiceField(choices=RunState.choices)
     at = serializers.DateTimeField()
+
+
+class JobEdgeSerializer(serializers.Serializer[dict[str, Any]]):
+    job = serializers.IntegerField(help_text="The other job's id.")
+    name = serializers.CharField()
+    condition = serializers.ChoiceField(choices=DependencyCondition.choices)
+    last_outcome = serializers.CharField(
+        allow_blank=True,
+        help_text="succeeded, failed or cancelled: the parent's last occurrence this edge saw.",
+    )
+    last_logical_time = serializers.DateTimeField(allow_null=True)
+    last_matched = serializers.BooleanField(allow_null=True, help_text="Whether it matched the condition.")
 
 
 class JobSerializer(serializers.Serializer[dict[str, Any]]):
@@ -276,6 +296,9 @@ class JobSerializer(serializers.Serializer[dict[str, Any]]):
     last_run = LastRunSerializer(allow_null=True, help_text="The newest run's state and start.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    # A job's own page only (not in the list).
+    parents = JobEdgeSerializer(many=True, required=False, help_text="The jobs this one waits for.")
+    children = JobEdgeSerializer(many=True, required=False, help_text="The jobs that wait for this one.")
 
 
 class PauseSerializer(ClosedSerializer):
@@ -291,6 +314,12 @@ class BackfillSerializer(ClosedSerializer):
     end = JobTimeField(
         help_text="Last occurrence time to consider (inclusive), in the past "
         f"(without an offset: the job's zone). {YEARS}"
+    )
+    dependents = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also run the jobs that wait for this one, for each backfilled occurrence, as its "
+        "scheduled occurrences do (default: the backfill runs this job only).",
     )
 
 

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import graph_views, views
 
 app_name = "jobs"
 
 urlpatterns = [
     path("", views.job_list_view, name="list"),
     path("new/", views.job_create_view, name="create"),
+    path("graph/", graph_views.job_graph_view, name="graph"),
     path("<int:job_id>/", views.job_detail_view, name="detail"),
     path("<int:job_id>/edit/", views.job_edit_view, name="edit"),
     path("<int:job_id>/pause/", views.job_pause_view, name="pause"),

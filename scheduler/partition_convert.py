@@ -4,7 +4,7 @@ primary key widened to hold the partition key (and the owner, for tenant history
 
 Used by scheduler's and ops' migrations (history, run events, the operator's audit). The table
 is rebuilt, so this takes the table's lock for as long as its rows take to copy: run it in a
-maintenance window on a big install (docs/deploy.md, "Retention"). Decision record 42.
+maintenance window on a big install (docs/deploying/deploy.md, "Retention"). Decision record 42.
 """
 
 from __future__ import annotations
@@ -69,30 +69,7 @@ def table_partition_by_range(
     table, old = spec.table, f"{spec.table}_unpartitioned"
     t, o = sql.Identifier(table), sql.Identifier(old)
     with schema_editor.connection.cursor() as cursor:
-        incoming = _one(cursor, "SELECT conname FROM pg_constraint WHERE confrelid = %s::regclass", [table])
-        if incoming:
-            raise RuntimeError(f"{table} is referenced by {incoming}: drop those constraints first")
-        indexes = _one(
-            cursor,
-            "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i WHERE i.indrelid = %s::regclass"
-            " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)",
-            [table],
-        )
-        constraints = _one(
-            cursor,
-            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
-            " WHERE conrelid = %s::regclass AND contype IN ('c', 'f') ORDER BY conname",
-            [table],
-        )
-        columns = [
-            r[0]
-            for r in _one(
-                cursor,
-                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
-                " AND NOT attisdropped ORDER BY attnum",
-                [table],
-            )
-        ]
+        indexes, constraints, columns = _table_shape(cursor, table)
         cursor.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(t, o))
         cursor.execute(
             sql.SQL(
@@ -119,26 +96,59 @@ def table_partition_by_range(
         cursor.execute(sql.SQL("DROP TABLE {}").format(o))
         if owner_fill:
             cursor.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN owner_id SET NOT NULL").format(t))
-        for (definition,) in indexes:
-            cursor.execute(definition)
-        for name, definition in constraints:
-            cursor.execute(
-                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(t, sql.Identifier(name))
-                + sql.SQL(definition)
-            )
-        keys = {f"{table}_pkey": primary_key, **(unique or {})}
-        for name, cols in keys.items():
-            kind = sql.SQL("PRIMARY KEY" if name.endswith("_pkey") else "UNIQUE")
-            cursor.execute(
-                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {} ({})").format(
-                    t, sql.Identifier(name), kind, sql.SQL(", ").join(sql.Identifier(c) for c in cols)
-                )
-            )
+        _restore_shape(cursor, t, indexes, constraints, {f"{table}_pkey": primary_key, **(unique or {})})
         cursor.execute(
             sql.SQL(
                 "SELECT setval(pg_get_serial_sequence(%s, 'id'), max(id)) FROM {} HAVING max(id) IS NOT NULL"
             ).format(t),
             [table],
+        )
+
+
+def _table_shape(cursor: Any, table: str) -> tuple[list[Any], list[Any], list[str]]:
+    """What a rebuild must carry over: the indexes no constraint owns, the CHECK and FOREIGN KEY
+    constraints, and the columns in order. Refuses a table another table's key points at."""
+    incoming = _one(cursor, "SELECT conname FROM pg_constraint WHERE confrelid = %s::regclass", [table])
+    if incoming:
+        raise RuntimeError(f"{table} is referenced by {incoming}: drop those constraints first")
+    indexes = _one(
+        cursor,
+        "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i WHERE i.indrelid = %s::regclass"
+        " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)",
+        [table],
+    )
+    constraints = _one(
+        cursor,
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = %s::regclass AND contype IN ('c', 'f') ORDER BY conname",
+        [table],
+    )
+    columns = _one(
+        cursor,
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+        " AND NOT attisdropped ORDER BY attnum",
+        [table],
+    )
+    return list(indexes), list(constraints), [r[0] for r in columns]
+
+
+def _restore_shape(
+    cursor: Any, t: sql.Identifier, indexes: list[Any], constraints: list[Any], keys: dict[str, Sequence[str]]
+) -> None:
+    """The indexes and constraints read by `_table_shape`, then the new keys (`<table>_pkey`
+    is the primary key, every other name a UNIQUE constraint)."""
+    for (definition,) in indexes:
+        cursor.execute(definition)
+    for name, definition in constraints:
+        cursor.execute(
+            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(t, sql.Identifier(name)) + sql.SQL(definition)
+        )
+    for name, cols in keys.items():
+        kind = sql.SQL("PRIMARY KEY" if name.endswith("_pkey") else "UNIQUE")
+        cursor.execute(
+            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {} ({})").format(
+                t, sql.Identifier(name), kind, sql.SQL(", ").join(sql.Identifier(c) for c in cols)
+            )
         )
 
 

@@ -17,7 +17,7 @@ AUDIT = PartitionedTable("ops_operatoraction", "created_at", "month")
 @dataclass(frozen=True)
 class KeptTable:
     spec: PartitionedTable
-    # The SAS setting holding its retention in days (docs/deploy.md, "Retention").
+    # The SAS setting holding its retention in days (docs/deploying/deploy.md, "Retention").
     setting: str
 
     @property

@@ -57,7 +57,15 @@ SAS: dict[str, Any] = {
     "WORKFLOW_MODULES": [m for m in os.environ.get("SAS_WORKFLOW_MODULES", "").split(",") if m.strip()],
     # Test only: seconds the dispatcher sleeps between its claim and its commit, so a crash
     # test can kill it there. 0 in every real deployment.
+    # Issue 30: while a job with dependents has a run going or not settled, the dispatcher
+    # ticks again this many seconds after each tick (one follow-up across all dispatchers, a
+    # Redis SET NX), so a dependent run is written within about this long of its parent's end
+    # rather than at beat's next send (JOBS_DISPATCH_INTERVAL). 0: off.
+    "JOBS_DEPENDENTS_POLL": env_float("SAS_JOBS_DEPENDENTS_POLL", 0.2),
     "JOBS_TEST_PAUSE_AFTER_CLAIM": env_float("SAS_JOBS_TEST_PAUSE_AFTER_CLAIM", 0.0),
+    # Test only: seconds a settle that queued dependent runs (issue 30) sleeps before its commit,
+    # so a crash test can kill the dispatcher with the gates written and not committed.
+    "JOBS_TEST_PAUSE_AFTER_DEPENDENTS": env_float("SAS_JOBS_TEST_PAUSE_AFTER_DEPENDENTS", 0.0),
     "CLAIM_BATCH": int(os.environ.get("SAS_CLAIM_BATCH", "100")),
     # Backpressure: at most this many steps of one agent operation Processing at once, for an
     # operation whose queue has no BULKHEAD_SLOTS entry.

@@ -1,5 +1,5 @@
 """The storage block of the SAS dict (issue 29): history partitions made ahead, retention per
-kind of history, the archive folder, and the purge of old runs. docs/deploy.md, "Retention"."""
+kind of history, the archive folder, and the purge of old runs. docs/deploying/deploy.md, "Retention"."""
 
 from __future__ import annotations
 

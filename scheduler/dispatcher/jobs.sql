@@ -33,7 +33,10 @@ FROM due
 JOIN scheduler_job AS j ON j.id = due.job_id
 WHERE j.enabled
 ORDER BY due.next_execution_at, due.id
-FOR UPDATE OF j SKIP LOCKED
+-- NO KEY UPDATE: exclusive among dispatchers, settles and "run now" (all take it or FOR
+-- UPDATE), but not against FOR KEY SHARE - a settle queueing a dependent run of this job (its
+-- foreign key check) does not wait for this batch (issue 30; scheduler/jobs.md, "Dependencies").
+FOR NO KEY UPDATE OF j SKIP LOCKED
 
 -- name: shards_ensure
 -- Not a transition: the lease rows of shards 0 .. shards-1, written once (a setting may grow).
@@ -233,7 +236,9 @@ WITH picked AS (
       AND r.state IN ('completed', 'compensated', 'cancelled', 'failed')
     ORDER BY r.finished_at
     LIMIT %(limit)s
-    FOR UPDATE OF r, j SKIP LOCKED
+    -- NO KEY UPDATE of the job (see scheduled_claim_due): another settle queueing a dependent
+    -- run of this job does not wait for this one, so two settles never wait for each other.
+    FOR NO KEY UPDATE OF r, j SKIP LOCKED
 )
 UPDATE scheduler_run AS r SET job_settled = true
 FROM picked WHERE r.id = picked.id AND NOT r.job_settled
@@ -289,3 +294,91 @@ SELECT t.job_id, 'job', t.status, t.scheduled_for, t.retry_count, %(worker)s, t.
 FROM unnest(%(job_ids)s::bigint[], %(statuses)s::text[], %(fors)s::timestamptz[],
             %(retries)s::integer[], %(errors)s::text[], %(details)s::text[])
      AS t(job_id, status, scheduled_for, retry_count, error, detail)
+
+-- name: dependency_edges_from
+-- Not a transition: the edges out of the given parent jobs, each with every parent of its child
+-- (a child's gate is complete when all of them have arrived). Index: the parent's foreign key.
+SELECT e.id, e.parent_id, e.child_id, e.condition,
+       ARRAY(SELECT p.parent_id FROM scheduler_jobdependency AS p WHERE p.child_id = e.child_id),
+       pj.name
+FROM scheduler_jobdependency AS e JOIN scheduler_job AS pj ON pj.id = e.parent_id
+WHERE e.parent_id = ANY(%(parent_ids)s::bigint[])
+ORDER BY e.child_id, e.parent_id
+
+-- name: job_runs_start_reason
+-- Not a transition: why each settled run started (its open "started" history row's reason; a
+-- backfill without dependents does not fire them).
+SELECT h.run_id, coalesce(h.detail ->> 'start_reason', h.detail ->> 'reason', '')
+FROM scheduler_taskexecutionhistory AS h
+WHERE h.run_id = ANY(%(run_ids)s::uuid[]) AND h.kind = 'job'
+
+-- name: dependency_children_share
+-- Not a transition: the children about to get gate rows and queued rows, locked FOR KEY SHARE in
+-- id order before any gate is: a job being deleted (FOR UPDATE, then its gates) is waited for
+-- here, never while this settle holds a gate it wants (no deadlock).
+SELECT id FROM scheduler_job WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR KEY SHARE
+
+-- name: dependency_gates_arrive
+-- Absent/open -> open (more parents arrived) or blocked: the parents' outcomes for a child's
+-- logical time, one row per (child, time) - UNIQUE, so every settle of every dispatcher counts
+-- into the same row, and the upsert holds its lock until commit (the fire below decides under
+-- it). Rows in (child, time) order: two settles lock gates in the same order. `arrived` comes
+-- as text ('1,2'): arrays of unequal lengths do not unnest. Guard: a gate already blocked keeps
+-- its first reason.
+INSERT INTO scheduler_dependencygate AS g (child_id, logical_time, arrived, blocked, fired_at, created_at)
+SELECT t.child_id, t.logical_time, string_to_array(t.arrived, ',')::bigint[], t.blocked, NULL,
+       statement_timestamp()
+FROM unnest(%(child_ids)s::bigint[], %(times)s::timestamptz[], %(arrived)s::text[], %(blocked)s::text[])
+     AS t(child_id, logical_time, arrived, blocked)
+ORDER BY t.child_id, t.logical_time
+ON CONFLICT (child_id, logical_time) DO UPDATE
+SET arrived = ARRAY(SELECT DISTINCT x FROM unnest(g.arrived || excluded.arrived) AS x ORDER BY x),
+    blocked = CASE WHEN g.blocked <> '' THEN g.blocked ELSE excluded.blocked END
+RETURNING g.child_id, g.logical_time, g.arrived, g.blocked, g.fired_at
+
+-- name: dependency_gates_fire
+-- Open and complete -> fired, and the child's run for the logical time queued: a queued row
+-- (reason 'dependency', due now; parked when the child is paused - its resume makes it due).
+-- Guard: not fired, not blocked; the queued row is the occurrence's (job, time, attempt 0),
+-- inserted once (ON CONFLICT: the child's own schedule already has that occurrence).
+WITH fired AS (
+    UPDATE scheduler_dependencygate AS g SET fired_at = statement_timestamp()
+    FROM unnest(%(child_ids)s::bigint[], %(times)s::timestamptz[]) AS t(child_id, logical_time)
+    WHERE g.child_id = t.child_id AND g.logical_time = t.logical_time
+      AND g.fired_at IS NULL AND g.blocked = ''
+    RETURNING g.child_id, g.logical_time
+)
+INSERT INTO scheduler_scheduledjob (job_id, kind, reason, scheduled_for, attempt, next_execution_at, created_at)
+SELECT f.child_id, 'queued', 'dependency', f.logical_time, 0,
+       CASE WHEN j.enabled THEN statement_timestamp() END, statement_timestamp()
+FROM fired AS f JOIN scheduler_job AS j ON j.id = f.child_id
+ORDER BY f.child_id, f.logical_time
+ON CONFLICT (job_id, scheduled_for, attempt) DO NOTHING
+RETURNING job_id, scheduled_for
+
+-- name: dependency_edges_record
+-- Not a transition: each edge's last parent outcome (the job graph shows it). Guard: not older
+-- than the one recorded.
+UPDATE scheduler_jobdependency AS e
+SET last_outcome = t.outcome, last_logical_time = t.logical_time, last_matched = t.matched
+FROM unnest(%(ids)s::bigint[], %(outcomes)s::text[], %(times)s::timestamptz[], %(matched)s::boolean[])
+     AS t(id, outcome, logical_time, matched)
+WHERE e.id = t.id AND (e.last_logical_time IS NULL OR e.last_logical_time <= t.logical_time)
+
+-- name: dependency_parents_busy
+-- Not a transition: whether a job with children has a run not settled yet (going, or ended and
+-- not settled): the dispatcher then ticks again within SAS["JOBS_DEPENDENTS_POLL"] s
+-- (`jobs_dispatch_follow`), so a child's run is written soon after its parent's ends, not at
+-- beat's next send. One probe of the partial indexes run_job_unfinished_idx /
+-- run_job_unsettled_idx per parent; stops at the first.
+SELECT EXISTS (
+    SELECT 1 FROM (SELECT DISTINCT e.parent_id FROM scheduler_jobdependency AS e) AS p
+    WHERE EXISTS (
+        SELECT 1 FROM scheduler_run AS r
+        WHERE r.job_id = p.parent_id AND r.job_id IS NOT NULL AND r.state IN ('pending', 'running', 'compensating')
+    ) OR EXISTS (
+        SELECT 1 FROM scheduler_run AS r
+        WHERE r.job_id = p.parent_id AND r.job_id IS NOT NULL AND NOT r.job_settled
+          AND r.state IN ('completed', 'compensated', 'cancelled', 'failed')
+    )
+)

@@ -23,7 +23,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from scheduler.models import Job, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.models import Job, JobDependency, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.outcomes import run_undone
 
 from .cron import ALIASES, cron_normalise
@@ -155,3 +155,47 @@ def job_schedule_text(job: Job | Any) -> str:
     except Exception:  # a description is a courtesy; the expression itself was validated
         words = expression
     return f"{words} ({job.timezone})"
+
+
+def _edge_data(edge: JobDependency, *, other: Job) -> dict[str, Any]:
+    return {
+        "job": other.pk,
+        "name": other.name,
+        "condition": edge.condition,
+        "last_outcome": edge.last_outcome,
+        "last_logical_time": edge.last_logical_time,
+        "last_matched": edge.last_matched,
+    }
+
+
+def job_edges(*, owner_id: int, job_id: int) -> dict[str, list[dict[str, Any]]]:
+    """A job's `parents` and `children` (issue 30), each edge with its condition and the last
+    outcome of its parent it saw; only the owner's (another's job: empty lists). Two queries."""
+    parents = JobDependency.objects.filter(child_id=job_id, child__owner_id=owner_id).select_related("parent")
+    children = JobDependency.objects.filter(parent_id=job_id, parent__owner_id=owner_id).select_related(
+        "child"
+    )
+    return {
+        "parents": [_edge_data(e, other=e.parent) for e in parents.order_by("parent__name")],
+        "children": [_edge_data(e, other=e.child) for e in children.order_by("child__name")],
+    }
+
+
+def job_graph(*, owner_id: int) -> tuple[list[Job], list[JobDependency]]:
+    """The owner's jobs that have an edge, and the edges (the graph page). Jobs annotated as
+    `job_list`'s (their last run's state)."""
+    edges = list(JobDependency.objects.filter(child__owner_id=owner_id).order_by("parent_id", "child_id"))
+    ids = {e.parent_id for e in edges} | {e.child_id for e in edges}
+    jobs = list(job_annotate(Job.objects.filter(owner_id=owner_id, pk__in=ids)).order_by("name"))
+    return jobs, edges
+
+
+def job_ids_by_name(*, owner_id: int, names: list[str]) -> dict[str, int]:
+    """name -> id of the owner's jobs among `names` ("#12" also finds the owner's job 12)."""
+    by_id = [int(n[1:]) for n in names if n.startswith("#") and n[1:].isdigit() and len(n) < 19]
+    found: dict[str, int] = {}
+    for pk, name in Job.objects.filter(owner_id=owner_id, name__in=names).values_list("pk", "name"):
+        found[name] = pk
+    for pk in Job.objects.filter(owner_id=owner_id, pk__in=by_id).values_list("pk", flat=True):
+        found[f"#{pk}"] = pk
+    return found

@@ -19,10 +19,12 @@ logger = logging.getLogger(__name__)
 def jobs_dispatch_task() -> int:
     """The jobs dispatcher's tick (django-celery-beat, every SAS["JOBS_DISPATCH_INTERVAL"] s):
     settle ended job runs, fire due occurrences; then, when the next row is due before beat's next
-    tick, wake for it (`jobs_dispatch_wake`). Safe to run in several workers at once."""
+    tick, wake for it (`jobs_dispatch_wake`), and while a job with dependents has a run not
+    settled, tick again soon (`jobs_dispatch_follow`). Safe to run in several workers at once."""
     try:
         done = tick.jobs_dispatch(instance=scheduler_instance_id(), relay=tick.jobs_dispatch_relay)
         tick.jobs_dispatch_wake()
+        tick.jobs_dispatch_follow()
     except DatabaseError:
         logger.exception("jobs dispatch failed; the next tick retries")
         return 0

@@ -27,6 +27,7 @@ from sasproject.redis_client import get_redis
 from scheduler.models import Job, Run, ScheduledJob
 
 from . import transitions
+from .dependents import dependents_settle
 from .firing import FiringPlan, retry_delay
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ SETTLE_BATCHES = 10
 
 # Marker a test waits for (the dispatcher paused between claim and commit; see settings).
 PAUSE_MARKER = "JOBS_DISPATCH_CLAIMED_PAUSING"
+DEPENDENTS_PAUSE_MARKER = "JOBS_DISPATCH_DEPENDENTS_PAUSING"
 
 
 @dataclass
@@ -50,16 +52,18 @@ class DispatchResult:
     queued: int = 0
     settled: int = 0
     retries: int = 0
+    # Dependent runs queued by the settle (issue 30): children whose gate it completed.
+    dependents: int = 0
     # Shards this tick held (each drained, then released); a batch that found its lease gone.
     shards: list[int] = field(default_factory=list)
     lost: bool = False
 
 
-def _pause_for_tests() -> None:
-    """A test-only pause between claim and commit, so a test can kill the process there."""
-    pause = float(settings.SAS.get("JOBS_TEST_PAUSE_AFTER_CLAIM", 0) or 0)
+def _pause_for_tests(setting: str = "JOBS_TEST_PAUSE_AFTER_CLAIM", marker: str = PAUSE_MARKER) -> None:
+    """A test-only pause before a commit, so a test can kill the process there."""
+    pause = float(settings.SAS.get(setting, 0) or 0)
     if pause > 0:
-        logger.warning(PAUSE_MARKER)
+        logger.warning(marker)
         time.sleep(pause)
 
 
@@ -101,11 +105,13 @@ def jobs_dispatch_batch(
     return result
 
 
-def job_runs_settle(*, limit: int) -> DispatchResult:
+def job_runs_settle(*, limit: int, instance: str = "") -> DispatchResult:
     """Job runs that ended: close their attempt's history row; a run that ended Failed or
     Compensated below the job's max retry gets a retry row after its backoff; the job's oldest
-    parked row becomes due (its turn has come). One transaction; each run settled once
-    (`job_settled`, SKIP LOCKED on the run and its job)."""
+    parked row becomes due (its turn has come); an occurrence that ended for good (no retry)
+    reaches its dependents (`dependents_settle`: their runs queued, or a history row saying why
+    not). One transaction; each run settled once (`job_settled`, SKIP LOCKED on the run and its
+    job)."""
     result = DispatchResult()
     with transaction.atomic():
         ended = transitions.job_runs_mark_settled(limit=limit)
@@ -118,6 +124,7 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
             {r.job_id for r in ended}
         )
         retries: list[ScheduledJob] = []
+        retried: set[object] = set()
         for r in ended:
             job = jobs[r.job_id]
             if (
@@ -125,6 +132,7 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
                 and r.scheduled_for is not None
                 and r.attempt < job.max_retry
             ):
+                retried.add(r.run_id)
                 retries.append(
                     ScheduledJob(
                         job_id=job.id,
@@ -139,6 +147,11 @@ def job_runs_settle(*, limit: int) -> DispatchResult:
             ScheduledJob.objects.bulk_create(retries, ignore_conflicts=True)
             result.retries = len(retries)
         transitions.scheduled_unpark_oldest(job_ids=[j.id for j in jobs.values() if j.enabled])
+        result.dependents = dependents_settle(
+            ended=ended, retried=retried, worker=instance, at=ended[0].now
+        ).fired
+        if result.dependents:
+            _pause_for_tests("JOBS_TEST_PAUSE_AFTER_DEPENDENTS", DEPENDENTS_PAUSE_MARKER)
     return result
 
 
@@ -166,9 +179,10 @@ def jobs_dispatch(
     # the rest waits for the next ticks).
     settled_before = total.settled
     for _ in range(min(max_batches, SETTLE_BATCHES)):
-        done = job_runs_settle(limit=batch)
+        done = job_runs_settle(limit=batch, instance=instance)
         total.settled += done.settled
         total.retries += done.retries
+        total.dependents += done.dependents
         if done.settled < batch:
             break
     if total.settled > settled_before:
@@ -254,6 +268,18 @@ def _fire(
 WAKE_KEY = "sas:jobs:wake:"
 
 
+def _send_tick(*, countdown: float | None, expires: float) -> None:
+    """One more dispatcher tick to SAS["JOBS_DISPATCH_QUEUE"]: the wake-up, the relay and the
+    follow-up send it the same way."""
+    current_app.send_task(
+        "scheduler.jobs_dispatch",
+        countdown=countdown,
+        expires=expires,
+        queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
+        ignore_result=True,
+    )
+
+
 def jobs_dispatch_wake() -> datetime | None:
     """Beat ticks every SAS["JOBS_DISPATCH_INTERVAL"] seconds, so an occurrence due between two
     ticks would wait up to one interval. When the next due row comes before the next tick, send
@@ -273,13 +299,7 @@ def jobs_dispatch_wake() -> datetime | None:
         if not get_redis().set(key, "1", nx=True, px=int((delay + 10) * 1000)):
             return None  # another dispatcher has woken for it
         # A few ms past the due time: the worker's clock and the database's may differ a little.
-        current_app.send_task(
-            "scheduler.jobs_dispatch",
-            countdown=delay + 0.005,
-            expires=delay + 10 * interval,
-            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
-            ignore_result=True,
-        )
+        _send_tick(countdown=delay + 0.005, expires=delay + 10 * interval)
     except Exception:
         logger.warning("jobs dispatcher wake-up not sent; beat's next tick fires the row", exc_info=True)
         return None
@@ -291,11 +311,31 @@ def jobs_dispatch_relay() -> None:
     send does the same a second later."""
     interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
     try:
-        current_app.send_task(
-            "scheduler.jobs_dispatch",
-            expires=5 * interval,
-            queue=settings.SAS.get("JOBS_DISPATCH_QUEUE", "jobs"),
-            ignore_result=True,
-        )
+        _send_tick(countdown=None, expires=5 * interval)
     except Exception:
         logger.warning("jobs dispatcher relay not sent; beat's next tick joins instead", exc_info=True)
+
+
+FOLLOW_KEY = "sas:jobs:follow"
+
+
+def jobs_dispatch_follow() -> bool:
+    """Issue 30: a parent's run ends between two of beat's sends, and its children's runs are
+    written by the settle of the next tick - up to a whole interval later. While a job with
+    children has a run not settled (`dependency_parents_busy`), send one more tick
+    SAS["JOBS_DEPENDENTS_POLL"] seconds from now: one across every dispatcher per poll (a Redis
+    SET NX that lives that long). Best effort: a lost follow-up only means beat's next tick
+    settles the run. Returns whether it sent one."""
+    interval = float(settings.SAS["JOBS_DISPATCH_INTERVAL"])
+    poll = float(settings.SAS.get("JOBS_DEPENDENTS_POLL", 0) or 0)
+    if poll <= 0 or poll >= interval or not transitions.dependency_parents_busy():
+        return False
+    key = f"{settings.REDIS_PREFIX}{FOLLOW_KEY}"
+    try:
+        if not get_redis().set(key, "1", nx=True, px=max(1, int(poll * 1000))):
+            return False  # another dispatcher's follow-up is on its way
+        _send_tick(countdown=poll, expires=poll + 5 * interval)
+    except Exception:
+        logger.warning("jobs dispatcher follow-up not sent; beat's next tick settles", exc_info=True)
+        return False
+    return True

@@ -334,3 +334,99 @@ def job_history_record(*, rows: Sequence[HistoryRow], worker: str, at: datetime)
             "at": at,
         },
     )
+
+
+# -- dependencies between jobs (issue 30; scheduler/jobs.md, "Dependencies") ----------------
+
+
+@dataclass(frozen=True)
+class Edge:
+    id: int
+    parent_id: int
+    child_id: int
+    condition: str
+    # Every parent of the child (its gate is complete when all have arrived).
+    parents: tuple[int, ...]
+    parent_name: str = ""
+
+
+def dependency_edges_from(*, parent_ids: Sequence[int]) -> list[Edge]:
+    """Not a transition: the edges out of `parent_ids`, each with all its child's parents. A read."""
+    if not parent_ids:
+        return []
+    rows = _rows("dependency_edges_from", {"parent_ids": list(parent_ids)})
+    return [
+        Edge(int(i), int(p), int(c), str(cond), tuple(int(x) for x in ps), str(name))
+        for i, p, c, cond, ps, name in rows
+    ]
+
+
+def job_runs_start_reason(*, run_ids: Sequence[Any]) -> dict[Any, str]:
+    """Not a transition: why each run started (its job history row's reason). A read."""
+    if not run_ids:
+        return {}
+    return dict(_rows("job_runs_start_reason", {"run_ids": [str(r) for r in run_ids]}))
+
+
+def dependency_children_share(*, ids: Sequence[int]) -> int:
+    """Not a transition: lock the children FOR KEY SHARE, in id order, before their gates."""
+    return len(_rows("dependency_children_share", {"ids": sorted(set(ids))})) if ids else 0
+
+
+@dataclass(frozen=True)
+class Gate:
+    child_id: int
+    logical_time: datetime
+    arrived: frozenset[int]
+    blocked: str
+    fired_at: datetime | None
+
+
+def dependency_gates_arrive(*, arrivals: Sequence[tuple[int, datetime, Sequence[int], str]]) -> list[Gate]:
+    """Absent/open -> open or blocked: (child, logical time, parents arrived, why blocked or "")
+    per gate, at most one per (child, time); returns each gate as it now is, locked until commit."""
+    if not arrivals:
+        return []
+    rows, _ = bulk_rows(
+        job_queries()["dependency_gates_arrive"],
+        {
+            "child_ids": [a[0] for a in arrivals],
+            "times": [a[1] for a in arrivals],
+            "arrived": [",".join(str(p) for p in a[2]) for a in arrivals],
+            "blocked": [a[3] for a in arrivals],
+        },
+    )
+    return [Gate(int(c), t, frozenset(int(x) for x in arr), str(b), f) for c, t, arr, b, f in rows]
+
+
+def dependency_gates_fire(*, gates: Sequence[tuple[int, datetime]]) -> list[tuple[int, datetime]]:
+    """Open and complete -> fired, each child's queued row for its logical time written once.
+    Returns (child, time) of each queued row written."""
+    if not gates:
+        return []
+    rows, _ = bulk_rows(
+        job_queries()["dependency_gates_fire"],
+        {"child_ids": [g[0] for g in gates], "times": [g[1] for g in gates]},
+    )
+    return [(int(j), t) for j, t in rows]
+
+
+def dependency_edges_record(*, outcomes: Sequence[tuple[int, str, datetime, bool]]) -> int:
+    """Not a transition: (edge, outcome, logical time, matched) - each edge's last outcome."""
+    if not outcomes:
+        return 0
+    return _bulk_count(
+        "dependency_edges_record",
+        {
+            "ids": [o[0] for o in outcomes],
+            "outcomes": [o[1] for o in outcomes],
+            "times": [o[2] for o in outcomes],
+            "matched": [o[3] for o in outcomes],
+        },
+    )
+
+
+def dependency_parents_busy() -> bool:
+    """Not a transition: a job with children has a run not settled yet. A read."""
+    ((busy,),) = _rows("dependency_parents_busy", {})
+    return bool(busy)

@@ -4,6 +4,7 @@ classes moved, the tables did not): `runs` (runs, steps), `history` (attempts, r
 (checkpoints, heartbeat statuses), `base` (shared helpers). Import them from here."""
 
 from .base import NON_NEGATIVE, row_check
+from .dependencies import DependencyCondition, DependencyGate, DependencyOutcome, JobDependency
 from .history import HistoryStatus, RunEvent, TaskExecutionHistory
 from .holds import Pause
 from .jobs import DispatcherShard, Job, OverlapPolicy, ScheduledJob, ScheduledJobKind
@@ -23,11 +24,15 @@ __all__ = [
     "RUN_TERMINAL_STATES",
     "RUN_UNFINISHED_STATES",
     "Checkpoint",
+    "DependencyCondition",
+    "DependencyGate",
+    "DependencyOutcome",
     "DispatcherShard",
     "HeartbeatState",
     "HeartbeatStatus",
     "HistoryStatus",
     "Job",
+    "JobDependency",
     "OverlapPolicy",
     "Pause",
     "Run",

@@ -36,14 +36,16 @@ from scheduler.dispatcher.cron import (
     next_occurrence,
     zone_error,
 )
+from scheduler.dispatcher.dependents import BACKFILL_ALONE, BACKFILL_WITH_DEPENDENTS
 from scheduler.dispatcher.firing import Firing, FiringPlan, JobStateError, jitter_offset
 from scheduler.limits import (
     quota_check_active_jobs,
     quota_check_runs,
 )
-from scheduler.models import Job, Run, RunEvent, ScheduledJob
-from scheduler.workflows import WorkflowInputError, get_workflow
+from scheduler.models import Job, JobDependency, Run, RunEvent, ScheduledJob
+from scheduler.workflows import WorkflowInputError, WorkflowNotPermitted, get_workflow
 
+from .dependencies import ParentSpec, job_parents_check, job_parents_create, job_parents_set
 from .dispatch import scheduler_instance_id
 from .events import events_announce
 from .job_input import aware_datetime, job_input_clean, job_permit
@@ -101,10 +103,18 @@ def _first_occurrence(job: Job, *, now: datetime) -> datetime | None:
     return next_occurrence(job, after=now)
 
 
+def _waits_for_parents(job: Job) -> bool:
+    """A one-off job with parents and no run time has no occurrence of its own: it runs when
+    its parents end (scheduler/jobs.md, "Dependencies")."""
+    return not job.is_recurring and job.run_at is None and JobDependency.objects.filter(child=job).exists()
+
+
 def _arm(job: Job, *, now: datetime) -> ScheduledJob | None:
-    """Write the job's next row from `now` (none when the schedule has no occurrence left, or
-    max firings is reached). Transaction: the caller's, holding the job."""
+    """Write the job's next row from `now` (none when the schedule has no occurrence left, max
+    firings is reached, or it waits for its parents). Transaction: the caller's, holding the job."""
     if job.max_firings is not None and job.firing_count >= job.max_firings:
+        return None
+    if _waits_for_parents(job):
         return None
     first = _first_occurrence(job, now=now)
     if first is None:
@@ -140,6 +150,7 @@ def job_create(
     run_at: datetime | None = None,
     max_firings: int | None = None,
     recurring: bool | None = None,
+    parents: Any = None,
 ) -> Job:
     """Create a one-off (`cron` empty) or recurring job and its first occurrence. Invariant:
     every field is checked first; bad input raises WorkflowInputError (field -> messages) and
@@ -147,14 +158,33 @@ def job_create(
     refused. `by_staff`: the person acting is staff (staff-only work needs it, and a staff
     owner: `job_permit`; any priority, where customers choose in their band). `priority` None
     is the customers' default. The owner's active jobs stay within SAS_QUOTAS["ACTIVE_JOBS"]
-    (QuotaExceeded, counted under the owner's quota lock). Transaction: one atomic block (the
-    job and its next row)."""
+    (QuotaExceeded, counted under the owner's quota lock). `parents`: its dependencies
+    ([{"job": id, "condition": ...}], `scheduler/services/dependencies.py`); a one-off job with
+    parents and no run time has no occurrence of its own - it runs when its parents end.
+    Transaction: one atomic block (the job, its edges and its next row)."""
     data = dict(locals())
-    fields = job_input_clean(owner_id=owner_id, by_staff=by_staff, data=data)
+    errors: dict[str, list[str]] = {}
+    fields: dict[str, Any] = {}
+    specs: list[ParentSpec] = []
+    for check in (
+        lambda: fields.update(job_input_clean(owner_id=owner_id, by_staff=by_staff, data=data)),
+        lambda: specs.extend(
+            job_parents_check(owner_id=owner_id, by_staff=by_staff, child=None, parents=parents)
+        ),
+    ):
+        try:
+            check()
+        except WorkflowNotPermitted:
+            raise  # staff-only work: refused alone (job_input_clean)
+        except WorkflowInputError as exc:
+            errors.update(exc.errors)
+    if errors:
+        raise WorkflowInputError(errors)
     with transaction.atomic():
         quota_check_active_jobs(owner_id=owner_id)
         job = Job.objects.create(owner_id=owner_id, **fields)
-        if _arm(job, now=job_transitions.db_now()) is None:
+        job_parents_create(child=job, parents=specs)
+        if _arm(job, now=job_transitions.db_now()) is None and not _waits_for_parents(job):
             raise WorkflowInputError({"cron": "the schedule has no occurrence after now, before its end"})
     return job
 
@@ -175,11 +205,19 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
     finished job whose new schedule has occurrences again is re-armed). Runs already going are
     not touched. An edit that changed something leaves an operator row in the job's history:
     `actor` and the fields. A priority changed must be in the customers' band unless `by_staff`.
-    Re-arming a finished job counts toward the owner's active jobs (QuotaExceeded). Transaction:
+    Re-arming a finished job counts toward the owner's active jobs (QuotaExceeded). `parents`:
+    the job's edges replaced (`job_parents_set`), in the same transaction. Transaction:
     one atomic block holding the job's row (FOR UPDATE)."""
-    unknown = set(changes) - set(EDITABLE) - {"recurring"}
+    unknown = set(changes) - set(EDITABLE) - {"recurring", "parents"}
     if unknown:
         raise TypeError(f"job_update() got unexpected fields: {', '.join(sorted(unknown))}")
+    if "parents" in changes:
+        # The edges with the fields, in one transaction: refused parents leave the job as it was.
+        parents = changes.pop("parents")
+        with transaction.atomic():
+            edit = job_update(job_id=job_id, by_staff=by_staff, actor=actor, **changes)
+            job_parents_set(job_id=job_id, by_staff=by_staff, parents=parents, actor=actor)
+            return edit
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         current = {
@@ -221,7 +259,9 @@ def job_update(*, job_id: int, by_staff: bool, actor: str = "", **changes: Any) 
             ScheduledJob.objects.filter(job=job, kind=ScheduledJob.Kind.NEXT).delete()
             if job.enabled:
                 now = job_transitions.db_now()
-                if job.is_recurring or job.finished_at is None or "run_at" in changed:
+                if _waits_for_parents(job):
+                    pass  # no occurrence of its own: its parents fire it
+                elif job.is_recurring or job.finished_at is None or "run_at" in changed:
                     if job.finished_at is not None:
                         # Finished jobs do not count; one that comes back does.
                         quota_check_active_jobs(owner_id=job.owner_id)
@@ -335,9 +375,13 @@ class Backfill:
     already: list[datetime] = field(default_factory=list)
 
 
-def job_backfill(*, job_id: int, by_staff: bool, start: datetime, end: datetime, actor: str = "") -> Backfill:
+def job_backfill(
+    *, job_id: int, by_staff: bool, start: datetime, end: datetime, actor: str = "", dependents: bool = False
+) -> Backfill:
     """Queue the job's cron occurrences in [start, end] - a past range - that have no run yet.
     The dispatcher starts them oldest first, one after another (all at once under allow_all).
+    `dependents`: their outcomes reach the job's dependents as a scheduled occurrence's do
+    (their runs for those times); without it, a backfilled occurrence fires no dependent.
     Not counted in max firings. Raises WorkflowInputError for a bad range (end before start,
     in the future, more than 1,000 occurrences) or staff-only work someone may not schedule
     (WorkflowNotPermitted), JobStateError for a one-off job and QuotaExceeded when the owner is
@@ -378,7 +422,8 @@ def job_backfill(*, job_id: int, by_staff: bool, start: datetime, end: datetime,
             queued=[t for t in times if t not in taken], already=[t for t in times if t in taken]
         )
         plan = FiringPlan(now=now, instance=actor or scheduler_instance_id(), jobs={job.pk: job})
-        plan.queue(job, result.queued, reason="backfill", scheduled=False)
+        reason = BACKFILL_WITH_DEPENDENTS if dependents else BACKFILL_ALONE
+        plan.queue(job, result.queued, reason=reason, scheduled=False)
         plan.apply()
     return result
 

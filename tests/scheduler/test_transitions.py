@@ -90,6 +90,8 @@ NOT_STATES = {
     "examined", "job_id", "start_reason",
     # keys of the claims' bulkhead limits (scheduler/bulkheads.py)
     "slots", "default",
+    # the reason of a dependent's queued row (jobs.sql: a parent's outcome fired it)
+    "dependency",
 }  # fmt: skip
 # ...and their reasons: each one the job pages put in words.
 NOT_STATES |= set(OPERATOR_ACTIONS)
