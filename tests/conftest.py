@@ -168,7 +168,7 @@ def live_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
         truncate_engine_tables()
 
 
-def _database_url(name: str) -> str:
+def database_url(name: str) -> str:
     """A URL of the configured PostgreSQL server for the database `name`."""
     db = settings.DATABASES["default"]
     user = db.get("USER") or "postgres"
@@ -180,7 +180,7 @@ def _database_url(name: str) -> str:
 def worker_env(django_db_setup: Any) -> dict[str, str]:
     """The environment of every subprocess: the test database and the test Redis."""
     env = dict(os.environ)
-    env["DATABASE_URL"] = _database_url(settings.DATABASES["default"]["NAME"])
+    env["DATABASE_URL"] = database_url(settings.DATABASES["default"]["NAME"])
     env["DJANGO_SETTINGS_MODULE"] = "sasproject.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"
@@ -256,9 +256,12 @@ _ENGINES: dict[str, Engine] = {}
 BROKERS = ("redis", "rabbitmq")
 
 
-# The longest test files (mostly waiting out outages: a service down, a worker stopped), handed
-# to the xdist processes first (`--dist loadfile` deals files in collection order): started last,
-# one of them was the suite's tail while the other process sat idle.
+# The longest test files, handed to the xdist processes first (`--dist loadfile` deals files in
+# collection order once `pytest_configure` below turns off xdist's own reordering): started last,
+# one of them was the suite's tail while the other process sat idle. The live ones first (mostly
+# waiting out outages: a service down, a worker stopped), then the database-only tier's
+# (`make test-fast`, issue 27 item 7: its whole-suite fuzz, a single test, came last and ran
+# alone for its 8 s).
 LONGEST_FILES = (
     "e2e/test_outages_live.py",
     "e2e/test_outage_live.py",
@@ -273,6 +276,18 @@ LONGEST_FILES = (
     "scheduler/test_dispatcher_scaleout_live.py",
     "chaos/test_netns_live.py",
     "sasproject/test_logs_live.py",
+    "test_properties_bad_input.py",
+    "ops/test_run_actions.py",
+    "sasproject/test_api_schemathesis.py",
+    "sasproject/test_login_throttle.py",
+    "agents/test_agent_task.py",
+    "ops/test_operator_action_migration.py",
+    "admin/test_admin_pages.py",
+    "agents/test_http_call.py",
+    "alerting/test_names_and_secret.py",
+    "alerting/test_models_moved.py",
+    "admin/test_admin_actions.py",
+    "admin/test_operator_tools.py",
 )
 
 
@@ -310,6 +325,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "tests.hashers.FastPBKDF2PasswordHasher",
         *settings.PASSWORD_HASHERS,
     ]
+    # pytest-xdist (3.5+) deals `--dist loadfile` files by their number of tests, most first,
+    # unless told not to: LONGEST_FILES' order (`pytest_collection_modifyitems`) was undone, and
+    # the one-test fuzz file, dealt last, was the fast tier's tail. Read by xdist's scheduler in
+    # the controlling process, after this hook.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     _test_database_from_template(config)
 
 
@@ -326,7 +347,7 @@ def _test_database_from_template(config: pytest.Config) -> None:
 
     name = os.environ.get("SAS_TEST_DB_TEMPLATE_NAME", "")
     if not name or not hasattr(config, "workerinput"):
-        name = template_ready(_database_url(settings.DATABASES["default"]["NAME"]))
+        name = template_ready(database_url(settings.DATABASES["default"]["NAME"]))
         os.environ["SAS_TEST_DB_TEMPLATE_NAME"] = name
     settings.DATABASES["default"]["TEST"]["TEMPLATE"] = name
     connections["default"].settings_dict["TEST"]["TEMPLATE"] = name
