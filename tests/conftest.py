@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,7 @@ def live_db(django_db_setup: Any, django_db_blocker: Any) -> Iterator[None]:
         truncate_engine_tables()
 
 
-def _database_url(name: str) -> str:
+def database_url(name: str) -> str:
     """A URL of the configured PostgreSQL server for the database `name`."""
     db = settings.DATABASES["default"]
     user = db.get("USER") or "postgres"
@@ -181,7 +182,7 @@ def _database_url(name: str) -> str:
 def worker_env(django_db_setup: Any) -> dict[str, str]:
     """The environment of every subprocess: the test database and the test Redis."""
     env = dict(os.environ)
-    env["DATABASE_URL"] = _database_url(settings.DATABASES["default"]["NAME"])
+    env["DATABASE_URL"] = database_url(settings.DATABASES["default"]["NAME"])
     env["DJANGO_SETTINGS_MODULE"] = "sasproject.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"
@@ -257,9 +258,12 @@ _ENGINES: dict[str, Engine] = {}
 BROKERS = ("redis", "rabbitmq")
 
 
-# The longest test files (mostly waiting out outages: a service down, a worker stopped), handed
-# to the xdist processes first (`--dist loadfile` deals files in collection order): started last,
-# one of them was the suite's tail while the other process sat idle.
+# The longest test files, handed to the xdist processes first (`--dist loadfile` deals files in
+# collection order once `pytest_configure` below turns off xdist's own reordering): started last,
+# one of them was the suite's tail while the other process sat idle. The live ones first (mostly
+# waiting out outages: a service down, a worker stopped), then the database-only tier's
+# (`make test-fast`, issue 27 item 7: its whole-suite fuzz, a single test, came last and ran
+# alone for its 8 s).
 LONGEST_FILES = (
     "e2e/test_outages_live.py",
     "e2e/test_outage_live.py",
@@ -274,6 +278,18 @@ LONGEST_FILES = (
     "scheduler/test_dispatcher_scaleout_live.py",
     "chaos/test_netns_live.py",
     "sasproject/test_logs_live.py",
+    "test_properties_bad_input.py",
+    "ops/test_run_actions.py",
+    "sasproject/test_api_schemathesis.py",
+    "sasproject/test_login_throttle.py",
+    "agents/test_agent_task.py",
+    "ops/test_operator_action_migration.py",
+    "admin/test_admin_pages.py",
+    "agents/test_http_call.py",
+    "alerting/test_names_and_secret.py",
+    "alerting/test_models_moved.py",
+    "admin/test_admin_actions.py",
+    "admin/test_operator_tools.py",
 )
 
 
@@ -311,6 +327,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "tests.hashers.FastPBKDF2PasswordHasher",
         *settings.PASSWORD_HASHERS,
     ]
+    # pytest-xdist (3.5+) deals `--dist loadfile` files by their number of tests, most first,
+    # unless told not to: LONGEST_FILES' order (`pytest_collection_modifyitems`) was undone, and
+    # the one-test fuzz file, dealt last, was the fast tier's tail. Read by xdist's scheduler in
+    # the controlling process, after this hook.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     _test_database_from_template(config)
 
 
@@ -327,16 +349,21 @@ def _test_database_from_template(config: pytest.Config) -> None:
 
     name = os.environ.get("SAS_TEST_DB_TEMPLATE_NAME", "")
     if not name or not hasattr(config, "workerinput"):
-        name = template_ready(_database_url(settings.DATABASES["default"]["NAME"]))
+        name = template_ready(database_url(settings.DATABASES["default"]["NAME"]))
         os.environ["SAS_TEST_DB_TEMPLATE_NAME"] = name
     settings.DATABASES["default"]["TEST"]["TEMPLATE"] = name
     connections["default"].settings_dict["TEST"]["TEMPLATE"] = name
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
+    # LONGEST_FILES first, in its order; then the other files by their number of tests, most
+    # first (what xdist's own reorder did for all of them).
+    per_file = Counter(item.path for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
         path = item.path.as_posix()
-        return next((i for i, name in enumerate(LONGEST_FILES) if path.endswith(name)), len(LONGEST_FILES))
+        listed = next((i for i, name in enumerate(LONGEST_FILES) if path.endswith(name)), len(LONGEST_FILES))
+        return listed, -per_file[item.path]
 
     for item in items:
         for tier in tiers(item):
@@ -347,7 +374,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{item.nodeid}: ask for the `transactional_db` fixture instead of "
                 "django_db(transaction=True) (tests/conftest.py, `_shipped_rules_after_flush`)"
             )
-    items.sort(key=rank)  # stable: the rest keep their order
+    items.sort(key=rank)  # stable: a file's tests keep their order
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

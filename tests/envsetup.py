@@ -5,15 +5,27 @@ Sets the environment the test process AND the worker subprocesses it starts shar
   so tests never read or purge the broker that `make run` uses;
 - the test profile (sastools/profile.py): short step windows and backoffs so crash/deadline
   scenarios finish in seconds;
-- a free port for the simulator the session starts.
+- a free port for the simulator the session starts;
+- bytecode caches written, whatever PYTHONDONTWRITEBYTECODE says (below).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 
 from sastools.profile import TEST_PROFILE, apply_profile
+
+# Every pytest process (each pytest-xdist worker) imports the product code and the test modules,
+# and pytest rewrites the asserts of every test module and of its plugins' packages (Hypothesis,
+# schemathesis). Both are cached in __pycache__ - unless Python may not write bytecode, as
+# PYTHONDONTWRITEBYTECODE=1 (set on this machine, as in many Python images) says: then each process
+# compiled and rewrote all of it again, 21 s of CPU to collect the suite against 9 s with the
+# caches (issue 27 item 7; docs/decisions.md). This module is loaded with `-p` before any other
+# plugin or test module is imported, so from here on the caches are written (gitignored; a
+# directory we may not write is skipped). Worker subprocesses read them whatever the variable says.
+sys.dont_write_bytecode = False
 
 
 def _free_port() -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 
-from tests.test_sizes import ROOT, product_modules
+from tests.test_sizes import ROOT, product_sources
 
 # Names every module of a kind defines by convention: Django's management commands and the
 # entry points run with `python -m`.
@@ -19,8 +19,8 @@ ALLOWED: set[str] = set()
 
 def twins() -> dict[str, list[str]]:
     where: defaultdict[str, list[str]] = defaultdict(list)
-    for path in product_modules():
-        for node in ast.parse(path.read_text()).body:
+    for path, _, tree in product_sources():
+        for node in tree.body:
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
             if not node.name.startswith("_"):
