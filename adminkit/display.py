@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString, mark_safe
 # In lists minutes are enough to scan; in a run's inlines the year is noise.
 LIST_TIME = "%Y-%m-%d %H:%M"
 INLINE_TIME = "%m-%d %H:%M:%S"
+FULL_TIME = "%Y-%m-%d %H:%M:%S"
 
 
 def state_badge(state: str, label: str | None = None) -> SafeString:
@@ -24,7 +25,7 @@ def json_block(value: Any) -> SafeString:
     return format_html("<pre class='sas-json'>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
 
 
-def compact_time(value: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> SafeString:
+def compact_time(value: datetime | None, fmt: str = FULL_TIME) -> SafeString:
     """A timestamp in one short line (UTC, like the database), full precision on hover."""
     if value is None:
         return mark_safe('<span class="sas-muted">-</span>')

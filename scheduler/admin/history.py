@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from adminkit.display import INLINE_TIME, compact_time
+from adminkit.display import FULL_TIME, INLINE_TIME, compact_time
 from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline
 from scheduler.models import TaskExecutionHistory
 
@@ -27,6 +27,15 @@ class HistoryColumns:
 
     columns = ("step_name", "kind", "status", "retry_count", "worker", "error_short")
     error_width = 200
+    time_format = INLINE_TIME
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.started_at, self.time_format)
+
+    @admin.display(description="ended", ordering="ended_at")
+    def ended(self, obj: TaskExecutionHistory) -> SafeString:
+        return compact_time(obj.ended_at, self.time_format)
 
     @admin.display(description="step")
     def step_name(self, obj: TaskExecutionHistory) -> str:
@@ -46,14 +55,6 @@ class HistoryInline(HistoryColumns, ReadOnlyInline):
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskExecutionHistory]:
         return super().get_queryset(request).select_related("step").order_by("started_at", "id")
 
-    @admin.display(description="started")
-    def started(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.started_at, INLINE_TIME)
-
-    @admin.display(description="ended")
-    def ended(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.ended_at, INLINE_TIME)
-
 
 @admin.register(TaskExecutionHistory)
 class TaskExecutionHistoryAdmin(ExactSearchMixin, HistoryColumns, ReadOnlyAdmin):
@@ -69,15 +70,8 @@ class TaskExecutionHistoryAdmin(ExactSearchMixin, HistoryColumns, ReadOnlyAdmin)
     ordering = ("-id",)
     list_per_page = 100
     error_width = 120
+    time_format = FULL_TIME
 
     @admin.display(description="run", ordering="run_id")
     def run_short(self, obj: TaskExecutionHistory) -> str:
         return run_link(obj.run_id)
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.started_at)
-
-    @admin.display(description="ended", ordering="ended_at")
-    def ended(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.ended_at)

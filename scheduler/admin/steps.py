@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from adminkit.display import compact_time, state_badge
+from adminkit.display import FULL_TIME, compact_time, state_badge
 from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ValueFilter
 from scheduler import selectors
 from scheduler.models import Step
@@ -38,8 +38,30 @@ class StepOverdueFilter(admin.SimpleListFilter):
         return queryset
 
 
+class StepColumns:
+    """The columns the steps' list and the steps inline on a run's page share."""
+
+    time_format = FULL_TIME
+
+    @admin.display(description="state", ordering="process_state")
+    def state(self, obj: Step) -> SafeString:
+        return state_badge(obj.process_state, obj.get_process_state_display())
+
+    @admin.display(description="failures / max", ordering="failure_count")
+    def failures(self, obj: Step) -> str:
+        return f"{obj.failure_count}/{obj.max_failures}"
+
+    @admin.display(description="complete by", ordering="complete_by")
+    def complete_by_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.complete_by, self.time_format)
+
+    @admin.display(description="not before", ordering="not_before")
+    def not_before_short(self, obj: Step) -> SafeString:
+        return compact_time(obj.not_before, self.time_format)
+
+
 @admin.register(Step)
-class StepAdmin(ExactSearchMixin, ReadOnlyAdmin):
+class StepAdmin(ExactSearchMixin, StepColumns, ReadOnlyAdmin):
     list_display = (
         "id",
         "run_short",
@@ -64,19 +86,3 @@ class StepAdmin(ExactSearchMixin, ReadOnlyAdmin):
     @admin.display(description="run", ordering="run_id")
     def run_short(self, obj: Step) -> str:
         return run_link(obj.run_id)
-
-    @admin.display(description="state", ordering="process_state")
-    def state(self, obj: Step) -> SafeString:
-        return state_badge(obj.process_state, obj.get_process_state_display())
-
-    @admin.display(description="failures / max", ordering="failure_count")
-    def failures(self, obj: Step) -> str:
-        return f"{obj.failure_count}/{obj.max_failures}"
-
-    @admin.display(description="complete by", ordering="complete_by")
-    def complete_by_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.complete_by)
-
-    @admin.display(description="not before", ordering="not_before")
-    def not_before_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.not_before)
