@@ -9,10 +9,10 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from adminkit.display import FULL_TIME, INLINE_TIME, compact_time
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline
+from adminkit.readonly import ReadOnlyInline
 from scheduler.models import TaskExecutionHistory
 
-from .links import run_link
+from .links import RunRowsAdmin
 
 
 def history_note(row: TaskExecutionHistory) -> str:
@@ -57,21 +57,13 @@ class HistoryInline(HistoryColumns, ReadOnlyInline):
 
 
 @admin.register(TaskExecutionHistory)
-class TaskExecutionHistoryAdmin(ExactSearchMixin, HistoryColumns, ReadOnlyAdmin):
+class TaskExecutionHistoryAdmin(HistoryColumns, RunRowsAdmin):
     list_display = ("id", "started", "ended", "run_short", *HistoryColumns.columns)
     list_filter = ("kind", "status")
     list_select_related = ("step",)
     search_fields = ("run__id", "worker")
-    search_by_uuid = ("run_id",)
     search_by_text = ("worker",)
     search_help_text = "Exact run id or worker (host:pid, or admin:<user> for operator actions)."
     raw_id_fields = ("run", "step")
-    # The primary key follows insertion order: newest first without a sort over the table.
-    ordering = ("-id",)
-    list_per_page = 100
     error_width = 120
     time_format = FULL_TIME
-
-    @admin.display(description="run", ordering="run_id")
-    def run_short(self, obj: TaskExecutionHistory) -> str:
-        return run_link(obj.run_id)

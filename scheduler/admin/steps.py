@@ -10,11 +10,11 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from adminkit.display import FULL_TIME, compact_time, state_badge
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ValueFilter
+from adminkit.readonly import ValueFilter
 from scheduler import selectors
 from scheduler.models import Step
 
-from .links import run_link
+from .links import RunRowsAdmin
 
 
 class StepNameFilter(ValueFilter):
@@ -61,7 +61,7 @@ class StepColumns:
 
 
 @admin.register(Step)
-class StepAdmin(ExactSearchMixin, StepColumns, ReadOnlyAdmin):
+class StepAdmin(StepColumns, RunRowsAdmin):
     list_display = (
         "id",
         "run_short",
@@ -76,13 +76,6 @@ class StepAdmin(ExactSearchMixin, StepColumns, ReadOnlyAdmin):
     )
     list_filter = ("process_state", "kind", StepNameFilter, StepOverdueFilter)
     search_fields = ("run__id", "idempotency_key")
-    search_by_uuid = ("run_id",)
     search_by_text = ("idempotency_key",)
     search_help_text = "Exact run id or idempotency key (<run id>:<step name>)."
     raw_id_fields = ("run", "compensates")
-    ordering = ("-id",)
-    list_per_page = 100
-
-    @admin.display(description="run", ordering="run_id")
-    def run_short(self, obj: Step) -> str:
-        return run_link(obj.run_id)
