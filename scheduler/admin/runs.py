@@ -28,7 +28,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline, ValueFilter
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline, value_filter
 from scheduler import selectors
 from scheduler.models import Run, RunEvent, Step
 from scheduler.permissions import staff_may
@@ -42,12 +42,7 @@ from .steps import StepColumns
 # ---------------------------------------------------------------------------------------------
 
 
-class WorkflowFilter(ValueFilter):
-    title = "workflow"
-    parameter_name = field = "workflow"
-
-    def values(self) -> list[str]:
-        return selectors.workflow_names()
+WorkflowFilter = value_filter("workflow", "workflow", selectors.workflow_names)
 
 
 class AttentionFilter(admin.SimpleListFilter):

@@ -10,19 +10,13 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from adminkit.display import FULL_TIME, compact_time, state_badge
-from adminkit.readonly import ValueFilter
+from adminkit.readonly import value_filter
 from scheduler import selectors
 from scheduler.models import Step
 
 from .links import RunRowsAdmin
 
-
-class StepNameFilter(ValueFilter):
-    title = "step name"
-    parameter_name = field = "name"
-
-    def values(self) -> list[str]:
-        return selectors.workflow_step_names()
+StepNameFilter = value_filter("step name", "name", selectors.workflow_step_names)
 
 
 class StepOverdueFilter(admin.SimpleListFilter):
