@@ -6,9 +6,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.safestring import SafeString
 
-from adminkit.display import FULL_TIME, INLINE_TIME, compact_time
+from adminkit.display import FULL_TIME, INLINE_TIME, time_column
 from adminkit.readonly import ReadOnlyInline
 from scheduler.models import TaskExecutionHistory
 
@@ -28,14 +27,8 @@ class HistoryColumns:
     columns = ("step_name", "kind", "status", "retry_count", "worker", "error_short")
     error_width = 200
     time_format = INLINE_TIME
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.started_at, self.time_format)
-
-    @admin.display(description="ended", ordering="ended_at")
-    def ended(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.ended_at, self.time_format)
+    started = time_column("started_at", "started")
+    ended = time_column("ended_at", "ended")
 
     @admin.display(description="step")
     def step_name(self, obj: TaskExecutionHistory) -> str:

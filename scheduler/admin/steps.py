@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from adminkit.display import FULL_TIME, compact_time, state_badge
+from adminkit.display import FULL_TIME, state_badge, time_column
 from adminkit.readonly import value_filter
 from scheduler import selectors
 from scheduler.models import Step
@@ -45,13 +45,8 @@ class StepColumns:
     def failures(self, obj: Step) -> str:
         return f"{obj.failure_count}/{obj.max_failures}"
 
-    @admin.display(description="complete by", ordering="complete_by")
-    def complete_by_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.complete_by, self.time_format)
-
-    @admin.display(description="not before", ordering="not_before")
-    def not_before_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.not_before, self.time_format)
+    complete_by_short = time_column("complete_by", "complete by")
+    not_before_short = time_column("not_before", "not before")
 
 
 @admin.register(Step)
