@@ -184,70 +184,42 @@ format: $(STAMP)
 	@$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The Debian packages a test needs, installed once, when missing and we are root; else a warning
+# (the test says what is missing). $(1): a shell test, true when present; $(2): the packages;
+# $(3): what needs them; $(4): a command that prints what was installed; $(5): apt-get options.
+define apt_tool
+@if $(1); then
+	exit 0
+fi
+if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+	echo "warning: $(2) missing and cannot apt-get install (not root or no apt-get), needed by $(3)" >&2
+	exit 0
+fi
+echo "== installing Debian $(2) for $(3) (apt-get)"
+apt_log="$$(mktemp)"
+if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(5) $(2); } \
+	>"$$apt_log" 2>&1; then
+	echo "installed: $$($(4))"
+else
+	tail -n 20 "$$apt_log" >&2
+	echo "warning: apt-get could not install $(2); $(3) will not run" >&2
+fi
+rm -f "$$apt_log"
+endef
+
 # Browser tests drive Debian's Chromium. Installed once, when missing and we are root.
 chromium:
-	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
-		exit 0
-	fi
-	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "warning: /usr/bin/chromium or /usr/bin/chromedriver missing and cannot apt-get install" \
-			"(not root or no apt-get); browser tests need Debian's chromium and chromium-driver" >&2
-		exit 0
-	fi
-	echo "== installing Debian chromium + chromium-driver for browser tests (apt-get)"
-	apt_log="$$(mktemp)"
-	if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
-		>"$$apt_log" 2>&1; then
-		echo "installed: $$(/usr/bin/chromium --version 2>/dev/null || echo chromium)"
-	else
-		tail -n 20 "$$apt_log" >&2
-		echo "warning: apt-get could not install chromium/chromium-driver; browser tests will fail" >&2
-	fi
-	rm -f "$$apt_log"
+	$(call apt_tool,[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ],chromium chromium-driver,browser tests,/usr/bin/chromium --version 2>/dev/null || echo chromium,)
 
 # The Prometheus alerting rules (docker/prometheus/rules.yml) are unit-tested with
 # `promtool test rules` (tests/ops/test_prometheus_rules.py); Debian's `prometheus` package has it.
 promtool:
-	@if command -v promtool >/dev/null 2>&1; then
-		exit 0
-	fi
-	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "warning: promtool missing and cannot apt-get install (not root or no apt-get);" \
-			"the Prometheus rules test needs Debian's prometheus package" >&2
-		exit 0
-	fi
-	echo "== installing Debian prometheus (promtool) for the alerting rules test (apt-get)"
-	apt_log="$$(mktemp)"
-	if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } \
-		>"$$apt_log" 2>&1; then
-		echo "installed: $$(promtool --version 2>&1 | head -n 1)"
-	else
-		tail -n 20 "$$apt_log" >&2
-		echo "warning: apt-get could not install prometheus; the rules test will be skipped" >&2
-	fi
-	rm -f "$$apt_log"
+	$(call apt_tool,command -v promtool >/dev/null 2>&1,prometheus,the Prometheus rules test,promtool --version 2>&1 | head -n 1,--no-install-recommends)
 
 # The front door's test (tests/deploy/test_front_door.py) runs docker/nginx/nginx.conf with
 # Debian's nginx in front of a real gunicorn; `nginx-light` has every module the file uses.
 nginx:
-	@if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
-		exit 0
-	fi
-	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "warning: nginx missing and cannot apt-get install (not root or no apt-get);" \
-			"the front door test needs Debian's nginx-light package" >&2
-		exit 0
-	fi
-	echo "== installing Debian nginx-light for the front door test (apt-get)"
-	apt_log="$$(mktemp)"
-	if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light; } \
-		>"$$apt_log" 2>&1; then
-		echo "installed: $$(/usr/sbin/nginx -v 2>&1)"
-	else
-		tail -n 20 "$$apt_log" >&2
-		echo "warning: apt-get could not install nginx-light; the front door test will fail" >&2
-	fi
-	rm -f "$$apt_log"
+	$(call apt_tool,command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ],nginx-light,the front door test,/usr/sbin/nginx -v 2>&1,--no-install-recommends)
 
 # ---------------------------------------------------------------------------------------------
 # Benchmarks and services

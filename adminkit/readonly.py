@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from functools import reduce
 from operator import or_
 from typing import Any
@@ -65,6 +66,12 @@ class ValueFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         return queryset.filter(**{self.field: value}) if value else queryset
+
+
+def value_filter(title: str, field: str, values: Callable[[], list[str]]) -> type[ValueFilter]:
+    """A `ValueFilter` on `field` (its URL parameter too), titled `title`, its choices `values()`."""
+    attrs = {"title": title, "parameter_name": field, "field": field, "values": lambda self: values()}
+    return type(f"ValueFilter_{field}", (ValueFilter,), attrs)
 
 
 class CappedCountPaginator(Paginator):

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from celery import Task, current_app
@@ -43,7 +43,7 @@ from django.db import InterfaceError, OperationalError, connection
 from liveness.counters import agent_request_refused, attempt_observe
 from sasproject.logs import log_context
 from scheduler import clock
-from scheduler.attempts import StartMark, attempt_start_mark
+from scheduler.attempts import StartMark
 from scheduler.messages import agent_request_problem, message_step_label
 from scheduler.selectors import step_request_held
 from scheduler.services import scheduler_instance_id, step_reply
@@ -53,6 +53,7 @@ from .eager import claim_in_place, run_with_next_steps
 from .faults import PermanentFault, RetryPolicy, TransientFault
 from .held import request_loaded
 from .remote import remote_post
+from .request import AgentRequest
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +161,8 @@ class AgentTask(Task):
         # The message's own `heartbeat` goes too: only a heartbeat step's stored window counts.
         return {**{k: v for k, v in kwargs.items() if k != "heartbeat"}, **held.request()}
 
-    def observed(self, attempt: Callable[..., str], kwargs: dict[str, Any]) -> str:
-        """Run one attempt, `attempt(**request)`, and count it in the engine's metrics
+    def observed(self, attempt: Callable[[AgentRequest], str], kwargs: dict[str, Any]) -> str:
+        """Run one attempt, `attempt(request)`, and count it in the engine's metrics
         (liveness/counters.py): its outcome, its time at work and its time in the queue. Its
         outcome is the first attempt's of a task run by a worker, so the task's Celery state
         (Flower's) says whether it failed. Every kind of agent goes through here: the short ones
@@ -170,7 +171,6 @@ class AgentTask(Task):
         request = self.held_request(kwargs)
         if request is None:
             return "refused"
-        kwargs = request
         record = _Attempt()
         token = _attempt.set(record)
         sent_at = _sent_at.get()
@@ -178,7 +178,7 @@ class AgentTask(Task):
         started = time.monotonic()
         queued = time.time() - sent_at if sent_at is not None else None
         try:
-            result = attempt(**kwargs)
+            result = attempt(AgentRequest(**request))
         finally:
             _attempt.reset(token)
         if not record.outcome:
@@ -191,59 +191,25 @@ class AgentTask(Task):
             first.outcome, first.error = record.outcome, record.error
         return result
 
-    def _perform(self, *, step_id: int, lease: str, attempt: int = 1, **request: Any) -> str:
+    def _perform(self, request: AgentRequest) -> str:
         # Every line this attempt logs (its tries, its reply's state change) names its step,
         # lease and attempt (sasproject/logs.py: the JSON format's fields).
-        with log_context(step=step_id, lease=lease, attempt=attempt, operation=self.name):
-            return self._perform_attempt(step_id=step_id, lease=lease, attempt=attempt, **request)
+        with log_context(
+            step=request.step_id, lease=request.lease, attempt=request.attempt, operation=self.name
+        ):
+            return self._perform_attempt(request)
 
-    def _perform_attempt(
-        self,
-        *,
-        path: str,
-        step_id: int,
-        lease: str,
-        complete_by: str,
-        idempotency_key: str,
-        payload: dict[str, Any],
-        attempt: int = 1,
-        start_by: str | None = None,
-        timeout: float | None = None,
-    ) -> str:
-        outer = datetime.fromisoformat(complete_by)
-        started = clock.now()
-        if started >= outer or (start_by is not None and started >= datetime.fromisoformat(start_by)):
-            # Not started in time: the supervisor sends the step again (no failure counted).
-            logger.info("step %s: request expired before it was read; dropped", step_id)
+    def _perform_attempt(self, request: AgentRequest) -> str:
+        window = request.window(timeout=request.timeout)
+        if window is None:
             return "dropped"
-        # Time at work starts now (the queue's wait is not counted): the attempt's own deadline
-        # is its start + timeout, within the claim's outer complete_by.
-        deadline = min(outer, started + timedelta(seconds=timeout)) if timeout else outer
         # Marked started in the round trip of the first breaker check (or on its own, if the
         # attempt ends before it).
-        mark = attempt_start_mark(lease=lease, ttl_seconds=(outer - started).total_seconds() + 60)
-        return self._tries(
-            path=path,
-            step_id=step_id,
-            lease=lease,
-            idempotency_key=idempotency_key,
-            payload=payload,
-            deadline=deadline,
-            mark=mark,
-        )
+        return self._tries(request, deadline=window.deadline, mark=window.mark)
 
-    def _tries(
-        self,
-        *,
-        path: str,
-        step_id: int,
-        lease: str,
-        idempotency_key: str,
-        payload: dict[str, Any],
-        deadline: datetime,
-        mark: StartMark | None,
-    ) -> str:
+    def _tries(self, request: AgentRequest, *, deadline: datetime, mark: StartMark | None) -> str:
         """Tries of one attempt until a reply or `deadline`: breaker first, retries with backoff."""
+        step_id, lease, payload = request.step_id, request.lease, request.payload
         breaker = self.breaker(payload)
         policy = self.retry_policy
         tries = 0
@@ -272,9 +238,9 @@ class AgentTask(Task):
                 tries += 1
                 try:
                     result = self.call_remote(
-                        path=path,
+                        path=request.path,
                         payload=payload,
-                        idempotency_key=idempotency_key,
+                        idempotency_key=request.idempotency_key,
                         timeout=min(self.http_timeout_cap, remaining - policy.min_call_window / 2),
                     )
                 except PermanentFault as exc:

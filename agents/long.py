@@ -28,14 +28,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import transaction
 
 from scheduler import clock
-from scheduler.attempts import attempt_mark_started
 from scheduler.services import (
     LeaseLost,
     heartbeat_finish,
@@ -48,24 +47,9 @@ from scheduler.services import (
 
 from .base import AgentTask
 from .faults import PermanentFault
+from .request import AgentRequest
 
 logger = logging.getLogger(__name__)
-
-
-def _attempt_begin(
-    *, step_id: int, lease: str, complete_by: str, start_by: str | None, timeout: float | None
-) -> tuple[datetime, datetime] | None:
-    """Start an attempt as every agent does: None (and nothing done) when the request was not
-    started in time - the supervisor sends the step again, no failure counted; else mark it
-    started and return (the claim's outer complete-by, this attempt's own deadline)."""
-    outer = datetime.fromisoformat(complete_by)
-    started = clock.now()
-    if started >= outer or (start_by is not None and started >= datetime.fromisoformat(start_by)):
-        logger.info("step %s: request expired before it was read; dropped", step_id)
-        return None
-    attempt_mark_started(lease=lease, ttl_seconds=(outer - started).total_seconds() + 60)
-    deadline = min(outer, started + timedelta(seconds=timeout)) if timeout else outer
-    return outer, deadline
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,24 +94,12 @@ class PagedAgentTask(AgentTask):
         the task shown failed in Flower unless the page was done)."""
         return self.observed(self._perform_page, kwargs)
 
-    def _perform_page(
-        self,
-        *,
-        step_id: int,
-        lease: str,
-        complete_by: str,
-        idempotency_key: str,
-        payload: dict[str, Any],
-        attempt: int = 1,
-        start_by: str | None = None,
-        timeout: float | None = None,
-    ) -> str:
-        window = _attempt_begin(
-            step_id=step_id, lease=lease, complete_by=complete_by, start_by=start_by, timeout=timeout
-        )
+    def _perform_page(self, request: AgentRequest) -> str:
+        window = request.window(timeout=request.timeout)
         if window is None:
             return "dropped"
-        deadline = window[1]
+        window.mark.set()
+        step_id, lease, deadline = request.step_id, request.lease, window.deadline
         try:
             with transaction.atomic():
                 checkpoint = page_begin(step_id=step_id, lease=lease)
@@ -138,7 +110,7 @@ class PagedAgentTask(AgentTask):
                     done = self.process_page(
                         Page(
                             step_id=step_id,
-                            payload=payload,
+                            payload=request.payload,
                             start=checkpoint.page_start,
                             size=checkpoint.page_size,
                             index=checkpoint.pages_done,
@@ -238,25 +210,20 @@ class HeartbeatAgentTask(AgentTask):
         """The whole long work: an attempt observed as every agent's (`AgentTask.observed`)."""
         return self.observed(self._perform_long, kwargs)
 
-    def _perform_long(
-        self,
-        *,
-        step_id: int,
-        lease: str,
-        complete_by: str,
-        idempotency_key: str,
-        payload: dict[str, Any],
-        heartbeat: float,
-        attempt: int = 1,
-        start_by: str | None = None,
-        timeout: float | None = None,
-    ) -> str:
+    def _perform_long(self, request: AgentRequest) -> str:
         # Heartbeats move complete-by on: the first window is the only bound known now.
-        window = _attempt_begin(
-            step_id=step_id, lease=lease, complete_by=complete_by, start_by=start_by, timeout=None
-        )
+        window = request.window(timeout=None)
         if window is None:
             return "dropped"
+        window.mark.set()
+        step_id, lease, payload, heartbeat = (
+            request.step_id,
+            request.lease,
+            request.payload,
+            request.heartbeat,
+        )
+        if heartbeat is None:
+            raise TypeError(f"step {step_id}: a heartbeat step's request without its window")
         beat = Beat(step_id=step_id, lease=lease, interval=max(0.05, heartbeat / 3))
         built: Any = None
         try:
@@ -278,14 +245,16 @@ class HeartbeatAgentTask(AgentTask):
             return "deadline"
         except PermanentFault as exc:
             self.discard(payload=payload, built=built)
-            return self._reply(step_id, lease, self._deadline(beat, window[0]), "permanent", error=str(exc))
+            return self._reply(
+                step_id, lease, self._deadline(beat, window.outer), "permanent", error=str(exc)
+            )
         except Exception as exc:
             logger.exception("step %s: failed", step_id)
             self.discard(payload=payload, built=built)
             return self._reply(
                 step_id,
                 lease,
-                self._deadline(beat, window[0]),
+                self._deadline(beat, window.outer),
                 "transient",
                 error=f"{exc.__class__.__name__}: {exc}",
                 reached=True,

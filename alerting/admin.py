@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, QuerySet
@@ -142,30 +143,33 @@ class AlertAdmin(ReadOnlyAdmin):
         return obj.message if len(obj.message) <= 120 else obj.message[:117] + "..."
 
 
+# The rule's fields, grouped as its change page shows them (the admin form edits these).
+RULE_FIELDSETS: Any = (
+    (None, {"fields": ("name", "kind", "target", "job", "owner", "enabled")}),
+    ("Condition", {"fields": ("threshold", "min_runs", "window", "for_duration")}),
+    (
+        "Notification",
+        {
+            "fields": (
+                "severity",
+                "cooldown",
+                "notify_email",
+                "recipients",
+                "notify_webhook",
+                "webhook_url",
+            )
+        },
+    ),
+)
+
+
 class AlertRuleAdminForm(forms.ModelForm):
     """The rule's fields (their validators: no control character in the name, addresses in the
     recipients), and the platform's cap when the rule becomes enabled (alerting/rules.py)."""
 
     class Meta:
         model = AlertRule
-        fields = (
-            "name",
-            "kind",
-            "target",
-            "job",
-            "owner",
-            "enabled",
-            "threshold",
-            "min_runs",
-            "window",
-            "for_duration",
-            "severity",
-            "cooldown",
-            "notify_email",
-            "recipients",
-            "notify_webhook",
-            "webhook_url",
-        )
+        fields = flatten_fieldsets(RULE_FIELDSETS)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -210,23 +214,7 @@ class AlertRuleAdmin(admin.ModelAdmin):
     list_editable = ("enabled",)
     search_fields = ("name", "target")
     raw_id_fields = ("job", "owner")
-    fieldsets = (
-        (None, {"fields": ("name", "kind", "target", "job", "owner", "enabled")}),
-        ("Condition", {"fields": ("threshold", "min_runs", "window", "for_duration")}),
-        (
-            "Notification",
-            {
-                "fields": (
-                    "severity",
-                    "cooldown",
-                    "notify_email",
-                    "recipients",
-                    "notify_webhook",
-                    "webhook_url",
-                )
-            },
-        ),
-    )
+    fieldsets = RULE_FIELDSETS
 
     def get_changelist_formset(self, request: HttpRequest, **kwargs: Any) -> Any:
         return super().get_changelist_formset(request, formset=AlertRuleChangeListFormSet, **kwargs)

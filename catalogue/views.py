@@ -14,10 +14,11 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from sasproject.not_found import AsNotFound
 from scheduler.limits import LimitExceeded
 from scheduler.models import Run
 from scheduler.permissions import staff_may
@@ -83,10 +84,8 @@ def catalogue_view(request: HttpRequest) -> HttpResponse:
 @staff_required
 @require_GET
 def reprice_detail_view(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
-    try:
+    with AsNotFound("No such reprice.", Run.DoesNotExist):
         run = reprice_run_get(user=request.user, run_id=run_id)
-    except Run.DoesNotExist:
-        raise Http404("No such reprice.") from None
     return render(
         request,
         "catalogue/reprice.html",

@@ -32,6 +32,8 @@ import time
 from collections.abc import Sequence
 from itertools import count
 
+from devservices.common import pid_alive
+
 PREFIX = "sas-"
 SUBNET = ipaddress.IPv4Network("10.213.0.0/16")
 _counter = count()
@@ -55,16 +57,6 @@ def unavailable_reason() -> str | None:
     if probe.returncode != 0:
         return f"`ip netns` does not work here: {probe.stderr.strip()}"
     return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _namespaces() -> list[str]:
@@ -92,7 +84,7 @@ def sweep_stale() -> list[str]:
     removed = []
     for name in _namespaces():
         found = re.fullmatch(rf"{PREFIX}(\d+)-(\d+)", name)
-        if found and not _pid_alive(int(found.group(1))):
+        if found and not pid_alive(int(found.group(1))):
             _remove(name, _host_if(int(found.group(1)), int(found.group(2))))
             removed.append(name)
     return removed

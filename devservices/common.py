@@ -177,6 +177,16 @@ def stop_pid(pid: int, needle: str, first_signal: signal.Signals, timeout: float
         log.warning("pid %d did not exit after %s", pid, sig.name)
 
 
+def embedded_running(
+    state_file: Path, what: str, *, pidfile: Path, port: int, url: str, data_dir: Path
+) -> str:
+    """Record an embedded server that has started (its pid from `pidfile`) and return its URL."""
+    pid = int(pidfile.read_text().split()[0])
+    State(pid=pid, port=port, url=url, data_dir=str(data_dir)).save(state_file)
+    log.info("embedded %s running (pid %d)", what, pid)
+    return url
+
+
 def embedded_stop(state_file: Path, what: str, needle: str, first_signal: signal.Signals) -> bool:
     """Stop the embedded server `state_file` records (False when none is recorded)."""
     state = State.load(state_file)

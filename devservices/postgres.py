@@ -27,6 +27,7 @@ from .common import (
     DevServicesError,
     State,
     choose_port,
+    embedded_running,
     embedded_stop,
     owned_dir,
     package_dir,
@@ -276,11 +277,10 @@ class EmbeddedPostgres:
         port = choose_port(self.port)
         log.info("starting embedded PostgreSQL on %s:%d (log %s)", HOST, port, server_log)
         self.run(self.start_cmd(bin_dir, data, port, server_log), who, tool_log)
-        pid = int((data / "postmaster.pid").read_text().split()[0])
         url = f"postgres://postgres@{HOST}:{port}/{DB_NAME}"
-        State(pid=pid, port=port, url=url, data_dir=str(data)).save(self.state_file)
-        log.info("embedded PostgreSQL running (pid %d)", pid)
-        return url
+        return embedded_running(
+            self.state_file, "PostgreSQL", pidfile=data / "postmaster.pid", port=port, url=url, data_dir=data
+        )
 
     def stop(self) -> bool:
         # SIGINT is PostgreSQL's "fast" shutdown: roll back open transactions, checkpoint, exit.

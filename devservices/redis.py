@@ -15,6 +15,7 @@ from .common import (
     DevServicesError,
     State,
     choose_port,
+    embedded_running,
     embedded_stop,
     package_dir,
     pid_alive,
@@ -110,11 +111,10 @@ class EmbeddedRedis:
             raise DevServicesError(
                 f"redis-server did not start (exit {result.returncode}):\n{tail(server_log)}"
             )
-        pid = int(pidfile.read_text().split()[0])
         url = f"redis://{HOST}:{port}/0"
-        State(pid=pid, port=port, url=url, data_dir=str(self.root)).save(self.state_file)
-        log.info("embedded Redis running (pid %d)", pid)
-        return url
+        return embedded_running(
+            self.state_file, "Redis", pidfile=pidfile, port=port, url=url, data_dir=self.root
+        )
 
     def stop(self) -> bool:
         return embedded_stop(self.state_file, "Redis", "redis-server", signal.SIGTERM)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from sasproject.not_found import AsNotFound
 from scheduler.limits import LimitExceeded
 from scheduler.throttles import page_rate_refusal
 
@@ -59,8 +60,6 @@ def download_response(export: Export, file: ExportFile) -> HttpResponse:
 @login_required
 @require_GET
 def export_download_view(request: HttpRequest, export_id: uuid.UUID) -> HttpResponse:
-    try:
+    with AsNotFound("No such export file.", Export.DoesNotExist, ExportFile.DoesNotExist):
         export, file = export_file(user=request.user, export_id=export_id)
-    except (Export.DoesNotExist, ExportFile.DoesNotExist):
-        raise Http404("No such export file.") from None
     return download_response(export, file)

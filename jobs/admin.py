@@ -52,7 +52,7 @@ from scheduler.permissions import staff_may
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.workflows import WorkflowInputError
 
-from .forms import JOB_FIELDS, JobForm, job_write
+from .forms import JOB_FIELDS, JOB_OVERLAPS, JOB_WHAT, JOB_WHEN, JobForm, job_write
 from .presenters import FINISHED, PAUSED, STATE_LABELS, job_state, reason_text
 from .selectors import job_admin_list
 
@@ -191,25 +191,12 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
     actions = ("pause_jobs", "resume_jobs", "run_jobs_now")
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        what = ("name", "workflow", "input") if obj is not None else ("owner", "name", "workflow", "input")
+        what = JOB_WHAT if obj is not None else ("owner", *JOB_WHAT)
         sets: list[Any] = [
             (None, {"fields": what}),
-            ("When", {"fields": ("kind", "cron", "timezone", "run_at", "start_at", "end_at", "max_firings")}),
+            ("When", {"fields": ("kind", *JOB_WHEN)}),
             ("Waits for (issue 30)", {"fields": ("parents",)}),
-            (
-                "Overlaps and failures",
-                {
-                    "fields": (
-                        "overlap_policy",
-                        "catchup_window",
-                        "jitter",
-                        "max_retry",
-                        "retry_backoff",
-                        "priority",
-                        "idempotent",
-                    )
-                },
-            ),
+            ("Overlaps and failures", {"fields": JOB_OVERLAPS}),
         ]
         if obj is not None:
             sets.insert(1, ("State", {"fields": STATE_FIELDS}))

@@ -49,16 +49,9 @@ TIME_FIELDS = ("run_at", "start_at", "end_at")
 SECONDS_FIELDS = ("retry_backoff", "catchup_window")
 
 # What a job is made of, in the order the form shows it (the service's keywords but `timezone`).
-JOB_FIELDS: tuple[str, ...] = (
-    "name",
-    "workflow",
-    "input",
-    "cron",
-    "timezone",
-    "run_at",
-    "start_at",
-    "end_at",
-    "max_firings",
+JOB_WHAT = ("name", "workflow", "input")
+JOB_WHEN = ("cron", "timezone", "run_at", "start_at", "end_at", "max_firings")
+JOB_OVERLAPS = (
     "overlap_policy",
     "catchup_window",
     "jitter",
@@ -67,6 +60,7 @@ JOB_FIELDS: tuple[str, ...] = (
     "priority",
     "idempotent",
 )
+JOB_FIELDS: tuple[str, ...] = (*JOB_WHAT, *JOB_WHEN, *JOB_OVERLAPS)
 
 
 @lru_cache(maxsize=1)

@@ -28,6 +28,7 @@ from alerting.customer import (
 )
 from alerting.models import AlertRule
 from reports.timeline import run_rows, run_timeline
+from sasproject.not_found import AsNotFound
 from scheduler.dispatcher.selectors import (
     job_get,
     job_get_counted,
@@ -99,10 +100,8 @@ def _job_live(data: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 
 
 def _job_or_404(request: HttpRequest, job_id: int) -> Job:
-    try:
+    with AsNotFound("No such job.", Job.DoesNotExist):
         return job_get(owner_id=_user_id(request), job_id=job_id)
-    except Job.DoesNotExist:
-        raise Http404("No such job.") from None
 
 
 @login_required
@@ -204,11 +203,9 @@ def job_edit_view(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_GET
 def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
     owner_id = _user_id(request)
-    try:
+    with AsNotFound("No such job.", Job.DoesNotExist):
         # With how many runs and history rows it has: the pagers' counts come with the job.
         job = job_get_counted(owner_id=owner_id, job_id=job_id)
-    except Job.DoesNotExist:
-        raise Http404("No such job.") from None
     # Deep pages read their ids first: the last of 10,000 runs reads no row it skips.
     runs = IdFirstPaginator(
         job_runs(owner_id=owner_id, job_id=job.pk), PAGE_SIZE, count=getattr(job, "runs_count", None)
@@ -251,15 +248,11 @@ def job_detail_view(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_run_view(request: HttpRequest, job_id: int, run_id: uuid.UUID) -> HttpResponse:
     """One run of the job: its state, steps and attempts (the raw errors too: the job is the
     user's own configuration, like an API client's)."""
-    try:
+    with AsNotFound("No such job.", Job.DoesNotExist):
         # Its name and zone only: none of the job page's annotations.
         job = job_owned(owner_id=_user_id(request), job_id=job_id)
-    except Job.DoesNotExist:
-        raise Http404("No such job.") from None
-    try:
+    with AsNotFound("No such run of this job.", Run.DoesNotExist):
         run = job_runs(owner_id=_user_id(request), job_id=job.pk).get(pk=run_id)
-    except Run.DoesNotExist:
-        raise Http404("No such run of this job.") from None
     # Its steps and their history rows, read once for the steps, outputs, attempts and timeline.
     read = run_rows(run)
     steps = [step_data(s, workflow=run.workflow) for s in read.steps]
@@ -345,10 +338,8 @@ def job_delete_view(request: HttpRequest, job_id: int) -> HttpResponse:
     """GET: the confirmation page; POST: delete."""
     job = _job_or_404(request, job_id)
     if request.method == "POST":
-        try:
+        with AsNotFound("No such job.", Job.DoesNotExist):
             job_delete(job_id=job.pk, actor=_actor(request))
-        except Job.DoesNotExist:
-            raise Http404("No such job.") from None
         messages.success(
             request, f"Job “{job.name}” deleted. Its runs not started were cancelled; those going finish."
         )
@@ -395,10 +386,8 @@ def alert_rule_create_view(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 def _rule_or_404(request: HttpRequest, job: Job, rule_id: int) -> AlertRule:
-    try:
+    with AsNotFound("No such alert rule.", AlertRule.DoesNotExist):
         rule = customer_rule_get(owner_id=_user_id(request), rule_id=rule_id)
-    except AlertRule.DoesNotExist:
-        raise Http404("No such alert rule.") from None
     if rule.job_id != job.pk:
         raise Http404("No such alert rule on this job.")
     return rule
@@ -411,10 +400,8 @@ def alert_rule_delete_view(request: HttpRequest, job_id: int, rule_id: int) -> H
     job = _job_or_404(request, job_id)
     rule = _rule_or_404(request, job, rule_id)
     if request.method == "POST":
-        try:
+        with AsNotFound("No such alert rule.", AlertRule.DoesNotExist):
             customer_rule_delete(owner_id=_user_id(request), rule_id=rule.pk)
-        except AlertRule.DoesNotExist:
-            raise Http404("No such alert rule.") from None
         messages.success(request, f"Alert rule “{rule.name}” deleted.")
         return redirect(f"{reverse('jobs:detail', args=[job.pk])}#alert-rules")
     context = {"job": job, "data": job_data(job), "rule": alert_rule_data(rule)}

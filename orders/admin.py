@@ -7,13 +7,13 @@ from django.utils.safestring import SafeString
 
 from adminkit.display import compact_time, state_badge
 from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin
-from scheduler.admin import run_link
+from scheduler.admin import RunColumn, run_link
 
 from .models import Order
 
 
 @admin.register(Order)
-class OrderAdmin(ExactSearchMixin, ReadOnlyAdmin):
+class OrderAdmin(ExactSearchMixin, RunColumn, ReadOnlyAdmin):
     list_display = ("short_id", "owner", "amount", "currency", "run_state", "run_short", "created")
     list_display_links = ("short_id",)
     list_filter = ("run__state",)
@@ -46,10 +46,6 @@ class OrderAdmin(ExactSearchMixin, ReadOnlyAdmin):
     @admin.display(description="run state", ordering="run__state")
     def run_state(self, obj: Order) -> SafeString:
         return state_badge(obj.run.state, obj.run.get_state_display())
-
-    @admin.display(description="run", ordering="run_id")
-    def run_short(self, obj: Order) -> str:
-        return run_link(obj.run_id)
 
     @admin.display(description="run")
     def run_full(self, obj: Order) -> str:

@@ -8,13 +8,14 @@ from typing import cast
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from reports.timeline import Timeline, run_timeline
+from sasproject.not_found import AsNotFound
 from scheduler.limits import LimitExceeded
 from scheduler.models import Run
 from scheduler.services import RunNotCancellable
@@ -108,10 +109,8 @@ def _refused(
 
 
 def _status_or_404(request: HttpRequest, order_id: uuid.UUID) -> OrderStatus:
-    try:
+    with AsNotFound("No such order.", Order.DoesNotExist):
         return order_status(user=request.user, order_id=order_id)
-    except Order.DoesNotExist:
-        raise Http404("No such order.") from None
 
 
 def _timeline(found: OrderStatus) -> Timeline:
@@ -161,10 +160,8 @@ def order_status_view(request: HttpRequest, order_id: uuid.UUID) -> JsonResponse
 @login_required
 @require_POST
 def order_cancel_view(request: HttpRequest, order_id: uuid.UUID) -> HttpResponse:
-    try:
+    with AsNotFound("No such order.", Order.DoesNotExist):
         order = order_get(user=request.user, order_id=order_id)
-    except Order.DoesNotExist:
-        raise Http404("No such order.") from None
     try:
         order_cancel(order=order, actor=f"user {request.user.get_username()} (web)")
     except RunNotCancellable:

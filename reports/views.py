@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from sasproject.not_found import AsNotFound
 from scheduler.workflows import WorkflowInputError
 
 from .charts import durations_chart, runs_chart
@@ -25,10 +26,8 @@ WINDOW_LABELS = {"hour": "Last hour", "day": "Last day", "week": "Last week", "c
 @require_GET
 def report_view(request: HttpRequest) -> HttpResponse:
     params = {key: request.GET.get(key, "") for key in ("window", "start", "end", "tz", "user")}
-    try:
+    with AsNotFound("No such user.", ReportNotFound):
         subject = report_subject(viewer=request.user, username=params["user"])
-    except ReportNotFound:
-        raise Http404("No such user.") from None
     context: dict[str, Any] = {
         "params": params,
         "window_name": params["window"] or ("custom" if params["start"] or params["end"] else DEFAULT_WINDOW),

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -96,18 +98,34 @@ def _step_id_problem(value: Any) -> str | None:
     return None if _is_int(value) and 0 < value <= _BIGINT else "step_id: not a positive integer"
 
 
-def agent_request_problem(args: Any, kwargs: Any) -> str | None:
-    """Why an agent request (scheduler.transitions.Claim.message) is malformed, or None."""
+@dataclass(frozen=True)
+class _MessageShape:
+    """One kind of engine message: its name, its fields, and the checks of its own fields."""
+
+    kind: str
+    allowed: set[str]
+    required: set[str]
+    fields: Callable[[dict[str, Any]], list[str | None]]
+
+
+def _message_problem(args: Any, kwargs: Any, shape: _MessageShape) -> str | None:
+    """Why an engine message is malformed, or None: keyword-only, an object, its fields, its
+    step id and lease - the checks every message takes - then its kind's own (`fields`)."""
     if args:
-        return "positional arguments (a request is keyword-only)"
+        return f"positional arguments (a {shape.kind} is keyword-only)"
     if not isinstance(kwargs, dict):
         return "keyword arguments are not an object"
     checks = [
-        _fields_problem(kwargs, allowed=REQUEST_FIELDS, required=REQUEST_REQUIRED),
+        _fields_problem(kwargs, allowed=shape.allowed, required=shape.required),
         _step_id_problem(kwargs.get("step_id")),
         _uuid_problem(kwargs.get("lease")),
-        _datetime_problem("complete_by", kwargs.get("complete_by")),
+        *shape.fields(kwargs),
     ]
+    return next((problem for problem in checks if problem), None)
+
+
+def _request_fields_problems(kwargs: dict[str, Any]) -> list[str | None]:
+    checks = [_datetime_problem("complete_by", kwargs.get("complete_by"))]
     if kwargs.get("start_by") is not None:
         checks.append(_datetime_problem("start_by", kwargs["start_by"]))
     key = kwargs.get("idempotency_key")
@@ -123,19 +141,19 @@ def agent_request_problem(args: Any, kwargs: Any) -> str | None:
         value = kwargs.get(name)
         if value is not None and not (_is_number(value) and value > 0):
             checks.append(f"{name}: not a positive number")
-    return next((problem for problem in checks if problem), None)
+    return checks
 
 
-def reply_problem(args: Any, kwargs: Any) -> str | None:
-    """Why an agent's reply (scheduler.reply) is malformed, or None."""
-    if args:
-        return "positional arguments (a reply is keyword-only)"
-    if not isinstance(kwargs, dict):
-        return "keyword arguments are not an object"
+_REQUEST = _MessageShape("request", REQUEST_FIELDS, REQUEST_REQUIRED, _request_fields_problems)
+
+
+def agent_request_problem(args: Any, kwargs: Any) -> str | None:
+    """Why an agent request (scheduler.transitions.Claim.message) is malformed, or None."""
+    return _message_problem(args, kwargs, _REQUEST)
+
+
+def _reply_fields_problems(kwargs: dict[str, Any]) -> list[str | None]:
     checks = [
-        _fields_problem(kwargs, allowed=REPLY_FIELDS, required=REPLY_REQUIRED),
-        _step_id_problem(kwargs.get("step_id")),
-        _uuid_problem(kwargs.get("lease")),
         None if kwargs.get("outcome") in REPLY_OUTCOMES else f"outcome: not one of {REPLY_OUTCOMES}",
         _size_problem("result", kwargs.get("result")),
     ]
@@ -148,7 +166,15 @@ def reply_problem(args: Any, kwargs: Any) -> str | None:
         checks.append("retry_after: not a number >= 0")
     if not isinstance(kwargs.get("reached", False), bool):
         checks.append("reached: not a boolean")
-    return next((problem for problem in checks if problem), None)
+    return checks
+
+
+_REPLY = _MessageShape("reply", REPLY_FIELDS, REPLY_REQUIRED, _reply_fields_problems)
+
+
+def reply_problem(args: Any, kwargs: Any) -> str | None:
+    """Why an agent's reply (scheduler.reply) is malformed, or None."""
+    return _message_problem(args, kwargs, _REPLY)
 
 
 def message_step_label(kwargs: Any) -> str:

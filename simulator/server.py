@@ -127,14 +127,21 @@ class SimulatorHandler(BaseHTTPRequestHandler):
     def _method_not_allowed(self, allow: str) -> None:
         self._send_json(405, {"error": "method_not_allowed"}, {"Allow": allow})
 
+    def _received(self) -> tuple[str, dict[str, list[str]], bytes] | None:
+        """The request's path, query and body - or None once it has been answered (an /echo
+        request served, or an error response about its body sent)."""
+        if self._echoed():
+            return None
+        path, query = self._route()
+        body = self._read_body()
+        return None if body is None else (path, query, body)
+
     # -- verbs -----------------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        if self._echoed():
+        if (received := self._received()) is None:
             return
-        path, query = self._route()
-        if self._read_body() is None:
-            return
+        path, query, _ = received
         if path == "/health":
             self._send_json(200, {"status": "ok"})
         elif path == "/_ledger":
@@ -154,17 +161,13 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_PATCH(self) -> None:
-        if self._echoed() or self._read_body() is None:
-            return
-        self._not_found()
+        if self._received() is not None:
+            self._not_found()
 
     def do_PUT(self) -> None:
-        if self._echoed():
+        if (received := self._received()) is None:
             return
-        path, _ = self._route()
-        body = self._read_body()
-        if body is None:
-            return
+        path, _, body = received
         service = path.removeprefix("/_faults/")
         if not path.startswith("/_faults/") or service not in SERVICES:
             self._not_found()
@@ -182,11 +185,9 @@ class SimulatorHandler(BaseHTTPRequestHandler):
         self._send_json(200, {"service": service, "faults": faults.as_dict()})
 
     def do_DELETE(self) -> None:
-        if self._echoed():
+        if (received := self._received()) is None:
             return
-        path, _ = self._route()
-        if self._read_body() is None:
-            return
+        path = received[0]
         if path == "/_faults":
             self.server.faults.clear()
             self._send_json(200, {"status": "cleared"})
@@ -197,12 +198,9 @@ class SimulatorHandler(BaseHTTPRequestHandler):
             self._not_found()
 
     def do_POST(self) -> None:
-        if self._echoed():
+        if (received := self._received()) is None:
             return
-        path, _ = self._route()
-        body = self._read_body()
-        if body is None:
-            return
+        path, _, body = received
         operation = ROUTES.get(path)
         if operation is not None:
             self._business(operation, body)

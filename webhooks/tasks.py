@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from agents.egress import EgressPolicy
 from agents.egress_http import egress_request
 from agents.faults import TRANSIENT_STATUSES, PermanentFault, TransientFault
 from agents.outbound import excerpt
+from agents.request import AgentRequest
 from agents.schedulable import schedulable
 from scheduler.workflows import WorkflowInputError
 
@@ -50,18 +52,18 @@ class WebhookAgent(AgentTask):
         """What this step sends, from the row its run was made for (None: no such row)."""
         return webhook_delivery_for_step(step_id=step_id)
 
-    def _perform_attempt(self, **kwargs: Any) -> str:
+    def _perform_attempt(self, request: AgentRequest) -> str:
         """The attempt, on the payload read from the state store (`payload_trusted`) instead of
         the one the message carried. No row for the step's run: nothing is sent; the step is
         answered as a permanent fault (logged), so its run ends instead of being sent again."""
-        step_id = int(kwargs["step_id"])
+        step_id = request.step_id
         trusted = self.payload_trusted(step_id=step_id)
         if trusted is None:
             error = f"{self.name}: no row of its own was made for this step's run; nothing sent"
             logger.error("step %s: %s", step_id, error)
-            deadline = datetime.fromisoformat(str(kwargs["complete_by"]))
-            return self._reply(step_id, str(kwargs["lease"]), deadline, "permanent", error=error)
-        return str(super()._perform_attempt(**{**kwargs, "payload": trusted}))
+            deadline = datetime.fromisoformat(request.complete_by)
+            return self._reply(step_id, request.lease, deadline, "permanent", error=error)
+        return super()._perform_attempt(replace(request, payload=trusted))
 
     def breaker_name(self, payload: dict[str, Any]) -> str:
         """Per (owner, host): one tenant's failing endpoint opens that tenant's breaker only;

@@ -6,13 +6,14 @@ once, by `ops/admin.py` (over `runs.RunAdmin`). Other apps' admins import the sh
 here."""
 
 from . import history, longwork, steps
-from .links import OPERATE_PERMISSION, run_link
+from .links import OPERATE_PERMISSION, RunColumn, run_link
 from .runs import AttentionFilter, RunAdmin, WorkflowFilter
 
 __all__ = [
     "OPERATE_PERMISSION",
     "AttentionFilter",
     "RunAdmin",
+    "RunColumn",
     "WorkflowFilter",
     "history",
     "longwork",

@@ -6,13 +6,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.safestring import SafeString
 
-from adminkit.display import INLINE_TIME, compact_time
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline
+from adminkit.display import FULL_TIME, INLINE_TIME, time_column
+from adminkit.readonly import ReadOnlyInline
 from scheduler.models import TaskExecutionHistory
 
-from .links import run_link
+from .links import RunRowsAdmin
 
 
 def history_note(row: TaskExecutionHistory) -> str:
@@ -27,6 +26,9 @@ class HistoryColumns:
 
     columns = ("step_name", "kind", "status", "retry_count", "worker", "error_short")
     error_width = 200
+    time_format = INLINE_TIME
+    started = time_column("started_at", "started")
+    ended = time_column("ended_at", "ended")
 
     @admin.display(description="step")
     def step_name(self, obj: TaskExecutionHistory) -> str:
@@ -46,38 +48,15 @@ class HistoryInline(HistoryColumns, ReadOnlyInline):
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskExecutionHistory]:
         return super().get_queryset(request).select_related("step").order_by("started_at", "id")
 
-    @admin.display(description="started")
-    def started(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.started_at, INLINE_TIME)
-
-    @admin.display(description="ended")
-    def ended(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.ended_at, INLINE_TIME)
-
 
 @admin.register(TaskExecutionHistory)
-class TaskExecutionHistoryAdmin(ExactSearchMixin, HistoryColumns, ReadOnlyAdmin):
+class TaskExecutionHistoryAdmin(HistoryColumns, RunRowsAdmin):
     list_display = ("id", "started", "ended", "run_short", *HistoryColumns.columns)
     list_filter = ("kind", "status")
     list_select_related = ("step",)
     search_fields = ("run__id", "worker")
-    search_by_uuid = ("run_id",)
     search_by_text = ("worker",)
     search_help_text = "Exact run id or worker (host:pid, or admin:<user> for operator actions)."
     raw_id_fields = ("run", "step")
-    # The primary key follows insertion order: newest first without a sort over the table.
-    ordering = ("-id",)
-    list_per_page = 100
     error_width = 120
-
-    @admin.display(description="run", ordering="run_id")
-    def run_short(self, obj: TaskExecutionHistory) -> str:
-        return run_link(obj.run_id)
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.started_at)
-
-    @admin.display(description="ended", ordering="ended_at")
-    def ended(self, obj: TaskExecutionHistory) -> SafeString:
-        return compact_time(obj.ended_at)
+    time_format = FULL_TIME

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from adminkit.display import state_badge
 from adminkit.readonly import ReadOnlyAdmin
 from scheduler.models import Checkpoint, HeartbeatStatus
 
-from .links import run_link
+from .links import RunColumn
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(ReadOnlyAdmin):
+class CheckpointAdmin(RunColumn, ReadOnlyAdmin):
     """Seed 004's Checkpoint: where each paginated step is (one row per step)."""
 
     list_display = (
@@ -31,13 +30,9 @@ class CheckpointAdmin(ReadOnlyAdmin):
     list_filter = ("completed",)
     ordering = ("-updated_at",)
 
-    @admin.display(description="run")
-    def run_short(self, obj: Checkpoint) -> SafeString:
-        return format_html("{}", run_link(obj.run_id))
-
 
 @admin.register(HeartbeatStatus)
-class HeartbeatStatusAdmin(ReadOnlyAdmin):
+class HeartbeatStatusAdmin(RunColumn, ReadOnlyAdmin):
     """Seed 004's JobStatus (HeartbeatStatus here): in progress / completed and the last heartbeat
     of each heartbeat step."""
 
@@ -52,10 +47,6 @@ class HeartbeatStatusAdmin(ReadOnlyAdmin):
     )
     list_filter = ("status",)
     ordering = ("-updated_at",)
-
-    @admin.display(description="run")
-    def run_short(self, obj: HeartbeatStatus) -> SafeString:
-        return format_html("{}", run_link(obj.run_id))
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: HeartbeatStatus) -> SafeString:

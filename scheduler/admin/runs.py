@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -27,25 +28,21 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from adminkit.display import INLINE_TIME, LIST_TIME, compact_time, json_block, state_badge
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline, ValueFilter
+from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ReadOnlyInline, value_filter
 from scheduler import selectors
 from scheduler.models import Run, RunEvent, Step
 from scheduler.permissions import staff_may
 
 from .history import HistoryInline
 from .links import OPERATE_PERMISSION
+from .steps import StepColumns
 
 # ---------------------------------------------------------------------------------------------
 # Filters
 # ---------------------------------------------------------------------------------------------
 
 
-class WorkflowFilter(ValueFilter):
-    title = "workflow"
-    parameter_name = field = "workflow"
-
-    def values(self) -> list[str]:
-        return selectors.workflow_names()
+WorkflowFilter = value_filter("workflow", "workflow", selectors.workflow_names)
 
 
 class AttentionFilter(admin.SimpleListFilter):
@@ -75,8 +72,9 @@ class AttentionFilter(admin.SimpleListFilter):
 # ---------------------------------------------------------------------------------------------
 
 
-class StepInline(ReadOnlyInline):
+class StepInline(StepColumns, ReadOnlyInline):
     model = Step
+    time_format = INLINE_TIME
     verbose_name_plural = "steps (forward, then compensations)"
     fields = readonly_fields = (
         "seq",
@@ -97,24 +95,8 @@ class StepInline(ReadOnlyInline):
             '<a href="{}">{}</a>', reverse("admin:scheduler_step_change", args=[obj.pk]), obj.name
         )
 
-    @admin.display(description="complete by")
-    def complete_by_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.complete_by, INLINE_TIME)
-
-    @admin.display(description="not before")
-    def not_before_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.not_before, INLINE_TIME)
-
     def get_queryset(self, request: HttpRequest) -> QuerySet[Step]:
         return super().get_queryset(request).order_by("seq")
-
-    @admin.display(description="state")
-    def state(self, obj: Step) -> SafeString:
-        return state_badge(obj.process_state, obj.get_process_state_display())
-
-    @admin.display(description="failures / max")
-    def failures(self, obj: Step) -> str:
-        return f"{obj.failure_count}/{obj.max_failures}"
 
     @admin.display(description="last error")
     def last_error_short(self, obj: Step) -> str:
@@ -194,24 +176,7 @@ class RunAdmin(ExactSearchMixin, ReadOnlyAdmin):
         ("Input", {"fields": ("input_json",)}),
         ("Timing (UTC)", {"fields": ("created_precise", "updated_precise", "finished_precise")}),
     )
-    readonly_fields = (
-        "id",
-        "state_full",
-        "workflow",
-        "owner",
-        "priority",
-        "deadline",
-        "correlation_detail",
-        "cancel_requested",
-        "error",
-        "progress",
-        "long_progress",
-        "history_link",
-        "input_json",
-        "created_precise",
-        "updated_precise",
-        "finished_precise",
-    )
+    readonly_fields = flatten_fieldsets(fieldsets)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
         return selectors.run_list_annotated(queryset=super().get_queryset(request))

@@ -9,20 +9,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from adminkit.display import compact_time, state_badge
-from adminkit.readonly import ExactSearchMixin, ReadOnlyAdmin, ValueFilter
+from adminkit.display import FULL_TIME, state_badge, time_column
+from adminkit.readonly import value_filter
 from scheduler import selectors
 from scheduler.models import Step
 
-from .links import run_link
+from .links import RunRowsAdmin
 
-
-class StepNameFilter(ValueFilter):
-    title = "step name"
-    parameter_name = field = "name"
-
-    def values(self) -> list[str]:
-        return selectors.workflow_step_names()
+StepNameFilter = value_filter("step name", "name", selectors.workflow_step_names)
 
 
 class StepOverdueFilter(admin.SimpleListFilter):
@@ -38,8 +32,25 @@ class StepOverdueFilter(admin.SimpleListFilter):
         return queryset
 
 
+class StepColumns:
+    """The columns the steps' list and the steps inline on a run's page share."""
+
+    time_format = FULL_TIME
+
+    @admin.display(description="state", ordering="process_state")
+    def state(self, obj: Step) -> SafeString:
+        return state_badge(obj.process_state, obj.get_process_state_display())
+
+    @admin.display(description="failures / max", ordering="failure_count")
+    def failures(self, obj: Step) -> str:
+        return f"{obj.failure_count}/{obj.max_failures}"
+
+    complete_by_short = time_column("complete_by", "complete by")
+    not_before_short = time_column("not_before", "not before")
+
+
 @admin.register(Step)
-class StepAdmin(ExactSearchMixin, ReadOnlyAdmin):
+class StepAdmin(StepColumns, RunRowsAdmin):
     list_display = (
         "id",
         "run_short",
@@ -54,29 +65,6 @@ class StepAdmin(ExactSearchMixin, ReadOnlyAdmin):
     )
     list_filter = ("process_state", "kind", StepNameFilter, StepOverdueFilter)
     search_fields = ("run__id", "idempotency_key")
-    search_by_uuid = ("run_id",)
     search_by_text = ("idempotency_key",)
     search_help_text = "Exact run id or idempotency key (<run id>:<step name>)."
     raw_id_fields = ("run", "compensates")
-    ordering = ("-id",)
-    list_per_page = 100
-
-    @admin.display(description="run", ordering="run_id")
-    def run_short(self, obj: Step) -> str:
-        return run_link(obj.run_id)
-
-    @admin.display(description="state", ordering="process_state")
-    def state(self, obj: Step) -> SafeString:
-        return state_badge(obj.process_state, obj.get_process_state_display())
-
-    @admin.display(description="failures / max", ordering="failure_count")
-    def failures(self, obj: Step) -> str:
-        return f"{obj.failure_count}/{obj.max_failures}"
-
-    @admin.display(description="complete by", ordering="complete_by")
-    def complete_by_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.complete_by)
-
-    @admin.display(description="not before", ordering="not_before")
-    def not_before_short(self, obj: Step) -> SafeString:
-        return compact_time(obj.not_before)

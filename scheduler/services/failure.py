@@ -91,14 +91,18 @@ def step_errored_settle(*, step: FailedStep, reason: str, permanent: bool) -> No
         outcome="permanent" if permanent else "gave_up",
     )
     observed = Run.objects.filter(pk=step.run_id, observed=True).exists()
-    event_record(
-        run_id=step.run_id,
-        type=RunEvent.Type.STEP_FAILED,
-        observed=observed,
-        step_id=step.step_id,
-        step=step.name,
-        error=reason[:500],
-    )
+
+    def event(type_: str) -> None:
+        event_record(
+            run_id=step.run_id,
+            type=type_,
+            observed=observed,
+            step_id=step.step_id,
+            step=step.name,
+            error=reason[:500],
+        )
+
+    event(RunEvent.Type.STEP_FAILED)
     step_errored.send(
         sender=Step,
         run_id=step.run_id,
@@ -111,11 +115,4 @@ def step_errored_settle(*, step: FailedStep, reason: str, permanent: bool) -> No
     if step.kind == Step.Kind.FORWARD:
         run_compensate(run_id=step.run_id, reason=f"step {step.name} failed: {reason}")
     elif transitions.run_fail(run_id=step.run_id, reason=f"compensation {step.name} failed: {reason}"):
-        event_record(
-            run_id=step.run_id,
-            type=RunEvent.Type.FAILED,
-            observed=observed,
-            step_id=step.step_id,
-            step=step.name,
-            error=reason[:500],
-        )
+        event(RunEvent.Type.FAILED)
