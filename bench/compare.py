@@ -19,6 +19,8 @@ With --floor (issue 27), two more in the same rounds:
       also commits its step's result to PostgreSQL (one INSERT, one durable COMMIT) before the
       next is sent - the least work a state store that keeps each step's outcome makes the
       hardware do. "engine p50 : floor p50" is what is left to the engine's own code.
+  engine-durable: the engine with `sas.durable_steps = on` - every step's success waits for
+      its WAL flush, as before record 42 - "engine-durable p50 : engine p50" is what that saves;
   engine-quiet: the engine as above without its periodic work (no beat: no sweep, dispatcher,
       safety tick or alert evaluation; SAS_ALERTS_ENABLED=0: no watchdog) - "engine p50 :
       engine-quiet p50" is the periodic work's share of the latency.
@@ -91,6 +93,7 @@ def engine(
     logs: Path,
     threads: int = 0,
     periodic: bool = True,
+    durable_steps: bool = False,
 ) -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.db import connection
@@ -100,6 +103,11 @@ def engine(
     from scheduler.models import Run
 
     truncate_engine()
+    # engine-durable: every success waits for its WAL flush (docs/decisions.md, record 42); new
+    # connections - the workers' - take the database's setting.
+    with connection.cursor() as admin:
+        setting = "SET sas.durable_steps = on" if durable_steps else "RESET sas.durable_steps"
+        admin.execute(f"ALTER DATABASE {BENCH_DB} {setting}")
     user, _ = get_user_model().objects.get_or_create(username="bench")
     # Prefork with `concurrency` processes, or (threads) `concurrency` workers of -P threads -c
     # `threads` each - the layout of the Procfile's agent workers.
@@ -243,6 +251,7 @@ def report(results: dict[str, list[Round]]) -> None:
     if floor:
         row("(f) durable floor orders/s", figure("floor", "per_s", ".1f"))
         row("(f) durable floor p50 / p99", latency("floor"))
+        row("engine-durable (a flush per step) p50 / p99", latency("engine_durable"))
         row("engine-quiet (no periodic work) p50 / p99", latency("engine_quiet"))
     row("engine orders/s", figure("engine", "per_s", ".1f"))
     row("engine steps/s", lambda rounds: f"{3 * _median(rounds, 'engine', 'per_s'):.0f}")
@@ -275,6 +284,14 @@ def report(results: dict[str, list[Round]]) -> None:
         row(
             "engine p50 : floor p50 (the engine's own share)",
             lambda r: ratio(r, "engine", "floor", "p50", None, False),
+        )
+        row(
+            "engine-durable p50 : engine p50 (what record 42 saves)",
+            lambda r: ratio(r, "engine_durable", "engine", "p50", None, False),
+        )
+        row(
+            "engine-durable p50 : chain p50",
+            lambda r: ratio(r, "engine_durable", "chain", "p50", None, False),
         )
         row(
             "engine p50 : engine-quiet p50 (periodic work's share)",
@@ -392,12 +409,17 @@ def main() -> None:
     def the_engine(c: int) -> dict[str, float]:
         return engine(env, c, args.orders, args.latency_samples, logs, threads=args.threads)
 
+    def engine_durable(c: int) -> dict[str, float]:
+        return engine(
+            env, c, args.orders, args.latency_samples, logs, threads=args.threads, durable_steps=True
+        )
+
     def engine_quiet(c: int) -> dict[str, float]:
         return engine(env, c, args.orders, args.latency_samples, logs, threads=args.threads, periodic=False)
 
     systems = {"noop": noop, "chain": chain, "procrastinate": procrastinate, "engine": the_engine}
     if args.floor:
-        systems |= {"floor": floor, "engine_quiet": engine_quiet}
+        systems |= {"floor": floor, "engine_durable": engine_durable, "engine_quiet": engine_quiet}
     for name in args.skip:
         systems.pop(name)
     names = list(systems)
