@@ -39,7 +39,13 @@ FIELDS = ("event", "run", "step", "lease", "attempt", "operation", "outcome")
 # third in beat (sending due task): the shipped beat rows (supervisor/periodic.py's periodic_tasks_shipped)
 # (tests/sasproject/test_logs.py keeps the two lists equal; settings cannot import an app).
 QUIET_TASKS = frozenset(
-    {"supervisor.sweep", "scheduler.tick", "scheduler.jobs_dispatch", "alerting.evaluate"}
+    {
+        "supervisor.sweep",
+        "scheduler.tick",
+        "scheduler.jobs_dispatch",
+        "alerting.evaluate",
+        "ops.storage_maintain",
+    }
 )
 
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(

@@ -116,7 +116,7 @@ def test_post_order__bad_second_item__errors_keyed_by_position_as_documented(api
     errors = api.post(URL, {**ORDER, "items": items}, format="json").json()
 
     assert errors == {"items": {"1": {"quantity": ["Ensure this value is greater than or equal to 1."]}}}
-    documented = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "using" / "api.md").read_text()
     assert '`{"items": {"1": {"quantity": ["…"]}}}`' in documented
 
 

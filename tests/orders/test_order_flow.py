@@ -37,7 +37,7 @@ def test_order__step_overruns_deadline__supervisor_retries_and_it_completes(
     shop: Harness, django_user_model: Any
 ) -> None:
     shop.remote("shipping").script("/shipping/create", time_out())
-    run = _submit(django_user_model.objects.create(username="alice"))
+    run = _submit(django_user_model.objects.create(username="order-flow-overrun"))
 
     shop.settle()
 
@@ -53,7 +53,7 @@ def test_order__step_overruns_deadline__supervisor_retries_and_it_completes(
 
 def test_order__permanent_fault__compensated_in_reverse_order(shop: Harness, django_user_model: Any) -> None:
     shop.remote("shipping", default=refuse(422, "address_unknown"))
-    run = _submit(django_user_model.objects.create(username="alice"))
+    run = _submit(django_user_model.objects.create(username="order-flow-permanent"))
 
     shop.settle()
 
@@ -76,7 +76,7 @@ def test_order__declined_card__nothing_charged_inventory_released(
     shop: Harness, django_user_model: Any
 ) -> None:
     shop.remote("payment").script("/payment/charge", refuse(402, "card_declined"))
-    run = _submit(django_user_model.objects.create(username="alice"), card="tok_decline")
+    run = _submit(django_user_model.objects.create(username="order-flow-declined"), card="tok_decline")
 
     shop.settle()
 

@@ -271,6 +271,14 @@ def _plan_of(plans: list[str], marker: str) -> str:
     return "\n".join(matching)
 
 
+def _reads_a_pending_owner_index(plan: str) -> bool:
+    """The plan reads one of the two partial indexes of Pending steps keyed by owner: on a near
+    empty table the planner costs both alike and takes either, by the statistics the tests
+    before left (step_pending_op_owner_idx leads with the operation; with no operation asked
+    for it is still read by owner within each operation)."""
+    return "step_pending_owner_idx" in plan or "step_pending_op_owner_idx" in plan
+
+
 def test_claim_due__reads_the_pending_partial_index(user, plans):
     for _ in range(3):
         submit(user)
@@ -280,7 +288,7 @@ def test_claim_due__reads_the_pending_partial_index(user, plans):
 
     # One owner: its head, read from the owner's part of the pending index.
     plan = _plan_of(plans, "FOR UPDATE SKIP LOCKED")
-    assert "step_pending_owner_idx" in plan, plan
+    assert _reads_a_pending_owner_index(plan), plan
 
 
 def test_due_for_supervision__reads_the_processing_partial_index(user, plans):
@@ -540,11 +548,11 @@ def test_claim_due__several_owners__fair_pick_reads_the_pending_owner_index(user
     # looks its count up in; the heads picked are locked one by one by primary key. No statement
     # joins two sets: a join's plan rests on statistics, which a burst leaves stale.
     owners = _plan_of(plans, "WITH RECURSIVE")
-    assert "step_pending_owner_idx" in owners, owners
+    assert _reads_a_pending_owner_index(owners), owners
     busy = _plan_of(plans, "GROUP BY owner_id, operation")
     assert "step_processing_deadline_idx" in busy, busy
     heads = _plan_of(plans, "row_number() OVER")
-    assert "step_pending_owner_idx" in heads, heads
+    assert _reads_a_pending_owner_index(heads), heads
     assert "scheduler_step_pkey" not in heads and "Aggregate" not in heads.replace("WindowAgg", ""), heads
     lock = _plan_of(plans, "FOR UPDATE SKIP LOCKED")
     assert "Index Scan using scheduler_step_pkey" in lock, lock
