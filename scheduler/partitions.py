@@ -15,10 +15,11 @@ with psycopg's `sql.Identifier`, and the bounds are bound parameters.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from psycopg import sql
 
 # A partition's DDL waits at most this long for its lock: a long report holding the parent
@@ -184,19 +185,33 @@ def partitions_ensure_ahead(spec: PartitionedTable, *, today: date, days_ahead: 
     return made
 
 
+DROP_ATTEMPTS = 5
+
+
 def partition_detach_drop(spec: PartitionedTable, name: str) -> None:
     """Detach partition `name` from the table and drop it, in one transaction (a reader sees the
     rows or not at all). Refuses the default partition and any table not a partition of `spec`."""
     if name == spec.default or name not in {p.name for p in partitions_list(spec)}:
         raise ValueError(f"{name} is not a dated partition of {spec.table}")
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
-        cursor.execute(
-            sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(
-                sql.Identifier(spec.table), sql.Identifier(name)
-            )
-        )
-        cursor.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
+    for attempt in range(1, DROP_ATTEMPTS + 1):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
+                cursor.execute(
+                    sql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(
+                        sql.Identifier(spec.table), sql.Identifier(name)
+                    )
+                )
+                cursor.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
+            return
+        except OperationalError as exc:
+            # A writer of the table holding its lock (lock_timeout) or waiting in the other order
+            # (a deadlock PostgreSQL broke by cancelling this side): nothing was changed; again
+            # shortly, then left to the next maintenance tick.
+            code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+            if code not in ("40P01", "55P03") or attempt == DROP_ATTEMPTS:
+                raise
+            time.sleep(0.2 * attempt)
 
 
 def partitions_expired(spec: PartitionedTable, *, now: datetime, keep: timedelta) -> list[Partition]:
