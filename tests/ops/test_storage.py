@@ -106,11 +106,8 @@ def _midnight(day: date, hour: int = 0, minute: int = 0) -> datetime:
 
 
 def test_retention__drops_exactly_the_expired_partitions__archived_first(
-    transactional_db: Any, owner: Any, sas: dict[str, Any]
+    owner: Any, sas: dict[str, Any]
 ) -> None:
-    # Committed as the maintenance task commits (autocommit, never inside a long transaction):
-    # a test transaction holding the parent's locks from its setup deadlocked with another
-    # writer of the history in this database, and could not let it through by retrying.
     now = timezone.now()
     today = now.astimezone(UTC).date()
     for days_ago in range(34):
@@ -141,10 +138,7 @@ def test_retention__drops_exactly_the_expired_partitions__archived_first(
     assert json.loads(line)["worker"] == "expired" and json.loads(line)["owner_id"] == owner.pk
 
 
-def test_archive__loaded_back_into_a_table_of_its_own(
-    transactional_db: Any, owner: Any, sas: dict[str, Any]
-) -> None:
-    # Committed, as the retention test above (why there).
+def test_archive__loaded_back_into_a_table_of_its_own(owner: Any, sas: dict[str, Any]) -> None:
     day = timezone.now().astimezone(UTC).date() - timedelta(days=40)
     partition_ensure(HISTORY, day)
     run = _run(owner, age_days=1)
