@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.versus import base_tree  # noqa: E402 (after the path is set)
+from bench.versus import base_tree, median_ratio  # noqa: E402 (after the path is set)
 
 FIGURE = re.compile(r"^\s*tick (p50|p99)\s+([\d.]+) ms\s*$", re.MULTILINE)
 
@@ -88,8 +88,7 @@ def main() -> None:
         return statistics.median(r[key] for r in results[name])
 
     def ratio(key: str) -> str:
-        values = [h[key] / b[key] for h, b in zip(results["this tree"], results[args.base], strict=True)]
-        return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+        return median_ratio(results["this tree"], results[args.base], key)
 
     print(
         f"\n{args.rounds} rounds of {args.samples} ticks, {args.rules} rules over"

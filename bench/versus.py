@@ -53,6 +53,12 @@ def base_tree(rev: str) -> Path:
     return tree
 
 
+def median_ratio(head: list[dict[str, float]], base: list[dict[str, float]], key: str) -> str:
+    """`key` of this tree : the base's, taken within each round: "median [min-max]"."""
+    values = [h[key] / b[key] for h, b in zip(head, base, strict=True)]
+    return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
 def engine_run(tree: Path, *, database: str, args: argparse.Namespace) -> dict[str, float]:
     """One bench/engine.py run in `tree`; its figures for the one worker layout asked."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -118,8 +124,7 @@ def main() -> None:
         return statistics.median(r[key] for r in results[name])
 
     def ratio(key: str) -> str:
-        values = [h[key] / b[key] for h, b in zip(results["this tree"], results[args.base], strict=True)]
-        return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+        return median_ratio(results["this tree"], results[args.base], key)
 
     print(
         f"\n{args.rounds} rounds, {args.orders} orders + {args.latency_samples} one at a time, "
