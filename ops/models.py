@@ -33,18 +33,40 @@ class OperatorAction(models.Model):
         RESUME = "resume", "Resume a paused customer or workflow"
 
     action = models.CharField(max_length=40, choices=Action.choices)
+    # No foreign-key constraints in the database (the table is partitioned by month and retention
+    # drops its partitions): see scheduler.models.history.TaskExecutionHistory.step.
     run = models.ForeignKey(
-        "scheduler.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="operator_actions"
+        "scheduler.Run",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="operator_actions",
+        db_constraint=False,
     )
     step = models.ForeignKey(
-        "scheduler.Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "scheduler.Step",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
     )
     # A resubmitted run's new run (RESUBMIT_RUN): the link between the two.
     new_run = models.ForeignKey(
-        "scheduler.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="resubmitted_from"
+        "scheduler.Run",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="resubmitted_from",
+        db_constraint=False,
     )
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
     )
     # The operator's name as it was (kept if the user is deleted), as in the history: admin:<username>.
     actor_name = models.CharField(max_length=200)

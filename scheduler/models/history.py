@@ -67,15 +67,34 @@ class TaskExecutionHistory(models.Model):
 
     Status = HistoryStatus
 
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.CASCADE, related_name="history")
+    # No foreign-key constraints in the database (db_constraint=False), here and on the events and
+    # the operators' audit: dropping an expired partition would drop its constraints' triggers on
+    # scheduler_run, _step and _job, which takes an ACCESS EXCLUSIVE lock on each of those hot
+    # tables (decision record 51). Django still applies on_delete; the engine's SQL writes ids
+    # it has just read.
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_constraint=False
+    )
     # No indexes of their own: history_run_started_idx (run_id, started_at) and
     # history_job_started_idx (job_id, started_at) WHERE job_id IS NOT NULL serve them
     # (history_job_rows_idx a job's own rows).
     run = models.ForeignKey(
-        Run, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_index=False
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="history",
+        db_index=False,
+        db_constraint=False,
     )
     job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="history", db_index=False
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="history",
+        db_index=False,
+        db_constraint=False,
     )
     # The job occurrence's scheduled time (job rows only).
     scheduled_for = models.DateTimeField(null=True, blank=True)
@@ -165,8 +184,13 @@ class RunEvent(models.Model):
     # table's unique keys hold its partition key. A uuid7 is unique on its own anyway.
     event_id = models.UUIDField(default=uuid7, editable=False)
     # No index of its own: event_run_id_idx (run_id, id) serves lookups by run.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
-    step = models.ForeignKey(Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # No foreign-key constraints in the database: see TaskExecutionHistory.step.
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="events", db_index=False, db_constraint=False
+    )
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
     type = models.CharField(max_length=30, choices=Type.choices)
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

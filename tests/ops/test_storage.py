@@ -138,6 +138,38 @@ def test_retention__drops_exactly_the_expired_partitions__archived_first(
     assert json.loads(line)["worker"] == "expired" and json.loads(line)["owner_id"] == owner.pk
 
 
+def test_retention__a_reader_of_the_runs_does_not_hold_up_the_drop(
+    owner: Any, sas: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropping a partition takes no lock on the engine's tables (decision record 51): with a
+    transaction of another connection reading scheduler_run, _step and _job (as every worker's
+    does) the drop goes through at its first try, within a 1 s lock timeout. While the history
+    had foreign keys to them, the drop waited for an ACCESS EXCLUSIVE lock on each."""
+    import psycopg
+
+    from scheduler import partitions
+
+    monkeypatch.setattr(partitions, "DDL_LOCK_TIMEOUT", "1s")
+    monkeypatch.setattr(partitions, "DROP_ATTEMPTS", 1)
+    day = timezone.now().astimezone(UTC).date() - timedelta(days=45)
+    partition_ensure(HISTORY, day)
+    partition_ensure(EVENTS, day)
+    name = f"scheduler_taskexecutionhistory_p{day:%Y%m%d}"
+    db = connection.settings_dict
+    with psycopg.connect(
+        dbname=db["NAME"], host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], password=db["PASSWORD"]
+    ) as reader:
+        reader.execute(
+            "SELECT (SELECT count(*) FROM scheduler_run), (SELECT count(*) FROM scheduler_step),"
+            " (SELECT count(*) FROM scheduler_job), (SELECT count(*) FROM auth_user)"
+        )  # its transaction stays open, holding those tables' ACCESS SHARE locks
+        done = partitions_drop_expired(now=timezone.now(), tables=KEPT_TABLES[:2])
+        reader.rollback()
+
+    assert name in done.dropped and f"scheduler_runevent_p{day:%Y%m%d}" in done.dropped
+    assert name not in _names(HISTORY)
+
+
 def test_archive__loaded_back_into_a_table_of_its_own(owner: Any, sas: dict[str, Any]) -> None:
     day = timezone.now().astimezone(UTC).date() - timedelta(days=40)
     partition_ensure(HISTORY, day)
