@@ -126,6 +126,12 @@ EXECUTE FUNCTION sas_run_key_release();
 -- the claim statement all test not_before <= now) - so no claim path needs to know about pauses.
 -- A step that becomes Pending while its scope is paused (a reply's next step, a retry, a new
 -- run, a compensation, an admission) is held by the BEFORE trigger below as it is written.
+-- The jobs of a paused scope are held the same way: every ScheduledJob row of theirs that has
+-- a due time gets next_execution_at = sas_held(), out of the dispatcher's due range (its claim,
+-- its shard lease and its wake-up all test next_execution_at <= now), so the dispatcher does
+-- not fire their occurrences and pays nothing for them; the resume puts each `next` row back at
+-- its occurrence's time, so the dispatcher sees the occurrences missed while paused as a
+-- misfire and applies the job's catch-up policy (scheduler/jobs.md, "Misfires").
 -- ---------------------------------------------------------------------------------------------
 
 -- held: the not_before of a held step. Not 'infinity': Python's datetime (Django, psycopg) cannot
@@ -162,6 +168,39 @@ WHEN (NEW.process_state = 'pending')
 EXECUTE FUNCTION sas_step_hold();
 
 
+-- job_paused: is the job in a paused scope (its owner's, or its workflow's)?
+CREATE OR REPLACE FUNCTION sas_job_paused(p_job_id bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM scheduler_job AS j JOIN scheduler_pause AS p
+            ON (p.scope = 'owner' AND p.owner_id = j.owner_id)
+            OR (p.scope = 'workflow' AND p.workflow = j.workflow)
+        WHERE j.id = p_job_id
+    )
+$$;
+
+-- A ScheduledJob row given a due time while its job's scope is paused (a new job's first
+-- occurrence, a job resumed or edited, a retry, a parked row unparked by a run's end, a
+-- dependency's or a catch-up's queued row) is held as it is written. Parked rows (NULL) stay
+-- parked: a pause of the job itself (scheduled_park_all) parks held rows as it parks due ones.
+CREATE OR REPLACE FUNCTION sas_scheduled_hold() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- No pause at all (the common case): one probe of an empty table.
+    IF EXISTS (SELECT 1 FROM scheduler_pause) AND sas_job_paused(NEW.job_id) THEN
+        NEW.next_execution_at := sas_held();
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE OR REPLACE TRIGGER scheduled_hold_if_paused
+BEFORE INSERT OR UPDATE OF next_execution_at ON scheduler_scheduledjob
+FOR EACH ROW
+WHEN (NEW.next_execution_at IS NOT NULL AND NEW.next_execution_at <> sas_held())
+EXECUTE FUNCTION sas_scheduled_hold();
+
+
 -- pauses_hold: every Pending step of every paused scope not yet held, held (the pause's own
 -- statement, and the supervisor's every tick: a step made Pending by a statement that started
 -- before the pause committed did not see it). Nothing to do without a pause.
@@ -191,19 +230,49 @@ END;
 $$;
 
 
+-- occurrences_hold: every ScheduledJob row with a due time of every paused scope's jobs, held
+-- (the pause's own transaction, and the supervisor's every tick: a dispatcher batch that
+-- claimed before the pause committed writes its rows after it). One statement; nothing to do
+-- without a pause. Jobs by owner through scheduler_job's owner index, their rows through the
+-- (job, scheduled_for, attempt) unique index.
+CREATE OR REPLACE FUNCTION sas_occurrences_hold() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_held integer;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM scheduler_pause) THEN
+        RETURN 0;
+    END IF;
+    UPDATE scheduler_scheduledjob AS sj
+    SET next_execution_at = sas_held()
+    FROM scheduler_job AS j JOIN scheduler_pause AS p
+        ON (p.scope = 'owner' AND p.owner_id = j.owner_id)
+        OR (p.scope = 'workflow' AND p.workflow = j.workflow)
+    WHERE sj.job_id = j.id AND sj.next_execution_at IS NOT NULL AND sj.next_execution_at <> sas_held();
+    GET DIAGNOSTICS v_held = ROW_COUNT;
+    RETURN v_held;
+END;
+$$;
+
+
 -- pause_release: the pause ends (its row deleted: the operator's resume). Its scope's held steps
 -- not held by another pause are due now; the deadlines of its unfinished work are shifted by
 -- the time it was paused (frozen while paused): the whole-step deadline (close_by) of Pending and
 -- Waiting steps, and a job occurrence's schedule-to-start (expires_at). A Processing step past
 -- its attempt's deadline, which the sweep left alone while paused, is swept at the next tick (its
--- attempt did end). Returns {"released": steps due again, "paused_seconds": the pause's length},
--- or NULL when no such pause (resumed already).
+-- attempt did end). Its jobs' held ScheduledJob rows come back: a `next` row due at its
+-- occurrence's time (past, when the pause outlasted it: the dispatcher then applies the job's
+-- catch-up policy to the occurrences missed, as after its own downtime - scheduler/jobs.md,
+-- "Misfires"; the occurrence's jitter is not applied again), a queued or retry row due now.
+-- Returns {"released": steps due again, "occurrences": ScheduledJob rows due again,
+-- "paused_seconds": the pause's length}, or NULL when no such pause (resumed already).
 CREATE OR REPLACE FUNCTION sas_pause_release(p_pause_id bigint) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_pause record;
     v_paused interval;
     v_released integer;
+    v_occurrences integer;
 BEGIN
     DELETE FROM scheduler_pause WHERE id = p_pause_id RETURNING * INTO v_pause;
     IF NOT FOUND THEN
@@ -227,24 +296,39 @@ BEGIN
         FROM scope
         WHERE s.id = scope.id AND NOT sas_paused(s.owner_id, s.run_id)
         RETURNING s.process_state, s.not_before
+    ), occurrences AS (
+        -- Held rows are the far end of the due index (next_execution_at = sas_held()).
+        UPDATE scheduler_scheduledjob AS sj
+        SET next_execution_at = CASE WHEN sj.kind = 'next' THEN sj.scheduled_for ELSE statement_timestamp() END
+        FROM scheduler_job AS j
+        WHERE sj.next_execution_at = sas_held() AND j.id = sj.job_id
+          AND ((v_pause.scope = 'owner' AND j.owner_id = v_pause.owner_id)
+               OR (v_pause.scope = 'workflow' AND j.workflow = v_pause.workflow))
+          AND NOT sas_job_paused(j.id)
+        RETURNING sj.id
     )
-    SELECT count(*) FILTER (WHERE process_state = 'pending') INTO v_released FROM released;
-    RETURN jsonb_build_object('released', v_released, 'paused_seconds', extract(epoch FROM v_paused));
+    SELECT count(*) FILTER (WHERE process_state = 'pending'), (SELECT count(*) FROM occurrences)
+    INTO v_released, v_occurrences FROM released;
+    RETURN jsonb_build_object('released', v_released, 'occurrences', v_occurrences,
+                              'paused_seconds', extract(epoch FROM v_paused));
 END;
 $$;
 
 
--- holds_reconcile: the supervisor's tick - hold what a pause missed (sas_pauses_hold), and give
+-- holds_reconcile: the supervisor's tick - hold what a pause missed (sas_pauses_hold, and
+-- sas_occurrences_hold for its jobs' occurrences), and give
 -- any free slot to its key's waiters (a key whose release was rolled back with its transaction,
 -- a limit raised). Bounded: p_batch keys; a key another transaction is admitting is skipped.
 CREATE OR REPLACE FUNCTION sas_holds_reconcile(p_batch integer) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_held integer;
+    v_occurrences integer;
     v_admitted uuid[] := '{}';
     r record;
 BEGIN
     v_held := sas_pauses_hold();
+    v_occurrences := sas_occurrences_hold();
     FOR r IN
         SELECT DISTINCT owner_id, concurrency_key FROM scheduler_run
         WHERE concurrency_key IS NOT NULL AND state = 'pending' AND admitted_at IS NULL
@@ -253,6 +337,7 @@ BEGIN
     LOOP
         v_admitted := v_admitted || sas_key_admit(r.owner_id, r.concurrency_key, false);
     END LOOP;
-    RETURN jsonb_build_object('held', v_held, 'admitted', cardinality(v_admitted));
+    RETURN jsonb_build_object('held', v_held, 'held_occurrences', v_occurrences,
+                              'admitted', cardinality(v_admitted));
 END;
 $$;
