@@ -142,11 +142,16 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- paused: is the step of (owner, run) in a paused scope?
+-- PL/pgSQL, not SQL: a SQL function called from a trigger's PL/pgSQL expression is planned again
+-- at every call (157 us a row on this machine, against a few with PL/pgSQL's cached plans;
+-- bench/pause.py, decision 52) - and the triggers below call these once per row written.
 CREATE OR REPLACE FUNCTION sas_paused(p_owner bigint, p_run_id uuid) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT 1 FROM scheduler_pause WHERE scope = 'owner' AND owner_id = p_owner)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM scheduler_pause WHERE scope = 'owner' AND owner_id = p_owner)
         OR EXISTS (SELECT 1 FROM scheduler_pause AS p JOIN scheduler_run AS r ON r.workflow = p.workflow
-                   WHERE p.scope = 'workflow' AND r.id = p_run_id)
+                   WHERE p.scope = 'workflow' AND r.id = p_run_id);
+END;
 $$;
 
 CREATE OR REPLACE FUNCTION sas_step_hold() RETURNS trigger
@@ -168,36 +173,55 @@ WHEN (NEW.process_state = 'pending')
 EXECUTE FUNCTION sas_step_hold();
 
 
--- job_paused: is the job in a paused scope (its owner's, or its workflow's)?
+-- job_paused: is the job in a paused scope (its owner's, or its workflow's)? PL/pgSQL: see
+-- sas_paused.
 CREATE OR REPLACE FUNCTION sas_job_paused(p_job_id bigint) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN EXISTS (
         SELECT 1 FROM scheduler_job AS j JOIN scheduler_pause AS p
             ON (p.scope = 'owner' AND p.owner_id = j.owner_id)
             OR (p.scope = 'workflow' AND p.workflow = j.workflow)
         WHERE j.id = p_job_id
-    )
+    );
+END;
 $$;
 
 -- A ScheduledJob row given a due time while its job's scope is paused (a new job's first
 -- occurrence, a job resumed or edited, a retry, a parked row unparked by a run's end, a
--- dependency's or a catch-up's queued row) is held as it is written. Parked rows (NULL) stay
--- parked: a pause of the job itself (scheduled_park_all) parks held rows as it parks due ones.
+-- dependency's or a catch-up's queued row) is held at the end of the statement that wrote it,
+-- in its transaction (nobody sees it due). Parked rows (NULL) stay parked: a pause of the job
+-- itself (scheduled_park_all) parks held rows as it parks due ones.
+-- Once per statement, not per row: the dispatcher writes a row per occurrence it fires (the next
+-- row moved on, queued rows), and a row trigger cost 14 us a row with no pause at all against
+-- one probe of the empty scheduler_pause per statement here (bench/pause.py, decision 52).
+-- Its own UPDATE fires it again, with only held rows: the second test below ends that.
 CREATE OR REPLACE FUNCTION sas_scheduled_hold() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    -- No pause at all (the common case): one probe of an empty table.
-    IF EXISTS (SELECT 1 FROM scheduler_pause) AND sas_job_paused(NEW.job_id) THEN
-        NEW.next_execution_at := sas_held();
+    IF NOT EXISTS (SELECT 1 FROM scheduler_pause)
+       OR NOT EXISTS (SELECT 1 FROM written WHERE next_execution_at <> sas_held()) THEN
+        RETURN NULL;
     END IF;
-    RETURN NEW;
+    UPDATE scheduler_scheduledjob AS sj
+    SET next_execution_at = sas_held()
+    FROM written AS w
+    WHERE sj.id = w.id AND w.next_execution_at <> sas_held() AND sas_job_paused(w.job_id);
+    RETURN NULL;
 END;
 $$;
 
-CREATE OR REPLACE TRIGGER scheduled_hold_if_paused
-BEFORE INSERT OR UPDATE OF next_execution_at ON scheduler_scheduledjob
-FOR EACH ROW
-WHEN (NEW.next_execution_at IS NOT NULL AND NEW.next_execution_at <> sas_held())
+-- Two triggers, one function: PostgreSQL gives transition tables to one-event triggers only.
+CREATE OR REPLACE TRIGGER scheduled_hold_if_paused_insert
+AFTER INSERT ON scheduler_scheduledjob
+REFERENCING NEW TABLE AS written
+FOR EACH STATEMENT
+EXECUTE FUNCTION sas_scheduled_hold();
+
+CREATE OR REPLACE TRIGGER scheduled_hold_if_paused_update
+AFTER UPDATE ON scheduler_scheduledjob
+REFERENCING NEW TABLE AS written
+FOR EACH STATEMENT
 EXECUTE FUNCTION sas_scheduled_hold();
 
 
