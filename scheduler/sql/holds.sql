@@ -203,10 +203,13 @@ BEGIN
        OR NOT EXISTS (SELECT 1 FROM written WHERE next_execution_at <> sas_held()) THEN
         RETURN NULL;
     END IF;
+    -- Set-based (a join, not sas_job_paused per row: 16 us a row while another owner is paused).
     UPDATE scheduler_scheduledjob AS sj
     SET next_execution_at = sas_held()
-    FROM written AS w
-    WHERE sj.id = w.id AND w.next_execution_at <> sas_held() AND sas_job_paused(w.job_id);
+    FROM written AS w JOIN scheduler_job AS j ON j.id = w.job_id JOIN scheduler_pause AS p
+        ON (p.scope = 'owner' AND p.owner_id = j.owner_id)
+        OR (p.scope = 'workflow' AND p.workflow = j.workflow)
+    WHERE sj.id = w.id AND w.next_execution_at <> sas_held();
     RETURN NULL;
 END;
 $$;
