@@ -103,7 +103,8 @@ def tick_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
             Pause.objects.all().delete()
             # The other customer's jobs: a day away (not due in any set-up; held when paused).
             sql(
-                "UPDATE scheduler_scheduledjob SET scheduled_for = date_trunc('minute', now()) + interval '1 day',"
+                "UPDATE scheduler_scheduledjob"
+                " SET scheduled_for = date_trunc('minute', now()) + interval '1 day',"
                 " next_execution_at = date_trunc('minute', now()) + interval '1 day'"
                 " WHERE job_id IN (SELECT id FROM scheduler_job WHERE owner_id = %s)",
                 [paused],
@@ -187,7 +188,8 @@ def trigger_writes(busy: int, paused: int, reps: int) -> dict[str, list[float]]:
                 with connection.cursor() as cursor:
                     t = time.perf_counter()
                     cursor.execute(
-                        "UPDATE scheduler_scheduledjob SET next_execution_at = scheduled_for + interval '1 minute'"
+                        "UPDATE scheduler_scheduledjob"
+                        " SET next_execution_at = scheduled_for + interval '1 minute'"
                         " WHERE job_id IN (SELECT id FROM scheduler_job WHERE owner_id = %s)",
                         [busy],
                     )
@@ -288,7 +290,9 @@ def live_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     from scheduler.services import pause_create, pause_resume
 
     reset()
-    target, *others = users(["pause-bench-target", *[f"pause-bench-other-{i}" for i in range(args.customers)]])
+    target, *others = users(
+        ["pause-bench-target", *[f"pause-bench-other-{i}" for i in range(args.customers)]]
+    )
     url = f"{env['SIMULATOR_URL']}/echo?delay_ms={args.delay_ms}"
     logs = log_dir()
     print(f"\nlive: logs in {logs}", flush=True)
@@ -368,7 +372,9 @@ def live_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--customers", type=int, default=10, help="other customers running")
     parser.add_argument("--rate", type=float, default=2.0, help="runs a second per customer")
     parser.add_argument("--delay-ms", type=int, default=100)

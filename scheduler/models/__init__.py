@@ -20,6 +20,7 @@ from .runs import (
 )
 
 __all__ = [
+    "HELD",
     "NON_NEGATIVE",
     "RUN_TERMINAL_STATES",
     "RUN_UNFINISHED_STATES",
