@@ -298,7 +298,9 @@ def live_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     print(f"\nlive: logs in {logs}", flush=True)
     procs = start_stack(env, logs)
     stop = threading.Event()
-    subs = [Submitter(owner, url, args.rate, stop) for owner in [target, *others]]
+    subs = [Submitter(target, url, args.target_rate or args.rate, stop)]
+    subs += [Submitter(owner, url, args.rate, stop) for owner in others]
+    released_steps: list[int] = []
     effects: list[float] = []
     late: list[int] = []
     windows: list[tuple[Any, Any, Any, Any]] = []
@@ -316,7 +318,7 @@ def live_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
             last = max(dispatched, default=before)
             effects.append((last - before).total_seconds())
             late.append(sum(1 for t in dispatched if t > committed))
-            pause_resume(pause_id=pause.pk)
+            released_steps.append(pause_resume(pause_id=pause.pk).released)
             after = db_now()
             time.sleep(args.gap)
             windows.append((committed, resumed_at, after, db_now()))
@@ -336,6 +338,8 @@ def live_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     free_s = sum((e - a).total_seconds() for _, _, a, e in windows)
     in_pause = sum(len(attempts(others, c, r)) for c, r, _, _ in windows)
     outside = sum(len(attempts(others, a, e)) for _, _, a, e in windows)
+    target_outside = sum(len(attempts([target], a, e)) for _, _, a, e in windows)
+    target_free_rate = target_outside / free_s if free_s else float("nan")
     others_paused_rate = in_pause / paused_s if paused_s else float("nan")
     others_free_rate = outside / free_s if free_s else float("nan")
     result = {
@@ -350,12 +354,15 @@ def live_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         "dispatched_after_commit": late,
         "others_dispatch_per_s_while_paused": others_paused_rate,
         "others_dispatch_per_s_otherwise": others_free_rate,
+        "target_dispatch_per_s_otherwise": target_free_rate,
+        "target_steps_released_per_resume": released_steps,
         "submit_errors": sum(s.errors for s in subs),
         "submitted": sum(s.submitted for s in subs),
     }
     print(
         f"\nA pause taking effect ({args.pauses} pauses of {args.held:g} s, {args.customers} other "
-        f"customers submitting {args.rate:g} runs/s each, {args.delay_ms} ms calls):"
+        f"customers submitting {args.rate:g} runs/s each, the paused one "
+        f"{args.target_rate or args.rate:g}/s, {args.delay_ms} ms calls):"
     )
     print(
         f"  effect p50 {result['effect_p50_s'] * 1000:.0f} ms, p99 {result['effect_p99_s'] * 1000:.0f} ms, "
@@ -363,6 +370,10 @@ def live_bench(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         f"{'met' if result['effect_max_s'] <= 1.0 else 'MISSED'}"
     )
     print(f"  paused customer's attempts dispatched after the pause's commit: {late} (sum {sum(late)})")
+    print(
+        f"  the paused customer's dispatches outside its pauses: {target_free_rate:.1f}/s; its held "
+        f"steps released at each resume: {released_steps}"
+    )
     print(
         f"  other customers' dispatches: {others_paused_rate:.1f}/s while one is paused, "
         f"{others_free_rate:.1f}/s otherwise (ratio {others_paused_rate / others_free_rate:.2f}); "
@@ -377,6 +388,9 @@ def main() -> None:
     )
     parser.add_argument("--customers", type=int, default=10, help="other customers running")
     parser.add_argument("--rate", type=float, default=2.0, help="runs a second per customer")
+    parser.add_argument(
+        "--target-rate", type=float, default=0.0, help="runs a second of the paused customer (default --rate)"
+    )
     parser.add_argument("--delay-ms", type=int, default=100)
     parser.add_argument("--pauses", type=int, default=10)
     parser.add_argument("--held", type=float, default=3.0, help="seconds each pause lasts")

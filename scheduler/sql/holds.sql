@@ -154,13 +154,24 @@ BEGIN
 END;
 $$;
 
+-- The pause that holds the step is locked FOR KEY SHARE until this transaction ends: a resume
+-- (its DELETE) waits for it, then releases the step it can now see. Without the lock a resume
+-- racing this write released the held steps it saw, not this one, which stayed held with no
+-- pause (bench/pause.py found four such steps in 1,400; decision 52). A resume that deleted the
+-- pause first makes this lock wait for its commit, then find no pause: the step is not held.
 CREATE OR REPLACE FUNCTION sas_step_hold() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     -- No pause at all (the common case): one probe of an empty table.
-    IF NEW.not_before <> sas_held() AND EXISTS (SELECT 1 FROM scheduler_pause)
-       AND sas_paused(NEW.owner_id, NEW.run_id) THEN
-        NEW.not_before := sas_held();
+    IF NEW.not_before <> sas_held() AND EXISTS (SELECT 1 FROM scheduler_pause) THEN
+        PERFORM 1 FROM scheduler_pause AS p
+        WHERE (p.scope = 'owner' AND p.owner_id = NEW.owner_id)
+           OR (p.scope = 'workflow'
+               AND p.workflow = (SELECT r.workflow FROM scheduler_run AS r WHERE r.id = NEW.run_id))
+        FOR KEY SHARE;
+        IF FOUND THEN
+            NEW.not_before := sas_held();
+        END IF;
     END IF;
     RETURN NEW;
 END;
@@ -195,12 +206,27 @@ $$;
 -- Once per statement, not per row: the dispatcher writes a row per occurrence it fires (the next
 -- row moved on, queued rows), and a row trigger cost 14 us a row with no pause at all against
 -- one probe of the empty scheduler_pause per statement here (bench/pause.py, decision 52).
--- Its own UPDATE fires it again, with only held rows: the second test below ends that.
+-- Its own UPDATE fires it again, with only held rows: the second test below ends that. The
+-- pauses that hold the rows are locked FOR KEY SHARE to this transaction's end first, as
+-- sas_step_hold does (a resume waits for this write, then releases its rows); the UPDATE after
+-- the lock reads a fresh snapshot, so a pause a resume deleted meanwhile holds nothing.
 CREATE OR REPLACE FUNCTION sas_scheduled_hold() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM scheduler_pause)
        OR NOT EXISTS (SELECT 1 FROM written WHERE next_execution_at <> sas_held()) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM 1 FROM scheduler_pause AS p
+    WHERE EXISTS (
+        SELECT 1 FROM written AS w JOIN scheduler_job AS j ON j.id = w.job_id
+        WHERE w.next_execution_at <> sas_held()
+          AND ((p.scope = 'owner' AND p.owner_id = j.owner_id)
+               OR (p.scope = 'workflow' AND p.workflow = j.workflow))
+    )
+    ORDER BY p.id
+    FOR KEY SHARE;
+    IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     -- Set-based (a join, not sas_job_paused per row: 16 us a row while another owner is paused).

@@ -6,18 +6,21 @@ transaction on a virtual clock (sastools/testkit) - hours pass at once."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 
 from sastools.testkit import VirtualClock, virtual_clock
 from scheduler.dispatcher.selectors import job_list
-from scheduler.models import HELD, Job, Pause, ScheduledJob, TaskExecutionHistory
+from scheduler.models import HELD, Job, Pause, ScheduledJob, Step, TaskExecutionHistory
 from scheduler.services import holds_reconcile, job_pause, job_resume, pause_create, pause_resume
+from tests.engine_workflow import submit
 
 from .jobs_support import complete, dispatch, new_job, runs_of
 
@@ -162,3 +165,44 @@ def test_two_pauses__resume_of_one__the_other_still_holds(user, clock):
     pause_create(workflow=job.workflow, reason="vendor outage", by="admin:op")
     assert pause_resume(pause_id=by_owner.id).occurrences == 0
     assert _next(job).next_execution_at == HELD
+
+
+def test_resume_racing_writes_the_pause_holds__waits_for_them_then_releases_them(transactional_db, user):
+    """A write held by a pause and not yet committed when the resume comes (a submit, a job
+    created): the resume waits for it (the hold's key-share lock on the pause) and releases what
+    it wrote, which otherwise stayed held with no pause (bench/pause.py found such steps)."""
+    pause = pause_create(owner_id=user.id, reason="r", by="admin:op")
+    written, finish = threading.Event(), threading.Event()
+    made: dict[str, Any] = {}
+
+    def writer() -> None:
+        try:
+            with transaction.atomic():
+                made["run"] = submit(user)
+                made["job"] = new_job(user, name="raced")
+                written.set()
+                finish.wait(30)
+        finally:
+            connection.close()
+
+    def resumer() -> None:
+        try:
+            made["released"] = pause_resume(pause_id=pause.id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=resumer)]
+    threads[0].start()
+    assert written.wait(30)
+    threads[1].start()
+    time.sleep(0.5)
+    waited = threads[1].is_alive()  # the resume waits for the write
+    finish.set()
+    for t in threads:
+        t.join(30)
+
+    assert waited
+    assert made["released"].released == 1 and made["released"].occurrences == 1
+    step = Step.objects.get(run=made["run"], seq=0, kind="forward")
+    assert step.not_before < HELD
+    assert _next(made["job"]).next_execution_at < HELD
