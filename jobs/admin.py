@@ -47,7 +47,7 @@ from scheduler.limits import (
     SYSTEM_PRIORITY,
     LimitExceeded,
 )
-from scheduler.models import Job
+from scheduler.models import HELD, Job
 from scheduler.permissions import staff_may
 from scheduler.services.jobs import JobStateError, job_delete, job_pause, job_resume, job_run_now
 from scheduler.workflows import WorkflowInputError
@@ -71,6 +71,16 @@ STATE_FIELDS = (
 )
 SHOWN_FIELDS = ("scheduled_rows", "history_rows", "runs")
 ACTION_NAMES = {"pause": "pause_jobs", "resume": "resume_jobs", "run_now": "run_jobs_now"}
+
+
+def _due_text(due: Any) -> str:
+    """A scheduled row's due time: parked (waits for its job's run, or its resume), held (its
+    owner or workflow paused by an operator: scheduler/holds.md), or the time."""
+    if due is None:
+        return "parked"
+    if due >= HELD:
+        return "held (paused)"
+    return compact_time(due)
 
 
 def _rows_table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], *, empty: str) -> SafeString:
@@ -325,7 +335,7 @@ class JobAdmin(BoundedChangeListMixin, admin.ModelAdmin):
                     row.reason,
                     compact_time(row.scheduled_for),
                     row.attempt,
-                    compact_time(row.next_execution_at) if row.next_execution_at else "parked",
+                    _due_text(row.next_execution_at),
                 )
                 for row in rows
             ],

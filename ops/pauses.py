@@ -61,7 +61,11 @@ def pause_end(*, user: AbstractBaseUser, pause_id: int, reason: str) -> float:
             user=user,
             reason=why,
             target=target,
-            detail={"released": released.released, "paused_seconds": round(released.paused_seconds, 3)},
+            detail={
+                "released": released.released,
+                "occurrences": released.occurrences,
+                "paused_seconds": round(released.paused_seconds, 3),
+            },
         )
     return released.paused_seconds
 

@@ -7,7 +7,9 @@
 -- scheduledjob_due_idx), with their jobs locked too, skipping any row or job another dispatcher,
 -- a "run now", an edit or a settle holds. Locked until the batch commits: a crash before
 -- commit leaves them due; two dispatchers never hold the same row. Paused jobs have no due rows
--- (pause removes or parks them); the enabled test guards a race with a pause. The shard of a
+-- (pause removes or parks them); the enabled test guards a race with a pause. The jobs of an
+-- owner or a workflow an operator paused have none either: their rows are held beyond the due
+-- range (year 9999; scheduler/holds.md), so this claim needs no test of pauses. The shard of a
 -- row is a hash of its job (`shard_of` in scheduler/dispatcher/transitions.py says the same):
 -- every row of a job is in one shard, so a job's queued rows are started in order by one
 -- dispatcher. The job's columns come with the row (`j.*`): the batch decides with them, and

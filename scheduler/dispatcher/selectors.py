@@ -23,21 +23,25 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from scheduler.models import Job, JobDependency, Run, ScheduledJob, TaskExecutionHistory
+from scheduler.models import HELD, Job, JobDependency, Run, ScheduledJob, TaskExecutionHistory
 from scheduler.outcomes import run_undone
 
 from .cron import ALIASES, cron_normalise
 
 
 def job_annotate(queryset: QuerySet[Job]) -> QuerySet[Job]:
-    """`queryset` with each job's `next_run_at` (its next row's due time), `last_run_state`,
+    """`queryset` with each job's `next_run_at` (its next row's due time; None while held by a
+    pause), `last_run_state`,
     `last_run_at` and `last_run_undone` (its latest run, and whether any of its work was undone:
     scheduler/outcomes.py) and `work_left` (a finished job whose run has not ended and been
     settled, or with a retry or a buffered occurrence still to start: issue 28, a one-off job is
     active until its run ends): subqueries that run per row fetched (a page) only, `work_left`
     only for a finished job."""
     latest = Run.objects.filter(job_id=OuterRef("pk")).order_by("-created_at")
-    nxt = ScheduledJob.objects.filter(job_id=OuterRef("pk"), kind=ScheduledJob.Kind.NEXT)
+    # A next row held by an operator's pause (scheduler/holds.md) is not scheduled: null.
+    nxt = ScheduledJob.objects.filter(
+        job_id=OuterRef("pk"), kind=ScheduledJob.Kind.NEXT, next_execution_at__lt=HELD
+    )
     unsettled = Run.objects.filter(job_id=OuterRef("pk"), job_settled=False)
     queued = ScheduledJob.objects.filter(job_id=OuterRef("pk"))
     return queryset.annotate(

@@ -6,7 +6,7 @@ classes moved, the tables did not): `runs` (runs, steps), `history` (attempts, r
 from .base import NON_NEGATIVE, row_check
 from .dependencies import DependencyCondition, DependencyGate, DependencyOutcome, JobDependency
 from .history import HistoryStatus, RunEvent, TaskExecutionHistory
-from .holds import Pause
+from .holds import HELD, Pause
 from .jobs import DispatcherShard, Job, OverlapPolicy, ScheduledJob, ScheduledJobKind
 from .longwork import Checkpoint, HeartbeatState, HeartbeatStatus
 from .runs import (
@@ -20,6 +20,7 @@ from .runs import (
 )
 
 __all__ = [
+    "HELD",
     "NON_NEGATIVE",
     "RUN_TERMINAL_STATES",
     "RUN_UNFINISHED_STATES",

@@ -1,12 +1,19 @@
 """Pauses (issue 30): an operator holds a whole owner (tenant) or a whole workflow. The engine
 knows no domain - a pause names an owner id or a workflow name, nothing else. While a row is
-here, no step of its scope is claimed (scheduler/sql/holds.sql); deleting it resumes."""
+here, no step of its scope is claimed and no occurrence of its jobs is fired
+(scheduler/sql/holds.sql); deleting it resumes."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+# What a held step's not_before and a held job occurrence's next_execution_at are: holds.sql's
+# sas_held() (year 9999, the last Python can load; tests/scheduler/test_holds.py pins the two).
+HELD = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 class Pause(models.Model):

@@ -164,7 +164,9 @@ class ScheduledJob(models.Model):
     the partial index `scheduledjob_due_idx`, a range scan however many jobs there are.
 
     `next_execution_at` NULL means parked: the row waits for the job's running run to end (its
-    end makes the oldest parked row due), or for the job to be resumed.
+    end makes the oldest parked row due), or for the job to be resumed. `HELD` (year 9999) means
+    held: the job's owner or workflow is paused by an operator (scheduler/holds.md); the resume
+    gives it back its due time.
     """
 
     Kind = ScheduledJobKind

@@ -30,7 +30,8 @@ class PauseRefused(ValueError):
 def pause_create(*, owner_id: int | None = None, workflow: str = "", reason: str, by: str) -> Pause:
     """Pause a whole owner (`owner_id`) or a whole workflow (`workflow`): from its commit no step
     of the scope is claimed (its Pending steps held now, later ones as they become Pending);
-    steps already Processing finish; the supervisor leaves the scope's deadlines alone.
+    steps already Processing finish; the supervisor leaves the scope's deadlines alone; the jobs
+    dispatcher fires none of the scope's jobs' occurrences (their ScheduledJob rows held).
 
     Invariant: exactly one scope, a known owner or a registered workflow, a reason; one pause per
     scope (PauseRefused otherwise, nothing written). Transaction: its own, or the caller's (the
@@ -56,18 +57,22 @@ def pause_create(*, owner_id: int | None = None, workflow: str = "", reason: str
                 scope=scope, owner_id=owner_id, workflow=workflow, reason=reason.strip(), paused_by=by
             )
             held = transitions.pauses_hold()
+            occurrences = transitions.occurrences_hold()
     except IntegrityError as exc:
         raise PauseRefused({"scope": "already paused"}) from exc
     pause.refresh_from_db(fields=["created_at"])
-    logger.warning("paused %s by %s: %d pending step(s) held", pause, by, held)
+    logger.warning(
+        "paused %s by %s: %d pending step(s), %d job occurrence(s) held", pause, by, held, occurrences
+    )
     return pause
 
 
 def pause_resume(*, pause_id: int) -> transitions.Released:
     """End a pause: its scope's held steps are due at once (a kick after commit), the deadlines
     of its unfinished work shifted by the paused time; the jobs whose occurrences it held fire
-    by their catch-up policy (the dispatcher sees them as missed). PauseRefused when it has
-    ended already. Transaction: the caller's (or its own statement)."""
+    by their catch-up policy (each next row due at its occurrence's time: the dispatcher sees
+    the ones missed while paused as a misfire). PauseRefused when it has ended already.
+    Transaction: the caller's (or its own statement)."""
     released = transitions.pause_release(pause_id=pause_id)
     if released is None:
         raise PauseRefused({"pause": "not paused (resumed already?)"})

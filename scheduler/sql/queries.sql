@@ -28,7 +28,7 @@ SELECT sas_step_fail(%(ids)s::bigint[], %(leases)s::uuid[], %(errors)s::text[], 
 SELECT sas_run_skip_unstarted(%(batch)s)
 
 -- name: holds_reconcile
--- The supervisor's tick: pauses' missed steps held, keys' free slots given (holds.sql).
+-- The supervisor's tick: pauses' missed steps and occurrences held, keys' free slots given (holds.sql).
 SELECT sas_holds_reconcile(%(batch)s)
 
 -- name: runs_key_hold
@@ -37,6 +37,10 @@ SELECT sas_runs_key_hold(%(run_ids)s::uuid[], %(keys)s::text[], %(limits)s::inte
 
 -- name: pauses_hold
 SELECT sas_pauses_hold()
+
+-- name: occurrences_hold
+-- The jobs of paused scopes: their ScheduledJob rows with a due time held (holds.sql).
+SELECT sas_occurrences_hold()
 
 -- name: pause_release
 SELECT sas_pause_release(%(pause_id)s)

@@ -25,30 +25,50 @@ def runs_key_hold(*, run_ids: Sequence[uuid.UUID], keys: Sequence[str], limits: 
 class Reconciled:
     held: int
     admitted: int
+    # ScheduledJob rows of paused scopes' jobs held (a dispatcher batch that raced the pause).
+    held_occurrences: int = 0
 
 
 def holds_settle(*, batch: int) -> Reconciled:
-    """Pending steps of paused scopes not yet held, held; up to `batch` keys with waiters given
-    their free slots (sas_holds_reconcile)."""
+    """Pending steps and job occurrences of paused scopes not yet held, held; up to `batch` keys
+    with waiters given their free slots (sas_holds_reconcile)."""
     data = _scalar_json("holds_reconcile", {"batch": batch})
-    return Reconciled(held=int(data["held"]), admitted=int(data["admitted"]))
+    return Reconciled(
+        held=int(data["held"]),
+        admitted=int(data["admitted"]),
+        held_occurrences=int(data["held_occurrences"]),
+    )
 
 
 def pauses_hold() -> int:
-    """Every Pending step of every paused scope held (not_before = infinity). Steps held."""
+    """Every Pending step of every paused scope held (not_before = sas_held()). Steps held."""
     return int(_scalar_json("pauses_hold", {}))
+
+
+def occurrences_hold() -> int:
+    """Every ScheduledJob row with a due time of every paused scope's jobs held
+    (next_execution_at = sas_held(): the jobs dispatcher does not fire it). Rows held."""
+    return int(_scalar_json("occurrences_hold", {}))
 
 
 @dataclass(frozen=True)
 class Released:
     released: int
     paused_seconds: float
+    # The scope's jobs' ScheduledJob rows due again (a next row at its occurrence's time).
+    occurrences: int = 0
 
 
 def pause_release(*, pause_id: int) -> Released | None:
     """The pause row deleted; its scope's held steps due now and its unfinished work's deadlines
-    shifted by the paused time (sas_pause_release). None: no such pause (resumed already)."""
+    shifted by the paused time; its jobs' held occurrences back (a next row due at its
+    occurrence's time, so the dispatcher applies the job's catch-up policy to what was missed;
+    queued and retry rows due now) - sas_pause_release. None: no such pause (resumed already)."""
     data = _scalar_json("pause_release", {"pause_id": pause_id})
     if data is None:
         return None
-    return Released(released=int(data["released"]), paused_seconds=float(data["paused_seconds"]))
+    return Released(
+        released=int(data["released"]),
+        paused_seconds=float(data["paused_seconds"]),
+        occurrences=int(data["occurrences"]),
+    )

@@ -230,7 +230,7 @@ def test_queries__every_named_statement_is_loaded_once():
         "step_resume", "step_continue", "step_heartbeat", "checkpoint_page_begin", "checkpoint_advance",
         "heartbeat_complete", "runs_insert_many", "runs_cancel_unstarted", "run_skip_unstarted",
         "step_resubmit", "step_resubmit_in_place", "step_compensation_retry", "step_request_held",
-        "runs_key_hold", "pauses_hold", "pause_release", "holds_reconcile",
+        "runs_key_hold", "pauses_hold", "occurrences_hold", "pause_release", "holds_reconcile",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
