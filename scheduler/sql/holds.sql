@@ -144,7 +144,7 @@ $$;
 -- paused: is the step of (owner, run) in a paused scope?
 -- PL/pgSQL, not SQL: a SQL function called from a trigger's PL/pgSQL expression is planned again
 -- at every call (157 us a row on this machine, against a few with PL/pgSQL's cached plans;
--- bench/pause.py, decision 90) - and the triggers below call these once per row written.
+-- bench/pause.py, decision 52) - and the triggers below call these once per row written.
 CREATE OR REPLACE FUNCTION sas_paused(p_owner bigint, p_run_id uuid) RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -157,7 +157,7 @@ $$;
 -- The pause that holds the step is locked FOR KEY SHARE until this transaction ends: a resume
 -- (its DELETE) waits for it, then releases the step it can now see. Without the lock a resume
 -- racing this write released the held steps it saw, not this one, which stayed held with no
--- pause (bench/pause.py found four such steps in 1,400; decision 90). A resume that deleted the
+-- pause (bench/pause.py found four such steps in 1,400; decision 52). A resume that deleted the
 -- pause first makes this lock wait for its commit, then find no pause: the step is not held.
 CREATE OR REPLACE FUNCTION sas_step_hold() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -205,7 +205,7 @@ $$;
 -- itself (scheduled_park_all) parks held rows as it parks due ones.
 -- Once per statement, not per row: the dispatcher writes a row per occurrence it fires (the next
 -- row moved on, queued rows), and a row trigger cost 14 us a row with no pause at all against
--- one probe of the empty scheduler_pause per statement here (bench/pause.py, decision 90).
+-- one probe of the empty scheduler_pause per statement here (bench/pause.py, decision 52).
 -- Its own UPDATE fires it again, with only held rows: the second test below ends that. The
 -- pauses that hold the rows are locked FOR KEY SHARE to this transaction's end first, as
 -- sas_step_hold does (a resume waits for this write, then releases its rows); the UPDATE after
