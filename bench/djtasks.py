@@ -30,11 +30,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import POLL_INTERVAL, bench_environment, fmt_ms, log_dir, print_table, summary, truncate_engine
+from bench.common import (
+    POLL_INTERVAL,
+    bench_environment,
+    fmt_ms,
+    log_dir,
+    print_table,
+    summary,
+    truncate_engine,
+)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--burst", type=int, default=300)
     parser.add_argument("--workers", type=int, default=2)
@@ -149,7 +159,8 @@ def main() -> None:
     rows.append(
         (
             "ratio db / engine",
-            f"p50 {stats['db']['p50'] / stats['engine']['p50']:.2f}x  p99 {stats['db']['p99'] / stats['engine']['p99']:.2f}x"
+            f"p50 {stats['db']['p50'] / stats['engine']['p50']:.2f}x"
+            f"  p99 {stats['db']['p99'] / stats['engine']['p99']:.2f}x"
             f"  burst time {bursts['db'] / bursts['engine']:.2f}x",
         )
     )

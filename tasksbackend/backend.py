@@ -108,7 +108,8 @@ class EngineBackend(BaseTaskBackend):
         problems = [f"{q!r} -> {a!r}" for q, a in routes.items() if not str(a).startswith("agent.")]
         if problems:
             raise ImproperlyConfigured(
-                f"TASKS[{alias!r}] AGENT_QUEUES: an agent queue is named agent.<service>: {', '.join(problems)}"
+                f"TASKS[{alias!r}] AGENT_QUEUES: an agent queue is named agent.<service>:"
+                f" {', '.join(problems)}"
             )
         if "QUEUES" in params:
             unmapped = sorted(self.queues - set(routes))
@@ -128,11 +129,16 @@ class EngineBackend(BaseTaskBackend):
         this process (tasksbackend/registry.py) - the only way a function becomes runnable."""
         super().validate_task(task)
         if not isinstance(task, EngineTask):
-            raise InvalidTaskError(f"{task.module_path}: define it with @task while TASKS uses {type(self).__name__}")
-        policy = task.policy()
-        if not (policy.timeout > 0 and policy.max_failures >= 1 and 0 <= policy.backoff_base <= policy.backoff_max):
             raise InvalidTaskError(
-                f"{task.module_path}: timeout must be > 0, max_failures >= 1, 0 <= backoff_base <= backoff_max"
+                f"{task.module_path}: define it with @task while TASKS uses {type(self).__name__}"
+            )
+        policy = task.policy()
+        if not (
+            policy.timeout > 0 and policy.max_failures >= 1 and 0 <= policy.backoff_base <= policy.backoff_max
+        ):
+            raise InvalidTaskError(
+                f"{task.module_path}: timeout must be > 0, max_failures >= 1,"
+                " 0 <= backoff_base <= backoff_max"
             )
         if not all(isinstance(c, type) and issubclass(c, BaseException) for c in task.retry_on):
             raise InvalidTaskError(f"{task.module_path}: retry_on takes exception classes")
@@ -151,7 +157,9 @@ class EngineBackend(BaseTaskBackend):
         except (TypeError, ValueError) as exc:
             raise InvalidTaskError(f"{task.module_path}: arguments must be JSON values ({exc})") from exc
         run = run_submit(
-            workflow=task_workflow_name(alias=self.alias, queue_name=task.queue_name, module_path=task.module_path),
+            workflow=task_workflow_name(
+                alias=self.alias, queue_name=task.queue_name, module_path=task.module_path
+            ),
             input=arguments,
             owner_id=_owner.get(),
             priority=task.priority,
@@ -182,7 +190,8 @@ class EngineBackend(BaseTaskBackend):
         known = set(getattr(settings, "SAS_QUEUES", []))
         return [
             checks.Error(
-                f"TASKS[{self.alias!r}] routes queue {queue!r} to {agent_queue!r}, which is not in SAS_QUEUES",
+                f"TASKS[{self.alias!r}] routes queue {queue!r} to {agent_queue!r},"
+                " which is not in SAS_QUEUES",
                 hint="Name an agent queue a worker consumes (settings/monitoring.py SAS_QUEUES).",
                 id="tasksbackend.E001",
             )

@@ -112,7 +112,9 @@ def _result(run: Run) -> TaskResult[Any]:
         enqueued_at=run.created_at,
         started_at=attempts[0].started_at if attempts else None,
         last_attempted_at=attempts[-1].started_at if attempts else None,
-        finished_at=run.finished_at if status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED) else None,
+        finished_at=run.finished_at
+        if status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+        else None,
         args=list(run.input.get("args", [])),
         kwargs=dict(run.input.get("kwargs", {})),
         backend=task.backend,

@@ -149,11 +149,11 @@ def run_submit(
             f" for job {job_id}" if job_id else "",
             run=run_id,
         )
-        if not_before is not None and transitions.step_defer(step_id=written.first_step_id, at=not_before):
-            wait = max(0.0, (not_before - clock.now()).total_seconds())
-            transaction.on_commit(lambda: scheduler_kick_enqueue(countdown=wait))
-        elif kick:
-            _run_start(first_step_id=written.first_step_id)
+        delayed = not_before is not None and transitions.step_first_delay(
+            step_id=written.first_step_id, at=not_before
+        )
+        if kick:
+            _run_start(first_step_id=written.first_step_id, not_before=not_before if delayed else None)
     return run
 
 
@@ -204,12 +204,16 @@ def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> 
         HeartbeatStatus.objects.bulk_create(statuses)
 
 
-def _run_start(*, first_step_id: int) -> None:
+def _run_start(*, first_step_id: int, not_before: datetime | None = None) -> None:
     """Get a new run going. The scheduler's claim runs right here, in the submitter's transaction
     (the pattern's actors are logical, as with inline replies), when the first step's bulkhead
     has a free slot for its owner (scheduler/bulkheads.py): that saves the kick's broker hop and
     task. Otherwise - a burst - the scheduler is kicked after commit and claims as capacity frees
-    up."""
+    up. A first step delayed until `not_before` (`step_first_delay`): a kick is sent for then."""
+    if not_before is not None:
+        wait = max(0.0, (not_before - clock.now()).total_seconds())
+        transaction.on_commit(lambda: scheduler_kick_enqueue(countdown=wait))
+        return
     if settings.SAS["CLAIM_ON_SUBMIT"]:
         claims = claimed_settle(
             transitions.step_claim(

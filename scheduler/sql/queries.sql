@@ -113,7 +113,7 @@ SET process_state = 'pending', payload = %(payload)s::jsonb, not_before = statem
     updated_at = statement_timestamp()
 WHERE id = %(step_id)s AND process_state = 'waiting'
 
--- name: step_defer
+-- name: step_first_delay
 -- Pending -> Pending later: a new run's first step, never claimed, waits until %(at)s (a task
 -- enqueued with run_after, tasksbackend/). A held step (a pause, year 9999) stays held.
 UPDATE scheduler_step

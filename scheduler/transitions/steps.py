@@ -294,9 +294,9 @@ def step_advance(*, step_id: int, payload: dict[str, Any]) -> bool:
     return _count("step_advance", {"step_id": step_id, "payload": json.dumps(payload)}) == 1
 
 
-def step_defer(*, step_id: int, at: datetime) -> bool:
+def step_first_delay(*, step_id: int, at: datetime) -> bool:
     """Pending -> Pending not before `at`: a new run's first step, never claimed."""
-    return _count("step_defer", {"step_id": step_id, "at": at}) == 1
+    return _count("step_first_delay", {"step_id": step_id, "at": at}) == 1
 
 
 def step_cancel_unstarted(*, run_id: uuid.UUID | str) -> list[tuple[int, bool]]:

@@ -43,7 +43,10 @@ def test_enqueue__writes_one_run_with_the_tasks_priority_and_owner(django_user_m
     assert step.operation == "agents.tasks.django_task"
     assert step.payload["task"] == "tests.tasksbackend.tasks.add"
     assert result.status == TaskResultStatus.READY
-    assert default_task_backend.get_result(result.id).status in (TaskResultStatus.READY, TaskResultStatus.RUNNING)
+    assert default_task_backend.get_result(result.id).status in (
+        TaskResultStatus.READY,
+        TaskResultStatus.RUNNING,
+    )
 
 
 def test_enqueue__unknown_queue__refused_and_nothing_written():
@@ -54,7 +57,7 @@ def test_enqueue__unknown_queue__refused_and_nothing_written():
 
 def test_enqueue__arguments_not_json__refused_and_nothing_written():
     with pytest.raises(InvalidTaskError, match="arguments must be JSON values"):
-        tasks.add.enqueue(object(), 2)
+        tasks.add.enqueue(object(), 2)  # type: ignore[arg-type]
     assert not Run.objects.exists()
 
 
@@ -74,9 +77,16 @@ def test_enqueue__run_after__is_the_first_steps_not_before(harness):
 
 
 def test_enqueue__inside_a_rolled_back_transaction__leaves_no_task():
-    with pytest.raises(RuntimeError), transaction.atomic():
-        result = tasks.add.enqueue(1, 2)
-        raise RuntimeError("roll back")
+    enqueued = []
+
+    def enqueue_then_fail() -> None:
+        with transaction.atomic():
+            enqueued.append(tasks.add.enqueue(1, 2))
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        enqueue_then_fail()
+    (result,) = enqueued
     assert not Run.objects.exists()
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result(result.id)
@@ -155,9 +165,19 @@ def test_agent__a_path_never_registered__refused_without_importing_it():
     assert missing not in sys.modules
     agent = DjangoTaskAgent()
     with pytest.raises(PermanentFault, match="not registered in this worker"):
-        agent.call_remote(path="", payload={"task": f"{missing}.run", "args": [], "kwargs": {}}, idempotency_key="k", timeout=5)
+        agent.call_remote(
+            path="",
+            payload={"task": f"{missing}.run", "args": [], "kwargs": {}},
+            idempotency_key="k",
+            timeout=5,
+        )
     with pytest.raises(PermanentFault, match="not registered"):
-        agent.call_remote(path="", payload={"task": "os.system", "args": ["true"], "kwargs": {}}, idempotency_key="k", timeout=5)
+        agent.call_remote(
+            path="",
+            payload={"task": "os.system", "args": ["true"], "kwargs": {}},
+            idempotency_key="k",
+            timeout=5,
+        )
     assert missing not in sys.modules
 
 

@@ -83,7 +83,9 @@ def test_enqueue_in_a_transaction__runs_after_the_commit_and_sees_its_rows(engin
 def test_agent_worker_killed_mid_task__completes_once(engine, tmp_path):
     marker = tmp_path / "slow"
     result = tasks.slow_write.enqueue(str(marker), 1.5)
-    wait_for(lambda: marker.exists() and "started" in marker.read_text(), timeout=15, what="the task to start")
+    wait_for(
+        lambda: marker.exists() and "started" in marker.read_text(), timeout=15, what="the task to start"
+    )
     engine.agents.kill(signal.SIGKILL)  # parent and pool children, no goodbye
     engine.agents.start(ready_marker=" ready.")
 
