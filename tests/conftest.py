@@ -187,7 +187,8 @@ def worker_env(django_db_setup: Any) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"
     # Workers know the engine's own test workflow (jobs of it fire in their dispatcher).
-    env["SAS_WORKFLOW_MODULES"] = "tests.engine_workflow"
+    # And the tests' Django-framework tasks (tests/tasksbackend/tasks.py, issue 31 item 4).
+    env["SAS_WORKFLOW_MODULES"] = "tests.engine_workflow,tests.tasksbackend.tasks"
     # The shared workers evaluate no alert rules (a background alert would meet other tests'
     # assertions); tests/alerting starts its own workers with it on.
     env["SAS_ALERTS_ENABLED"] = "0"

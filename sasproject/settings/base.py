@@ -48,6 +48,10 @@ INSTALLED_APPS = [
     "webhooks",
     # Alerting (issue 21, settings/alerting.py).
     "alerting",
+    # Django's task framework (the django-tasks backport of Django 6's django.tasks) and its
+    # backend on the engine (issue 31 item 4): TASKS in settings/domains.py.
+    "django_tasks",
+    "tasksbackend",
 ]
 # Workflow apps found in the tree (issue 31): a top-level package with apps.py and workflows.py
 # (what `manage.py startworkflow NAME` writes) is installed by being there, after the apps above.

@@ -39,3 +39,15 @@ SAS["EXPORT_HEARTBEAT"] = env_float("SAS_EXPORT_HEARTBEAT", 10.0)
 SAS["EXPORT_QUEUE_TIMEOUT"] = env_float("SAS_EXPORT_QUEUE_TIMEOUT", 10.0)
 SAS["EXPORT_DEADLINE"] = env_float("SAS_EXPORT_DEADLINE", 900.0)
 SAS["EXPORT_MIN_SECONDS"] = env_float("SAS_EXPORT_MIN_SECONDS", 60.0)
+
+# Django's task framework (issue 31 item 4; docs/developing/django-tasks.md): `@task` functions
+# enqueued through it run as one-step runs of the engine (tasksbackend/). AGENT_QUEUES maps each
+# of the framework's queue names to the agent queue whose worker runs them (`agent.tasks`: the
+# Procfile's agents-tasks worker, which runs the `@schedulable` tasks too); a queue name not
+# mapped is refused at enqueue. https://docs.djangoproject.com/en/6.0/topics/tasks/#configuring-a-task-backend
+TASKS = {
+    "default": {
+        "BACKEND": "tasksbackend.backend.EngineBackend",
+        "OPTIONS": {"AGENT_QUEUES": {"default": "agent.tasks"}},
+    }
+}

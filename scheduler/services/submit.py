@@ -14,7 +14,7 @@ from django.db import IntegrityError, router, transaction
 from psycopg.types.json import Jsonb
 
 from sasproject.logs import state_change
-from scheduler import transitions
+from scheduler import clock, transitions
 from scheduler.ids import uuid7
 from scheduler.models import Checkpoint, HeartbeatStatus, Run, Step
 from scheduler.workflows import (
@@ -101,12 +101,14 @@ def run_submit(
     observed: bool = False,
     scheduled_for: datetime | None = None,
     job_attempt: int = 0,
+    not_before: datetime | None = None,
 ) -> Run:
     """Validate, then write the run, all its step rows and its "received" event in one
     statement (`runs_insert_many`); claim its first step or kick the scheduler. `job_id`: the
     Job this run is a firing of (`scheduled_for`, `job_attempt`: which occurrence and attempt;
     unique per job). `observed`: its events go to signal receivers (a webhook subscriber) - see
-    `events.run_observe`.
+    `events.run_observe`. `not_before`: its first step is not claimed before then (a task's
+    `run_after`, tasksbackend/); the scheduler is kicked for that time and the tick finds it too.
 
     Invariant: bad input raises WorkflowInputError before any row is written. Transaction: its
     own atomic block, or the caller's, joined without a savepoint (an order and its run commit
@@ -147,8 +149,11 @@ def run_submit(
             f" for job {job_id}" if job_id else "",
             run=run_id,
         )
+        delayed = not_before is not None and transitions.step_first_delay(
+            step_id=written.first_step_id, at=not_before
+        )
         if kick:
-            _run_start(first_step_id=written.first_step_id)
+            _run_start(first_step_id=written.first_step_id, not_before=not_before if delayed else None)
     return run
 
 
@@ -199,12 +204,16 @@ def long_steps_create(steps: Sequence[Step], definitions: Sequence[StepDef]) -> 
         HeartbeatStatus.objects.bulk_create(statuses)
 
 
-def _run_start(*, first_step_id: int) -> None:
+def _run_start(*, first_step_id: int, not_before: datetime | None = None) -> None:
     """Get a new run going. The scheduler's claim runs right here, in the submitter's transaction
     (the pattern's actors are logical, as with inline replies), when the first step's bulkhead
     has a free slot for its owner (scheduler/bulkheads.py): that saves the kick's broker hop and
     task. Otherwise - a burst - the scheduler is kicked after commit and claims as capacity frees
-    up."""
+    up. A first step delayed until `not_before` (`step_first_delay`): a kick is sent for then."""
+    if not_before is not None:
+        wait = max(0.0, (not_before - clock.now()).total_seconds())
+        transaction.on_commit(lambda: scheduler_kick_enqueue(countdown=wait))
+        return
     if settings.SAS["CLAIM_ON_SUBMIT"]:
         claims = claimed_settle(
             transitions.step_claim(

@@ -117,6 +117,13 @@ SET process_state = 'pending', payload = %(payload)s::jsonb, not_before = statem
     updated_at = statement_timestamp()
 WHERE id = %(step_id)s AND process_state = 'waiting'
 
+-- name: step_first_delay
+-- Pending -> Pending later: a new run's first step, never claimed, waits until %(at)s (a task
+-- enqueued with run_after, tasksbackend/). A held step (a pause, year 9999) stays held.
+UPDATE scheduler_step
+SET not_before = %(at)s, updated_at = statement_timestamp()
+WHERE id = %(step_id)s AND process_state = 'pending' AND failure_count = 0 AND not_before < %(at)s
+
 -- name: run_compensate
 -- Pending | Running -> Compensating: the run starts being undone (a step errored, or a cancel).
 UPDATE scheduler_run

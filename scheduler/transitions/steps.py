@@ -294,6 +294,11 @@ def step_advance(*, step_id: int, payload: dict[str, Any]) -> bool:
     return _count("step_advance", {"step_id": step_id, "payload": json.dumps(payload)}) == 1
 
 
+def step_first_delay(*, step_id: int, at: datetime) -> bool:
+    """Pending -> Pending not before `at`: a new run's first step, never claimed."""
+    return _count("step_first_delay", {"step_id": step_id, "at": at}) == 1
+
+
 def step_cancel_unstarted(*, run_id: uuid.UUID | str) -> list[tuple[int, bool]]:
     """Waiting | Pending -> Cancelled for the run's forward steps: (id, reached) of each."""
     return [(r[0], bool(r[1])) for r in _rows("step_cancel_unstarted", {"run_id": str(run_id)})]

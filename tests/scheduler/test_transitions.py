@@ -231,6 +231,7 @@ def test_queries__every_named_statement_is_loaded_once():
         "heartbeat_complete", "runs_insert_many", "runs_cancel_unstarted", "run_skip_unstarted",
         "step_resubmit", "step_resubmit_in_place", "step_compensation_retry", "step_request_held",
         "runs_key_hold", "pauses_hold", "occurrences_hold", "pause_release", "holds_reconcile",
+        "step_first_delay",
     }  # fmt: skip
     assert set(names) == expected
     assert all("{" not in text.replace("'{}'", "") for text in names.values())  # no .format holes
@@ -397,6 +398,20 @@ def test_succeed__next_step_waiting__claimed_with_claim_next_else_pending(user, 
         assert done.claims == []
         assert step.process_state == "pending" and step.attempts == 0 and step.lease is None
         assert not started.exists()
+
+
+def test_step_first_delay__only_a_new_runs_pending_first_step_and_only_later(user):
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    run = submit(user, not_before=later)
+    first = run.steps.get(seq=0)
+    assert (first.process_state, first.not_before) == ("pending", later)
+    assert transitions.step_first_delay(step_id=first.pk, at=later - timedelta(minutes=1)) is False  # earlier
+    assert step_claim_due(instance="test", limit=5, run_id=run.id) == []  # not due
+
+    other = submit(user)
+    claim = claim_first(other)
+    assert transitions.step_first_delay(step_id=claim.step_id, at=later) is False  # processing
+    assert transitions.step_first_delay(step_id=other.steps.get(seq=1).pk, at=later) is False  # waiting
 
 
 def test_step_transitions__wrong_state_or_lease__refused(user):
