@@ -1,78 +1,70 @@
-"""A newcomer's path, timed (issue 31's benchmark): in a copy of the repository, the scaffold
-(`manage.py startworkflow NAME`), then the workflow's own tests (`pytest tests/NAME`), each a
-separate command as a developer types them; printed: the wall time of each, pytest's own time
-for the tests (without its session set-up: the test database), and the target's ratio.
+"""A newcomer's path, timed (issue 31's benchmark): the developers' guide
+(docs/developing/workflows.md) followed block by block in a copy of the repository, as a
+developer types it - `manage.py startworkflow greeting`, its tests, a three-step saga written
+from the guide, and the saga's four harness tests (sastools/guide.py reads the blocks, the same
+reader the guide's test uses). Printed: each block's wall time, and the four saga tests' own
+time (pytest --durations: without the session's set-up, the test database) against the 2 s
+target.
 
-    python bench/newcomer.py [--name greeting] [--rounds 1]
+    python bench/newcomer.py [--rounds 1]
 
-The three-step workflow and its four harness tests are added when the virtual-clock harness
-(issue 31, item 3) is merged: this script then times them the same way; the target is those
-tests under 2 s. Run with DATABASE_URL / REDIS_URL set (`eval "$(python -m devservices env)"`).
+Run with DATABASE_URL / REDIS_URL set (`eval "$(python -m devservices env)"`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sastools.repo_copy import VENV_BIN, repository_copy  # noqa: E402
+from sastools.guide import GuideResult, guide_block_run, guide_blocks  # noqa: E402
+from sastools.repo_copy import repository_copy  # noqa: E402
 
 TESTS_TARGET_S = 2.0
+SAGA_TESTS = "tests/greeting/test_saga.py"
 
 
-def _timed(copy: Path, *args: str) -> tuple[float, str]:
-    began = time.perf_counter()
-    result = subprocess.run(args, cwd=copy, capture_output=True, text=True, env=dict(os.environ))
-    elapsed = time.perf_counter() - began
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    return elapsed, result.stdout
+def _test_seconds(stdout: str) -> float:
+    """The tests' own time: setup, call and teardown of each (pytest --durations=0)."""
+    return sum(float(s) for s in re.findall(r"^([\d.]+)s (?:setup|call|teardown) ", stdout, re.M))
 
 
-def one_round(name: str) -> dict[str, float]:
+def one_round() -> list[GuideResult]:
     with tempfile.TemporaryDirectory(prefix="newcomer-") as tmp:
         copy = repository_copy(Path(tmp))
-        scaffold, _ = _timed(copy, str(VENV_BIN / "python"), "manage.py", "startworkflow", name)
-        tests, out = _timed(
-            copy, str(VENV_BIN / "pytest"), "-p", "no:cacheprovider", "-q", "--durations=0", f"tests/{name}"
-        )
-        calls = [float(s) for s in re.findall(r"^([\d.]+)s call ", out, re.M)]
-        return {
-            "scaffold_s": scaffold,
-            "tests_wall_s": tests,
-            "tests_calls_s": sum(calls),
-            "tests": len(calls),
-        }
+        results = []
+        for block in guide_blocks():
+            result = guide_block_run(copy, block)
+            if result.returncode != 0:
+                raise SystemExit(f"{block.text} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+            results.append(result)
+        return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--name", default="greeting")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    rows = [one_round(args.name) for _ in range(args.rounds)]
-    print(f"newcomer's path, {args.rounds} round(s), app {args.name!r}")
-    header = ("round", "scaffold s", "tests wall s", "tests calls s", "tests", "calls/target")
-    print(" ".join(f"{h:>{w}}" for h, w in zip(header, (5, 11, 13, 14, 6, 13), strict=True)))
-    for i, row in enumerate(rows, 1):
-        ratio = row["tests_calls_s"] / TESTS_TARGET_S
+    for n in range(1, args.rounds + 1):
+        results = one_round()
+        print(f"round {n}: the guide's blocks, in order")
+        total = 0.0
+        for r in results:
+            total += r.seconds
+            print(f"  {r.seconds:8.2f} s  {r.block.title[:90]}")
+        (saga,) = [r for r in results if SAGA_TESTS in r.block.text]
+        tests_s = _test_seconds(saga.stdout)
+        print(f"  {total:8.2f} s  the whole path, scaffold to the saga's tests green")
         print(
-            f"{i:>5} {row['scaffold_s']:>11.2f} {row['tests_wall_s']:>13.2f} {row['tests_calls_s']:>14.2f}"
-            f" {int(row['tests']):>6} {ratio:>13.2f}"
+            f"  the saga's four harness tests: {tests_s:.2f} s of their own"
+            f" ({saga.seconds:.2f} s with pytest's start and the test database);"
+            f" target {TESTS_TARGET_S:.0f} s, ratio {tests_s / TESTS_TARGET_S:.2f}"
         )
-    print(
-        "tests wall: pytest's whole session (its own test database made first); tests calls: the"
-        f" tests' own time (pytest --durations), against the {TESTS_TARGET_S:.0f} s target"
-    )
     return 0
 
 
