@@ -65,6 +65,25 @@ DEFAULT_TRANSIENT: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
+
+def call_arguments_shape(data: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any], dict[str, list[str]]]:
+    """A task call's input {"args": [...], "kwargs": {...}}: its arguments (empty where
+    malformed) and the errors of its shape, by field (a schedulable task's run, and a Django
+    task's: tasksbackend)."""
+    errors: dict[str, list[str]] = {}
+    unknown = sorted(set(data) - {"args", "kwargs"})
+    if unknown:
+        errors["non_field_errors"] = [f"unknown field(s): {', '.join(map(str, unknown))}"]
+    args, kwargs = data.get("args", []), data.get("kwargs", {})
+    if not isinstance(args, list):
+        errors["args"] = ["must be a list"]
+        args = []
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        errors["kwargs"] = ["must be an object"]
+        kwargs = {}
+    return args, kwargs, errors
+
+
 # JSON Schema type names for the annotations we check.
 _JSON_TYPES: dict[Any, str] = {
     int: "integer",
@@ -141,17 +160,7 @@ class SchedulableTask:
 
     def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """Clean a workflow input {"args": [...], "kwargs": {...}} or raise WorkflowInputError."""
-        errors: dict[str, list[str]] = {}
-        unknown = sorted(set(data) - {"args", "kwargs"})
-        if unknown:
-            errors["non_field_errors"] = [f"unknown field(s): {', '.join(map(str, unknown))}"]
-        args, kwargs = data.get("args", []), data.get("kwargs", {})
-        if not isinstance(args, list):
-            errors["args"] = ["must be a list"]
-            args = []
-        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-            errors["kwargs"] = ["must be an object"]
-            kwargs = {}
+        args, kwargs, errors = call_arguments_shape(data)
         try:
             size = len(json.dumps({"args": args, "kwargs": kwargs}, allow_nan=False).encode())
         except (TypeError, ValueError):

@@ -22,13 +22,13 @@ from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import InterfaceError, OperationalError
 from django_tasks.base import TaskContext
 from django_tasks.utils import get_exception_traceback, get_module_path, normalize_json
 
 from agents.base import AgentTask
 from agents.breaker import NoBreaker
 from agents.faults import PermanentFault, RetryPolicy, TransientFault
+from agents.schedulable import DEFAULT_TRANSIENT
 
 from .errors import TaskNotRegistered
 from .registry import task_known, task_of_workflow, task_workflow_name
@@ -38,13 +38,6 @@ logger = logging.getLogger(__name__)
 OPERATION_SUFFIX = "django_task"
 # The engine keeps at most this much of an error (scheduler/sql: left(error, 4000)).
 ERROR_MAX = 4000
-DEFAULT_TRANSIENT: tuple[type[BaseException], ...] = (
-    TransientFault,
-    OperationalError,
-    InterfaceError,
-    ConnectionError,
-    TimeoutError,
-)
 
 
 def operation_for(agent_queue: str) -> str:

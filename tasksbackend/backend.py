@@ -51,9 +51,10 @@ from django_tasks.signals import task_enqueued
 from django_tasks.utils import normalize_json
 from typing_extensions import ParamSpec
 
+from agents.schedulable import DEFAULT_TRANSIENT
 from scheduler.services import run_submit
 
-from .agent import DEFAULT_TRANSIENT, operation_for, operation_register
+from .agent import operation_for, operation_register
 from .registry import TaskPolicy, task_register, task_workflow_name
 from .results import task_result_get
 

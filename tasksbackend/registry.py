@@ -22,6 +22,7 @@ from typing import Any
 from django_tasks.base import Task
 from django_tasks.exceptions import InvalidTaskError
 
+from agents.schedulable import call_arguments_shape
 from scheduler.workflows import StepContext, StepDef, Workflow, WorkflowInputError, register
 
 WORKFLOW_PREFIX = "djtask:"
@@ -137,15 +138,7 @@ def task_backend_alias(workflow: str) -> str:
 
 def _input_clean(data: Mapping[str, Any]) -> dict[str, Any]:
     """A run's input: {"args": [...], "kwargs": {...}}, already JSON (the backend normalised it)."""
-    errors: dict[str, list[str]] = {}
-    unknown = sorted(set(data) - {"args", "kwargs"})
-    if unknown:
-        errors["non_field_errors"] = [f"unknown field(s): {', '.join(map(str, unknown))}"]
-    args, kwargs = data.get("args", []), data.get("kwargs", {})
-    if not isinstance(args, list):
-        errors["args"] = ["must be a list"]
-    if not isinstance(kwargs, dict):
-        errors["kwargs"] = ["must be an object"]
+    args, kwargs, errors = call_arguments_shape(data)
     if errors:
         raise WorkflowInputError(errors)
     return {"args": list(args), "kwargs": dict(kwargs)}
