@@ -1,7 +1,8 @@
 """The reprice workflow's logic on the harness (sastools.testkit, issue 31): its paged step runs
 through the real state machine and database, the agent's body in-process, no broker and no
-worker: every page checkpointed, each product repriced once. The live tests (tests/e2e/test_long_steps_live.py) keep
-what needs processes: a worker killed or frozen mid-page."""
+worker: every page checkpointed, each product repriced once. The live tests
+(tests/e2e/test_long_steps_live.py) keep what needs processes: a worker killed or frozen
+mid-page."""
 
 from __future__ import annotations
 
