@@ -34,7 +34,7 @@ def test_export__the_owners_history_only__as_csv__run_completed(
     harness.settle()
 
     export.refresh_from_db()
-    assert harness.run(export.run_id).state == Run.State.COMPLETED
+    assert export.run is not None and harness.run(export.run).state == Run.State.COMPLETED
     rows = list(csv.DictReader(io.StringIO(Export.objects.get(pk=export.pk).file.content)))
     assert export.completed_at is not None and export.rows == len(rows)
     # The owner's two rows and the export's own attempt (started, it is the owner's too); none
