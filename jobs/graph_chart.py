@@ -85,7 +85,9 @@ def _box(job: Job, x: float, y: float) -> str:
 
 def _arrow(
     edge: JobDependency, names: dict[int, str], start: tuple[float, float], end: tuple[float, float]
-) -> str:
+) -> tuple[str, str]:
+    """The edge (its curve and arrowhead) and, apart, its label: the chart draws every label
+    after every curve, so no curve crosses a label's text."""
     (x1, y1), (x2, y2) = start, end
     colour = UNSEEN if edge.last_matched is None else MATCHED if edge.last_matched else NOT_MATCHED
     mid = (x1 + x2) / 2
@@ -100,7 +102,7 @@ def _arrow(
     )
     tip = f"{names[edge.parent_id]} \u2192 {names[edge.child_id]}: {condition}; {last}"
     label = condition + ("" if edge.last_outcome == "" else f" \u00b7 {edge.last_outcome}")
-    return el(
+    curve = el(
         "g",
         el(
             "path",
@@ -111,18 +113,6 @@ def _arrow(
             stroke_dasharray=DASHES.get(edge.condition),
         ),
         el("path", d=head, fill=colour),
-        el(
-            "text",
-            x=x2 - 12,
-            y=y2 - 5,
-            font_size=11,
-            fill=colour,
-            text_anchor="end",
-            text=label,
-            paint_order="stroke",
-            stroke="#fff",
-            stroke_width=3,
-        ),
         title=tip,
         class_="graph-edge",
         data_parent=edge.parent_id,
@@ -130,6 +120,22 @@ def _arrow(
         data_condition=edge.condition,
         data_last=edge.last_outcome or "none",
     )
+    text = el(
+        "text",
+        x=x2 - 12,
+        y=y2 - 5,
+        font_size=11,
+        fill=colour,
+        text_anchor="end",
+        text=label,
+        paint_order="stroke",
+        stroke="#fff",
+        stroke_width=4,
+        class_="graph-edge-label",
+        data_parent=edge.parent_id,
+        data_child=edge.child_id,
+    )
+    return curve, text
 
 
 def _ports(
@@ -180,11 +186,15 @@ def graph_chart(jobs: Sequence[Job], edges: Sequence[JobDependency]) -> SafeStri
     drawn = [e for e in edges if e.parent_id in place and e.child_id in place]
     outs = _ports(drawn, key=lambda e: e.parent_id, other=lambda e: place[e.child_id])
     ins = _ports(drawn, key=lambda e: e.child_id, other=lambda e: place[e.parent_id])
+    labels = []
     for edge in drawn:
         px, py = corner(edge.parent_id)
         cx, cy = corner(edge.child_id)
         start = (px + BOX_W, py + BOX_H * outs[edge.pk])
-        parts.append(_arrow(edge, names, start, (cx, cy + BOX_H * ins[edge.pk])))
+        curve, label = _arrow(edge, names, start, (cx, cy + BOX_H * ins[edge.pk]))
+        parts.append(curve)
+        labels.append(label)
+    parts += labels
     parts += [_box(job, *corner(job.pk)) for job in jobs]
     chart = figure("jobgraph", height, f"Graph of {len(jobs)} jobs and {len(edges)} dependencies", *parts)
     if width > WIDTH:  # a wide graph: the viewBox grows (the page scrolls it sideways)

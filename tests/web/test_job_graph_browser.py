@@ -22,7 +22,9 @@ _GRAPH_JS = """() => ({
   edges: Array.from(document.querySelectorAll("svg.chart-jobgraph g.graph-edge")).map(g => ({
     parent: Number(g.dataset.parent), child: Number(g.dataset.child), condition: g.dataset.condition,
     last: g.dataset.last, colour: g.querySelector("path").getAttribute("stroke"),
-    label: g.querySelector("text").textContent, tip: g.querySelector("title").textContent,
+    label: document.querySelector("svg.chart-jobgraph text.graph-edge-label"
+      + `[data-parent="${g.dataset.parent}"][data-child="${g.dataset.child}"]`).textContent,
+    tip: g.querySelector("title").textContent,
   })),
   jobs: Array.from(document.querySelectorAll("svg.chart-jobgraph g.graph-job")).map(g => ({
     id: Number(g.dataset.job), state: g.dataset.state, href: g.closest("a").getAttribute("href"),
