@@ -186,13 +186,19 @@ def database_url(name: str) -> str:
 POOLER_MODE = os.environ.get("SAS_TEST_POOLER", "") == "1"
 # The subset `make test-pooler` runs (marked `pooler` here): orders through the agents, the
 # periodic tick and the supervisor's sweep; the concurrency keys' advisory locks; the jobs
-# dispatcher's shard leases (and its quota reads); and the pooler's own tests.
+# dispatcher's shard leases (and its quota reads); long steps; and the pooler's own tests (the
+# quotas' locks, the alert evaluator's, the dispatcher's idle limit).
 POOLER_SUBSET = (
-    "e2e/test_order_flow_live.py",
+    "e2e/test_order_flow_live.py::test_order__healthy_services__completes_with_one_effect_each[redis]",
+    "e2e/test_order_flow_live.py::test_submit__kick_lost__periodic_tick_claims_it",
     "e2e/test_crash_live.py",
     "e2e/test_holds_live.py::test_key_limit_1__",
     "scheduler/test_jobs_live.py::test_two_dispatchers__1000_jobs__every_occurrence_fires_exactly_once",
     "scheduler/test_jobs_live.py::test_beat__fires_a_job_and_settles_its_run_end",
+    # A long step's page: its transaction's own statement and idle limits (set_config), and the
+    # history export's streamed read on the direct connection while it heartbeats.
+    "e2e/test_long_steps_live.py::test_reprice__worker_frozen_mid_page__the_database_ends_the_page",
+    "e2e/test_long_steps_live.py::test_export__heartbeats_carry_it_past_its_first_window",
     "sasproject/test_pooler_live.py",
 )
 # Server connections of the session's pooler: fewer than the session's client connections
@@ -226,7 +232,8 @@ def worker_env(django_db_setup: Any, request: pytest.FixtureRequest) -> dict[str
     env.pop("DATABASE_DIRECT_URL", None)
     if POOLER_MODE:
         env["DATABASE_DIRECT_URL"] = env["DATABASE_URL"]
-        env["DATABASE_URL"] = request.getfixturevalue("pooler_session").url(settings.DATABASES["default"]["NAME"])
+        bouncer = request.getfixturevalue("pooler_session")
+        env["DATABASE_URL"] = bouncer.url(settings.DATABASES["default"]["NAME"])
     env["DJANGO_SETTINGS_MODULE"] = "sasproject.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"

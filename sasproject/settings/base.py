@@ -161,8 +161,9 @@ DATABASES["default"]["TEST"]["NAME"] = os.environ.get("DATABASE_TEST_NAME") or N
 # - the startup parameter `options` (idle_in_transaction_session_timeout above) is refused by
 #   PgBouncer ("unsupported startup parameter"): it goes to the direct alias only, and the jobs
 #   dispatcher sets the timeout per transaction instead (`transaction_idle_limit`);
-# - no server-side cursors (QuerySet.iterator() declares one, which would outlive the
-#   transaction's server connection): https://docs.djangoproject.com/en/5.2/ref/databases/#transaction-pooling-and-server-side-cursors
+# - no server-side cursors through it (QuerySet.iterator() outside a transaction declares one
+#   WITH HOLD, which would outlive the transaction's server connection; the history export
+#   streams on the direct alias instead): https://docs.djangoproject.com/en/5.2/ref/databases/#transaction-pooling-and-server-side-cursors
 # - no prepared statements: Django's psycopg backend sets prepare_threshold=None unless OPTIONS
 #   says otherwise; stated here so that nobody turns them on through the pooler (PgBouncer 1.18,
 #   Debian 12's, cannot follow a prepared statement across server connections).

@@ -112,7 +112,9 @@ def test_alert_evaluator__lock_another_client_left_on_the_pooled_session__does_n
         assert probe(one_server, worker_env, "evaluator") == {"ran": False}
 
         other.execute("SELECT pg_advisory_unlock(%s)", [EVALUATOR_LOCK])
-    assert probe(one_server, worker_env, "evaluator") == {"ran": True}
+        assert probe(one_server, worker_env, "evaluator") == {"ran": True}
+        # The tick's JIT setting was its transaction's: the shared server session has the default.
+        assert other.execute("SHOW jit").fetchone() == ("on",)
     # ...and the tick left no advisory lock on any session.
     with psycopg.connect(database_url(settings.DATABASES["default"]["NAME"]), autocommit=True) as direct:
         held = direct.execute(
@@ -156,7 +158,8 @@ def test_engine_through_the_session_pooler__an_order_completes__its_transactions
 ):
     def pooled_transactions() -> int:
         name = settings.DATABASES["default"]["NAME"]
-        return sum(int(row["total_xact_count"]) for row in pooler_session.show("STATS") if row["database"] == name)
+        stats = pooler_session.show("STATS")
+        return sum(int(row["total_xact_count"]) for row in stats if row["database"] == name)
 
     assert Path(engine.env["DATABASE_URL"]).name == settings.DATABASES["default"]["NAME"]
     assert f":{pooler_session.port}/" in engine.env["DATABASE_URL"]
