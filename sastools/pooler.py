@@ -42,7 +42,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def render_config(*, server: tuple[str, int], port: int, runtime: Path, user: str, pool_size: int) -> str:
+def pgbouncer_config(*, server: tuple[str, int], port: int, runtime: Path, user: str, pool_size: int) -> str:
     """docker/pgbouncer/pgbouncer.ini for a local run: every database on `server`, listening on
     127.0.0.1:`port`, `user` trusted (the test server trusts local connections), its files under
     `runtime`, `pool_size` server connections. The only lines changed, each found exactly once."""
@@ -93,7 +93,7 @@ def pgbouncer_running(
     try:
         port = _free_port()
         (runtime / "pgbouncer.ini").write_text(
-            render_config(server=server, port=port, runtime=runtime, user=user, pool_size=pool_size)
+            pgbouncer_config(server=server, port=port, runtime=runtime, user=user, pool_size=pool_size)
         )
         (runtime / "userlist.txt").write_text(f'"{user}" ""\n')
         args = [PGBOUNCER]
