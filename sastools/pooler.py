@@ -56,7 +56,8 @@ def pgbouncer_config(*, server: tuple[str, int], port: int, runtime: Path, user:
         "default_pool_size = 20\n": f"default_pool_size = {pool_size}\n",
         "pidfile =\n": f"pidfile = {runtime / 'pgbouncer.pid'}\n",
         "admin_users = postgres\n": f"admin_users = {user}\n",
-        "stats_users = postgres\n": f"stats_users = {user}\n",
+        # SHOW STATS' totals are refreshed every stats_period (60 s): every second for a test.
+        "stats_users = postgres\n": f"stats_users = {user}\nstats_period = 1\n",
     }
     for old, new in swaps.items():
         assert text.count(old) == 1, f"{CONFIG.name} no longer has exactly one {old!r}"

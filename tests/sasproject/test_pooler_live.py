@@ -25,7 +25,7 @@ from django.conf import settings
 
 from alerting.services import EVALUATOR_LOCK
 from orders.models import Order
-from sastools.harness import REPO
+from sastools.harness import REPO, wait_for
 from sastools.pooler import Bouncer, available, pgbouncer_running
 from scheduler.models import Run
 from tests.conftest import database_url
@@ -168,5 +168,6 @@ def test_engine_through_the_session_pooler__an_order_completes__its_transactions
     run = wait_run(submit_order(demo_user).run_id, (Run.State.COMPLETED,))
 
     assert run.state == Run.State.COMPLETED
-    # Three steps' claims, dispatches and replies, at the least, went through PgBouncer.
-    assert pooled_transactions() - before >= 6
+    # Three steps' claims, dispatches and replies, at the least, went through PgBouncer (its
+    # totals are refreshed every second: sastools/pooler.py).
+    wait_for(lambda: pooled_transactions() - before >= 6, timeout=5, what="the pooler to count them")
