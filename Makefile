@@ -63,12 +63,13 @@ fi
 exit "$$code"
 endef
 
-.PHONY: help venv install run test test-fast lint format chromium promtool nginx bench soak services-status stop-services clean-devdata
+.PHONY: help venv install run test test-pooler test-fast lint format chromium promtool nginx pgbouncer bench soak services-status stop-services clean-devdata
 
 help:
 	@echo "make run            install, start PostgreSQL/Redis if needed, migrate, demo_setup, honcho start (DEBUG on, demo mode, code reload; SAS_RELOAD=0: off)"
 	echo "make test           install, lint (ruff, mypy, lint-imports) and pytest -- what CI runs"
 	echo "make lint           ruff check, ruff format --check, mypy, lint-imports"
+	echo "make test-pooler    pytest, the engine's subset with every worker going through PgBouncer (transaction mode)"
 	echo "make test-fast      pytest, the database-only tier: no live, browser or deploy test (PYTEST_ARGS='-k foo' to narrow)"
 	echo "make format         ruff format + ruff check --fix"
 	echo "make bench          python bench/run_all.py (BENCH_ARGS=...)"
@@ -148,7 +149,7 @@ run: $(STAMP)
 # ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
-test: $(STAMP) chromium promtool nginx
+test: $(STAMP) chromium promtool nginx pgbouncer
 	@$(DEVSERVICES_ENV)
 	echo "== ruff check"
 	$(VENV)/bin/ruff check .
@@ -160,10 +161,39 @@ test: $(STAMP) chromium promtool nginx
 	$(VENV)/bin/lint-imports
 	echo "== pytest"
 	( $(PYTEST) )
+	echo "== pytest through PgBouncer (the test-pooler subset)"
+	( $(POOLER_PYTEST) )
 	if [ "$(TEST_SOAK_MINUTES)" != 0 ]; then
 		echo "== chaos soak ($(TEST_SOAK_MINUTES) minutes; soak/)"
 		$(PY) -m soak --minutes $(TEST_SOAK_MINUTES) --broker $(BROKER) --seed $(SEED) $(SOAK_ARGS)
 	fi
+
+# The subset marked `pooler` (tests/conftest.py, POOLER_SUBSET: orders through the agents, the
+# supervisor's sweep, the jobs dispatcher, quotas, concurrency keys, the alert evaluator's lock)
+# with every worker, beat and dispatcher of the session going through PgBouncer in transaction
+# mode (SAS_TEST_POOLER=1; issue 29 item 4, docs/deploying/deploy.md "Through a pooler").
+define POOLER_PYTEST
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+	echo "warning: no pgbouncer (make pgbouncer, as root): the tests through a pooler did not run" >&2
+	exit 0
+fi
+export SAS_TEST_POOLER=1
+set +e
+$(VENV)/bin/pytest -n 2 --dist loadfile -m pooler $(PYTEST_ARGS)
+code=$$?
+set -e
+if [ "$$code" -eq 5 ]; then
+	echo "error: pytest collected no pooler tests (exit 5); treating that as a failure" >&2
+	exit 1
+fi
+exit "$$code"
+endef
+
+test-pooler: $(STAMP) pgbouncer
+	@$(DEVSERVICES_ENV)
+	began=$$(date +%s)
+	trap 'echo "test-pooler: $$(( $$(date +%s) - began )) s wall time (through PgBouncer)"' EXIT
+	( $(POOLER_PYTEST) )
 
 # The database-only tier (issue 27 item 7): no test that starts worker processes, a browser or a
 # deployment (the markers tests/conftest.py gives from paths and fixtures). `make test` runs all.
@@ -222,6 +252,11 @@ promtool:
 # Debian's nginx in front of a real gunicorn; `nginx-light` has every module the file uses.
 nginx:
 	$(call apt_tool,command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ],nginx-light,the front door test,/usr/sbin/nginx -v 2>&1,--no-install-recommends)
+
+# The pooler tests (tests/sasproject/test_pooler_live.py, `make test-pooler`) run
+# docker/pgbouncer/pgbouncer.ini with Debian's PgBouncer in front of the session's PostgreSQL.
+pgbouncer:
+	$(call apt_tool,command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ],pgbouncer,the pooler tests,/usr/sbin/pgbouncer --version 2>&1 | head -n 1,--no-install-recommends)
 
 # ---------------------------------------------------------------------------------------------
 # Benchmarks and services

@@ -66,8 +66,10 @@ _ERRORS = (DatabaseError, redis.RedisError, OSError, BrokerUnreadable)
 # own). A per-rule window is estimated at a third of the table, so a batch's cost passes
 # jit_above_cost and PostgreSQL compiled each statement, every tick (they are not prepared):
 # 30-70 ms of compiling for well under a millisecond of index range scans (bench/README.md).
-JIT_OFF_SQL = "SET jit = off"
-JIT_RESET_SQL = "RESET jit"
+# Transaction-scoped (set_config's `true`, SET LOCAL): the pipeline is one implicit transaction
+# until its sync, inside a caller's transaction until that ends; so nothing is left on the server
+# connection, which behind a transaction-mode pooler the next client gets (issue 29 item 4).
+JIT_OFF_SQL = "SELECT set_config('jit', 'off', true)"
 
 
 # The kinds a clean restart trips on its own: the periodic tasks' last runs are as old as the
@@ -113,15 +115,12 @@ def conditions_evaluate(by_kind: Mapping[str, Rules]) -> Found:
                 cursor = connection.cursor()
                 cursor.execute(STATEMENTS[kind].sql, STATEMENTS[kind].params(by_kind[kind]))
                 cursors.append((kind, cursor))
-            with connection.cursor() as cursor:
-                cursor.execute(JIT_RESET_SQL)
             for kind in by_kind:
                 if kind not in STATEMENTS:
                     _kind_read(kind, by_kind[kind], found)  # Redis, while PostgreSQL works
         rows = {kind: cursor.fetchall() for kind, cursor in cursors}
     except DatabaseError:
         logger.warning("alert conditions: the pipeline failed; reading each kind alone", exc_info=True)
-        _jit_reset()  # the pipeline's RESET was aborted with it
         for kind in sent:
             _kind_read(kind, by_kind[kind], found)
         return found
@@ -131,14 +130,6 @@ def conditions_evaluate(by_kind: Mapping[str, Rules]) -> Found:
         except _ERRORS:
             logger.exception("alert rules of kind %s could not be evaluated; next tick retries", kind)
     return found
-
-
-def _jit_reset() -> None:
-    try:
-        with _savepoint(), connection.cursor() as cursor:
-            cursor.execute(JIT_RESET_SQL)
-    except DatabaseError:
-        logger.warning("alert conditions: could not RESET jit", exc_info=True)
 
 
 def _savepoint() -> AbstractContextManager[Any]:

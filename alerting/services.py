@@ -29,12 +29,13 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import BooleanField, F, JSONField
 from django.db.models.expressions import RawSQL
 from django.urls import reverse
 
 from liveness.last_run import last_run_record
+from sasproject.database import session_connection
 from sasproject.names import control_characters_replaced
 from scheduler.services import run_submit
 
@@ -76,7 +77,12 @@ class Tick:
 def alert_rules_evaluate() -> Tick:
     """Evaluate every enabled rule once; announce what changed. See the module docstring."""
     started = time.perf_counter()
-    with connection.cursor() as cursor:
+    # A session lock, held across the tick's transactions: on the connection that keeps its
+    # session behind a transaction-mode pooler (sasproject/database.py); taken through the pooler
+    # it would stay on whichever server connection ran it, and be "held" by every client that
+    # gets that connection next.
+    lock = session_connection()
+    with lock.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [EVALUATOR_LOCK])
         (locked,) = cursor.fetchone()
     if not locked:
@@ -125,7 +131,7 @@ def alert_rules_evaluate() -> Tick:
         due = not rules or rules[0].announcements_due
         announced = alert_announce() if observed.changed or due else 0
     finally:
-        with connection.cursor() as cursor:
+        with lock.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [EVALUATOR_LOCK])
     try:
         last_run_record(task=EVALUATE_TASK)

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connections
 
 from liveness.last_run import last_run_age
 
@@ -44,12 +44,12 @@ def _loop(*, stop: threading.Event) -> None:
                     logger.info("watchdog evaluated the alert rules (beat's tick was %s s late)", age)
         except (DatabaseError, redis.RedisError):
             logger.exception("watchdog evaluation failed; trying again")
-            connection.close()
+            connections.close_all()  # the default and, behind a pooler, the direct one
         except Exception:
             # Anything else (a broker library's error, a bug) must not end the thread: it is the
             # evaluator's second clock, and a dead one pages nobody (issue 27).
             logger.exception("watchdog evaluation failed unexpectedly; trying again")
-            connection.close()
+            connections.close_all()
 
 
 _started: list[threading.Event] = []

@@ -31,6 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_environment, fmt_ms, print_table, summary, truncate_engine
 
+# The session of a bench process: JIT off for all that follows (the tick sets it per transaction,
+# alerting/conditions.py JIT_OFF_SQL).
+JIT_OFF = "SET jit = off"
 RUNS = 200_000
 DAYS = 30
 
@@ -151,10 +154,10 @@ def by_kind() -> None:
     """Each kind's condition - every rule of the kind in one statement - timed alone."""
     from django.db import connection
 
-    from alerting.conditions import CONDITIONS, JIT_OFF_SQL
+    from alerting.conditions import CONDITIONS
 
     with connection.cursor() as cursor:
-        cursor.execute(JIT_OFF_SQL)  # as in the tick's pipeline
+        cursor.execute(JIT_OFF)  # as in the tick's pipeline (there per transaction)
     rows = []
     for kind, rules in _rules_by_kind().items():
         CONDITIONS[kind](rules)
@@ -171,7 +174,7 @@ def plans() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from alerting.conditions import JIT_OFF_SQL, STATEMENTS
+    from alerting.conditions import STATEMENTS
     from ops.bulk import steps_failed_matching_queryset
 
     now = timezone.now()
@@ -185,7 +188,7 @@ def plans() -> None:
             cursor.execute(explain + sql, bulk_params)
             print(f"\n-- bulk resubmit search: error contains 'service unavailable', {label}")
             print("\n".join(row[0] for row in cursor.fetchall()))
-        cursor.execute(JIT_OFF_SQL)  # as in the tick's pipeline
+        cursor.execute(JIT_OFF)  # as in the tick's pipeline (there per transaction)
         for kind, rules in _rules_by_kind().items():
             if kind not in STATEMENTS:
                 continue

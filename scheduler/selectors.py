@@ -19,6 +19,8 @@ from django.db import connection
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Now
 
+from sasproject.database import session_connection
+
 from .models import Checkpoint, HeartbeatStatus, Run, Step, TaskExecutionHistory
 from .outputs import steps_outputs
 from .transitions import engine_queries
@@ -258,9 +260,12 @@ def run_progress(*, user: Any, run_id: uuid.UUID | str) -> dict[str, Any] | None
 
 def history_of_owner(*, owner_id: int, chunk_size: int = 2000) -> Iterator[TaskExecutionHistory]:
     """Every execution-history row of the runs `owner_id` owns, oldest first, streamed in
-    chunks (a server-side cursor): the input of a user's history export."""
+    chunks (a server-side cursor): the input of a user's history export. The cursor outlives
+    transactions (WITH HOLD, in autocommit), so behind a transaction-mode pooler it is read on
+    the direct connection (sasproject/database.py), where it streams as without one."""
     return (
-        TaskExecutionHistory.objects.filter(run__owner_id=owner_id)
+        TaskExecutionHistory.objects.using(session_connection().alias)
+        .filter(run__owner_id=owner_id)
         .select_related("step", "run")
         .order_by("started_at", "id")
         .iterator(chunk_size=chunk_size)

@@ -178,11 +178,62 @@ def database_url(name: str) -> str:
     return f"postgres://{user}{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{name}"
 
 
+# `make test-pooler` (issue 29 item 4): SAS_TEST_POOLER=1 puts PgBouncer in transaction mode
+# (docker/pgbouncer/pgbouncer.ini, sastools/pooler.py) between every subprocess of the session -
+# the engine's workers, beat, dispatchers - and PostgreSQL: their DATABASE_URL is the pooler's,
+# DATABASE_DIRECT_URL the server's (what needs a session). The test process itself stays direct
+# (it makes and truncates the test database). Tests marked `pooler_only` run only then.
+POOLER_MODE = os.environ.get("SAS_TEST_POOLER", "") == "1"
+# The subset `make test-pooler` runs (marked `pooler` here): orders through the agents, the
+# periodic tick and the supervisor's sweep; the concurrency keys' advisory locks; the jobs
+# dispatcher's shard leases (and its quota reads); long steps; and the pooler's own tests (the
+# quotas' locks, the alert evaluator's, the dispatcher's idle limit).
+POOLER_SUBSET = (
+    "e2e/test_order_flow_live.py::test_order__healthy_services__completes_with_one_effect_each[redis]",
+    "e2e/test_order_flow_live.py::test_submit__kick_lost__periodic_tick_claims_it",
+    "e2e/test_crash_live.py",
+    "e2e/test_holds_live.py::test_key_limit_1__",
+    "scheduler/test_jobs_live.py::test_two_dispatchers__1000_jobs__every_occurrence_fires_exactly_once",
+    "scheduler/test_jobs_live.py::test_beat__fires_a_job_and_settles_its_run_end",
+    # A long step's page: its transaction's own statement and idle limits (set_config), and the
+    # history export's streamed read on the direct connection while it heartbeats.
+    "e2e/test_long_steps_live.py::test_reprice__worker_frozen_mid_page__the_database_ends_the_page",
+    "e2e/test_long_steps_live.py::test_export__heartbeats_carry_it_past_its_first_window",
+    "sasproject/test_pooler_live.py",
+)
+# Server connections of the session's pooler: fewer than the session's client connections
+# (two workers, beat, the tests' extra workers), so clients share them and any state left on a
+# server session shows up in another client.
+POOLER_SERVER_CONNECTIONS = 4
+
+
 @pytest.fixture(scope="session")
-def worker_env(django_db_setup: Any) -> dict[str, str]:
-    """The environment of every subprocess: the test database and the test Redis."""
+def pooler_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's PgBouncer (SAS_TEST_POOLER=1), in front of the test database's server."""
+    from sastools.pooler import pgbouncer_running
+
+    db = settings.DATABASES["default"]
+    server = (db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432))
+    with pgbouncer_running(
+        server=server,
+        log_dir=tmp_path_factory.mktemp("pgbouncer"),
+        user=db.get("USER") or "postgres",
+        pool_size=POOLER_SERVER_CONNECTIONS,
+    ) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def worker_env(django_db_setup: Any, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The environment of every subprocess: the test database and the test Redis (through the
+    session's pooler with SAS_TEST_POOLER=1)."""
     env = dict(os.environ)
     env["DATABASE_URL"] = database_url(settings.DATABASES["default"]["NAME"])
+    env.pop("DATABASE_DIRECT_URL", None)
+    if POOLER_MODE:
+        env["DATABASE_DIRECT_URL"] = env["DATABASE_URL"]
+        bouncer = request.getfixturevalue("pooler_session")
+        env["DATABASE_URL"] = bouncer.url(settings.DATABASES["default"]["NAME"])
     env["DJANGO_SETTINGS_MODULE"] = "sasproject.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env["DJANGO_DEBUG"] = "0"
@@ -356,7 +407,7 @@ def _test_database_from_template(config: pytest.Config) -> None:
     connections["default"].settings_dict["TEST"]["TEMPLATE"] = name
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # LONGEST_FILES first, in its order; then the other files by their number of tests, most
     # first (what xdist's own reorder did for all of them).
     per_file = Counter(item.path for item in items)
@@ -369,6 +420,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for tier in tiers(item):
             item.add_marker(tier)
+        if any(f"/{name}" in f"/{item.nodeid}" for name in POOLER_SUBSET):
+            item.add_marker("pooler")
         marker = item.get_closest_marker("django_db")
         if marker is not None and marker.kwargs.get("transaction"):
             raise pytest.UsageError(
@@ -376,6 +429,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 "django_db(transaction=True) (tests/conftest.py, `_shipped_rules_after_flush`)"
             )
     items.sort(key=rank)  # stable: a file's tests keep their order
+    if not POOLER_MODE:
+        skipped = [item for item in items if item.get_closest_marker("pooler_only")]
+        if skipped:
+            config.hook.pytest_deselected(items=skipped)
+            items[:] = [item for item in items if not item.get_closest_marker("pooler_only")]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -50,6 +50,9 @@ os.environ["REDIS_URL"] = _test_redis_url()
 os.environ["DATABASE_TEST_NAME"] = f"test_sasproject_{os.getpid()}"
 os.environ["SAS_REDIS_PREFIX"] = f"test{os.getpid()}:"
 os.environ.pop("CELERY_BROKER_URL", None)
+# The test process talks to PostgreSQL itself; its subprocesses go through a pooler only when the
+# session says so (SAS_TEST_POOLER=1, tests/conftest.py `worker_env`).
+os.environ.pop("DATABASE_DIRECT_URL", None)
 os.environ.pop("SAS_BREAKER_REDIS_URL", None)
 # The session starts its own simulator on a free port (never the one `make run` uses).
 os.environ["SIMULATOR_URL"] = f"http://127.0.0.1:{_free_port()}"

@@ -151,6 +151,39 @@ if DATABASE_POOL_MAX_SIZE:
     }
 DATABASES["default"].setdefault("TEST", {})
 DATABASES["default"]["TEST"]["NAME"] = os.environ.get("DATABASE_TEST_NAME") or None
+# Behind a pooler (issue 29 item 4; docs/deploying/deploy.md, "Through a pooler"): DATABASE_URL
+# names PgBouncer in TRANSACTION mode, which hands each transaction whichever server connection
+# is free, and DATABASE_DIRECT_URL names PostgreSQL itself. Nothing may then rely on a session
+# through DATABASE_URL:
+# - what needs one (a session advisory lock held across transactions: the alert evaluator's)
+#   uses the "direct" alias (sasproject/database.py, `session_connection`); a process that never
+#   asks for it never opens it;
+# - the startup parameter `options` (idle_in_transaction_session_timeout above) is refused by
+#   PgBouncer ("unsupported startup parameter"): it goes to the direct alias only, and the jobs
+#   dispatcher sets the timeout per transaction instead (`transaction_idle_limit`);
+# - no server-side cursors through it (QuerySet.iterator() outside a transaction declares one
+#   WITH HOLD, which would outlive the transaction's server connection; the history export
+#   streams on the direct alias instead): https://docs.djangoproject.com/en/5.2/ref/databases/#transaction-pooling-and-server-side-cursors
+# - no prepared statements: Django's psycopg backend sets prepare_threshold=None unless OPTIONS
+#   says otherwise; stated here so that nobody turns them on through the pooler (PgBouncer 1.18,
+#   Debian 12's, cannot follow a prepared statement across server connections).
+# Everything else the platform does in SQL is transaction-scoped: pg_advisory_xact_lock (quotas,
+# concurrency keys, the alert rule cap), SET LOCAL / set_config(..., true), row locks.
+DATABASE_DIRECT_URL = os.environ.get("DATABASE_DIRECT_URL", "").strip()
+if DATABASE_DIRECT_URL:
+    DATABASES["direct"] = dj_database_url.parse(
+        DATABASE_DIRECT_URL,
+        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "300")),
+        conn_health_checks=True,
+    )
+    DATABASES["direct"]["OPTIONS"] = {
+        key: value for key, value in DATABASES["default"]["OPTIONS"].items() if key != "pool"
+    }
+    # Tests: the direct alias is the same test database as the default.
+    DATABASES["direct"]["TEST"] = {"MIRROR": "default"}
+    DATABASES["default"]["OPTIONS"].pop("options", None)
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

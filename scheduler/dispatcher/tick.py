@@ -23,6 +23,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from sasproject.database import transaction_idle_limit
 from sasproject.redis_client import get_redis
 from scheduler.models import Job, Run, ScheduledJob
 
@@ -80,6 +81,9 @@ def jobs_dispatch_batch(
     a lease that had ended (the shard may be another's now) fires nothing (`lost`)."""
     result = DispatchResult()
     with transaction.atomic():
+        # Behind a pooler, the idle-in-transaction limit a cut-off dispatcher's row locks need
+        # (sasproject/settings/base.py, DATABASE_IDLE_IN_TRANSACTION_TIMEOUT) is this transaction's.
+        transaction_idle_limit()
         if lease is not None and not transitions.shard_lease_renew(held=held, holder=instance, lease=lease):
             result.lost = True
             return result
@@ -114,6 +118,7 @@ def job_runs_settle(*, limit: int, instance: str = "") -> DispatchResult:
     job)."""
     result = DispatchResult()
     with transaction.atomic():
+        transaction_idle_limit()  # as in jobs_dispatch_batch
         ended = transitions.job_runs_mark_settled(limit=limit)
         if not ended:
             return result

@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from scheduler.sqlfiles import named_statements, sql_count, sql_rows
@@ -38,10 +38,12 @@ def install_functions(conn: BaseDatabaseWrapper | None = None) -> None:
     """CREATE OR REPLACE every function of functions.sql (migrations call this). The file is
     the newest text, which may name columns a later migration adds: bodies are checked when
     they run, not when an earlier migration installs them; the last migration installs last."""
-    with (conn or connection).cursor() as cursor:
-        cursor.execute("SET check_function_bodies = off")
+    conn = conn or connection
+    # Transaction-scoped (a migration's transaction, or this one): nothing outlives it on the
+    # server connection, which a transaction-mode pooler hands to the next client (issue 29).
+    with transaction.atomic(using=conn.alias), conn.cursor() as cursor:
+        cursor.execute("SET LOCAL check_function_bodies = off")
         cursor.execute(FUNCTIONS_FILE.read_text())
-        cursor.execute("RESET check_function_bodies")
 
 
 def install_holds(conn: BaseDatabaseWrapper | None = None) -> None:

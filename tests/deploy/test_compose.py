@@ -18,7 +18,7 @@ import yaml
 
 from sastools.harness import REPO
 
-from .support import COMPOSE, production_env
+from .support import COMPOSE, ENV_EXAMPLE, production_env, read_env_file
 
 # The Celery workers: every service whose command starts one.
 WORKER = re.compile(r"celery -A sasproject worker .*-n ([a-z-]+)@%h")
@@ -201,3 +201,22 @@ def test_flower__runs_read_only(services: dict[str, dict[str, Any]]) -> None:
 
     assert "exec python -m sasproject.flower_readonly -A sasproject flower" in services["flower"]["command"]
     assert "python -m sasproject.flower_readonly -A sasproject flower" in procfile_commands()["flower"]
+
+
+def test_pgbouncer__in_front_of_postgres__apps_through_it__sessions_direct(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    """Issue 29 item 4: the web and the workers reach PostgreSQL through PgBouncer (transaction
+    mode, docker/pgbouncer/pgbouncer.ini, the file `make test-pooler` runs), and what needs a
+    session through DATABASE_DIRECT_URL, the postgres service itself."""
+    env = read_env_file(ENV_EXAMPLE)
+    assert "@pgbouncer:6432/" in env["DATABASE_URL"]
+    assert "@postgres:5432/" in env["DATABASE_DIRECT_URL"]
+    bouncer = services["pgbouncer"]
+    assert "./pgbouncer/pgbouncer.ini:/etc/pgbouncer/pgbouncer.ini:ro" in bouncer["volumes"]
+    assert bouncer["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "ports" not in bouncer
+    assert compose["x-infra"]["pgbouncer"]["condition"] == "service_healthy"
+    ini = (REPO / "docker" / "pgbouncer" / "pgbouncer.ini").read_text()
+    assert "\npool_mode = transaction\n" in ini
+    assert "\n* = host=postgres port=5432\n" in ini
