@@ -242,7 +242,9 @@ class Step(models.Model):
     # engine's path; later set by the transitions (backoff, deferral) on the same clock.
     not_before = models.DateTimeField(db_default=Now())
     lease = models.UUIDField(null=True, blank=True)
-    idempotency_key = models.CharField(max_length=200, unique=True)
+    # Unique with the owner (step_idempotency_key_unique, decision record 90); `<run>:<step>`,
+    # so unique on its own anyway.
+    idempotency_key = models.CharField(max_length=200)
     # Which key the step sends (issue 28): 1, the key it was submitted with; an operator's
     # resubmit after a definitive refusal (the remote said no: nothing happened) sends under the
     # next one, `<base key>:g<n>` (scheduler/keys.py, `step_key_renewable`). `idempotency_key`
@@ -349,9 +351,13 @@ class Step(models.Model):
                 ),
                 name="step_row_valid",
             ),
-            models.UniqueConstraint(fields=["run", "seq"], name="step_run_seq_unique"),
+            # The tenant keys hold the owner (decision record 90), last: the indexes still serve
+            # lookups by run, by compensated step and by key. In the database the primary key is
+            # (id, owner_id), with a UNIQUE (id) for the foreign keys to a step.
+            models.UniqueConstraint(fields=["run", "seq", "owner_id"], name="step_run_seq_unique"),
+            models.UniqueConstraint(fields=["idempotency_key", "owner_id"], name="step_idempotency_key_unique"),
             models.UniqueConstraint(
-                fields=["compensates"],
+                fields=["compensates", "owner_id"],
                 condition=Q(compensates__isnull=False),
                 name="step_compensates_unique",
             ),
