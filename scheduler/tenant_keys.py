@@ -59,15 +59,13 @@ def owner_column_add(
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(sql.SQL("ALTER TABLE {} ADD COLUMN owner_id integer").format(t))
         cursor.execute(
-            sql.SQL("UPDATE {} AS x SET owner_id = j.owner_id FROM scheduler_job AS j WHERE j.id = x.{}").format(
-                t, sql.Identifier(job_column)
-            )
+            sql.SQL(
+                "UPDATE {} AS x SET owner_id = j.owner_id FROM scheduler_job AS j WHERE j.id = x.{}"
+            ).format(t, sql.Identifier(job_column))
         )
         cursor.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN owner_id SET NOT NULL").format(t))
         function = f"sas_{table.removeprefix('scheduler_')}_owner_fill"
-        cursor.execute(
-            OWNER_FROM_JOB.replace("sas_owner_from_job", function).replace("{column}", job_column)
-        )
+        cursor.execute(OWNER_FROM_JOB.replace("sas_owner_from_job", function).replace("{column}", job_column))
         cursor.execute(
             sql.SQL(
                 "CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW WHEN (NEW.owner_id IS NULL)"
@@ -79,7 +77,9 @@ def owner_column_add(
 def owner_column_drop(schema_editor: BaseDatabaseSchemaEditor, *, table: str, trigger: str) -> None:
     function = f"sas_{table.removeprefix('scheduler_')}_owner_fill"
     with schema_editor.connection.cursor() as cursor:
-        cursor.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger), sql.Identifier(table)))
+        cursor.execute(
+            sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger), sql.Identifier(table))
+        )
         cursor.execute(sql.SQL("DROP FUNCTION {}()").format(sql.Identifier(function)))
         cursor.execute(sql.SQL("ALTER TABLE {} DROP COLUMN owner_id").format(sql.Identifier(table)))
 
@@ -141,7 +141,10 @@ def table_unkey(
     restored = restored or {}
     t = sql.Identifier(table)
     with schema_editor.connection.cursor() as cursor:
-        foreign = {name: (referencing, definition) for referencing, name, definition in referencing_foreign_keys(cursor, table)}
+        foreign = {
+            name: (referencing, definition)
+            for referencing, name, definition in referencing_foreign_keys(cursor, table)
+        }
         foreign.update(restored)
         for name, (referencing, _) in foreign.items():
             cursor.execute(
@@ -149,12 +152,18 @@ def table_unkey(
                     sql.SQL(referencing), sql.Identifier(name)
                 )
             )
-        cursor.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(t, sql.Identifier(f"{table}_pkey")))
         cursor.execute(
-            sql.SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}").format(t, sql.Identifier(f"{table}_id_key"))
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(t, sql.Identifier(f"{table}_pkey"))
         )
         cursor.execute(
-            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (id)").format(t, sql.Identifier(f"{table}_pkey"))
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}").format(
+                t, sql.Identifier(f"{table}_id_key")
+            )
+        )
+        cursor.execute(
+            sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (id)").format(
+                t, sql.Identifier(f"{table}_pkey")
+            )
         )
         for name, (referencing, definition) in foreign.items():
             cursor.execute(

@@ -228,7 +228,6 @@ class ScheduledJob(models.Model):
         return f"{self.kind} of job {self.job_id} for {self.scheduled_for:%Y-%m-%d %H:%M:%S}"
 
 
-
 class DispatcherShard(models.Model):
     """A slice of the due work and its lease (issue 20): the dispatcher's claim takes only rows
     whose job hashes to the shard it holds, so K dispatcher processes on any hosts fire K slices

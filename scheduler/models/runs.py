@@ -355,7 +355,9 @@ class Step(models.Model):
             # lookups by run, by compensated step and by key. In the database the primary key is
             # (id, owner_id), with a UNIQUE (id) for the foreign keys to a step.
             models.UniqueConstraint(fields=["run", "seq", "owner_id"], name="step_run_seq_unique"),
-            models.UniqueConstraint(fields=["idempotency_key", "owner_id"], name="step_idempotency_key_unique"),
+            models.UniqueConstraint(
+                fields=["idempotency_key", "owner_id"], name="step_idempotency_key_unique"
+            ),
             models.UniqueConstraint(
                 fields=["compensates", "owner_id"],
                 condition=Q(compensates__isnull=False),

@@ -142,10 +142,14 @@ def two_owners(django_user_model: Any) -> tuple[Any, Any]:
     return django_user_model.objects.create(username="ann"), django_user_model.objects.create(username="cy")
 
 
-def _checked() -> None:
-    """The deferred foreign keys checked now, not at a commit the test never reaches."""
-    with connection.cursor() as cursor:
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+def _refused(write: Any) -> None:
+    """`write` is refused by a foreign key: checked now (they are deferred), not at a commit the
+    test never reaches; rolled back to before it."""
+    with transaction.atomic():
+        write()
+        with pytest.raises(IntegrityError, match="foreign key"), connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        transaction.set_rollback(True)
 
 
 def test_owner__left_out_by_a_writer__is_the_jobs(two_owners: tuple[Any, Any]) -> None:
@@ -164,12 +168,13 @@ def test_owner__of_another_user__is_refused_by_the_database(two_owners: tuple[An
     ann, cy = two_owners
     mine, theirs = new_job(ann, "a"), new_job(cy, "c")
     at = datetime(2031, 1, 1, tzinfo=UTC)
-    with pytest.raises(IntegrityError), transaction.atomic():
-        ScheduledJob.objects.create(job=mine, owner_id=cy.id, kind="queued", scheduled_for=at)
-        _checked()
+    _refused(lambda: ScheduledJob.objects.create(job=mine, owner_id=cy.id, kind="queued", scheduled_for=at))
     # An edge between two owners' jobs: refused by the services, and now by the database too.
-    with pytest.raises(IntegrityError), transaction.atomic():
-        JobDependency.objects.create(parent=theirs, child=mine)
-        _checked()
+    _refused(lambda: JobDependency.objects.create(parent=theirs, child=mine))
     assert not JobDependency.objects.exists()
     assert ScheduledJob.objects.filter(kind="queued").count() == 0
+    # The same rows with the right owner are taken.
+    ScheduledJob.objects.create(job=mine, owner_id=ann.id, kind="queued", scheduled_for=at)
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    assert ScheduledJob.objects.filter(kind="queued").count() == 1
