@@ -62,6 +62,16 @@ class Run(models.Model):
         related_name="runs",
         db_index=False,
     )
+    # The tenant key (issue 29, decision record 90): the owner, 0 for the platform's own runs
+    # (the owner above is NULL there, and neither a primary key nor a distribution column takes a
+    # NULL) - the value the run's steps and history carry. Computed by the database from the
+    # owner, never written. The primary key in the database is (id, owner_key).
+    owner_key = models.GeneratedField(
+        expression=Coalesce("owner", 0),
+        output_field=models.IntegerField(),
+        db_persist=True,
+        help_text="The owner's user id, 0 for the platform's own runs (the tenant key).",
+    )
     # Higher runs first. Copied onto each step so the claim index can order by it.
     priority = models.SmallIntegerField(default=0)
     # Optional business deadline for the whole run: among equal priorities, earliest first.
@@ -116,7 +126,7 @@ class Run(models.Model):
             ),
             # Exactly once per occurrence: a second firing of (job, time, attempt) is refused.
             models.UniqueConstraint(
-                fields=["job", "scheduled_for", "job_attempt"],
+                fields=["job", "scheduled_for", "job_attempt", "owner_key"],
                 condition=Q(job__isnull=False),
                 name="run_job_occurrence_unique",
             ),

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from scheduler.models import DependencyGate, JobDependency, ScheduledJob
+from scheduler.models import DependencyGate, JobDependency, Run, ScheduledJob
 from tests.scheduler.jobs_support import new_job
 
 pytestmark = pytest.mark.django_db
 
-# Every table that holds one user's data (the seed's "tenant"), with its owner column.
+# Every table that holds one user's data (the seed's "tenant").
 TENANT_TABLES = [
     "scheduler_job",
     "scheduler_scheduledjob",
@@ -29,6 +29,9 @@ TENANT_TABLES = [
     "alerting_alertrule",
     "exports_export",
 ]
+# The owner column (the distribution column on Citus): `owner_id` but where the owner may be
+# NULL (the platform's own runs), there a generated column, the owner or 0.
+OWNER_COLUMN = {"scheduler_run": "owner_key"}
 
 # The unique keys that still lack the owner, and why (decision record 90 says the same).
 WITHOUT_OWNER = {
@@ -41,10 +44,9 @@ WITHOUT_OWNER = {
     "exports_export_id_key": "UNIQUE (id)",
     # One export per run (OneToOneField); the run is not keyed by owner (below).
     "exports_export_run_id_key": "UNIQUE (run_id)",
-    # A run's owner is NULL for the platform's own runs (webhook deliveries, Django tasks without
-    # an owner): a primary key cannot hold a nullable column, nor Citus distribute by one.
-    "scheduler_run_pkey": "PRIMARY KEY (id)",
-    "run_job_occurrence_unique": "UNIQUE (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL",
+    # Steps, alerts and their runs, checkpoints, heartbeat rows, exports, orders, webhook
+    # subscriptions and deliveries reference a run by its id alone.
+    "scheduler_run_id_key": "UNIQUE (id)",
     # An operator's alert rule has no owner, as above.
     "supervisor_alertrule_pkey": "PRIMARY KEY (id)",
     "alertrule_operator_name_unique": "UNIQUE (name) WHERE owner_id IS NULL",
@@ -74,7 +76,11 @@ def _unique_keys() -> dict[str, tuple[str, list[str], bool]]:
 def test_tenant_keys__every_primary_and_unique_key_holds_the_owner_but_the_listed() -> None:
     keys = _unique_keys()
     assert {table for table, _, _ in keys.values()} == set(TENANT_TABLES)
-    without = {name for name, (_, columns, _) in keys.items() if "owner_id" not in columns}
+    without = {
+        name
+        for name, (table, columns, _) in keys.items()
+        if OWNER_COLUMN.get(table, "owner_id") not in columns
+    }
     assert without == set(WITHOUT_OWNER)
     primary = {table: columns for table, columns, is_primary in keys.values() if is_primary}
     assert primary == {
@@ -82,7 +88,7 @@ def test_tenant_keys__every_primary_and_unique_key_holds_the_owner_but_the_liste
         "scheduler_scheduledjob": ["id", "owner_id"],
         "scheduler_jobdependency": ["id", "owner_id"],
         "scheduler_dependencygate": ["id", "owner_id"],
-        "scheduler_run": ["id"],
+        "scheduler_run": ["id", "owner_key"],
         "scheduler_step": ["id", "owner_id"],
         "scheduler_taskexecutionhistory": ["id", "started_at", "owner_id"],
         "scheduler_runevent": ["id", "created_at", "owner_id"],
@@ -97,7 +103,8 @@ def test_tenant_keys__every_primary_and_unique_key_holds_the_owner_but_the_liste
         "scheduledjob_occurrence_unique": ["job_id", "scheduled_for", "attempt", "owner_id"],
         "jobdependency_edge_unique": ["child_id", "parent_id", "owner_id"],
         "dependencygate_child_time_unique": ["child_id", "logical_time", "owner_id"],
-        "run_job_occurrence_unique": ["job_id", "scheduled_for", "job_attempt"],
+        "run_job_occurrence_unique": ["job_id", "scheduled_for", "job_attempt", "owner_key"],
+        "scheduler_run_id_key": ["id"],
         "scheduler_step_id_key": ["id"],
         "step_run_seq_unique": ["run_id", "seq", "owner_id"],
         "step_idempotency_key_unique": ["idempotency_key", "owner_id"],
@@ -112,12 +119,19 @@ def test_tenant_keys__every_primary_and_unique_key_holds_the_owner_but_the_liste
 
 def test_tenant_keys__the_owner_column_is_never_null() -> None:
     nullable = _rows(
-        "SELECT table_name FROM information_schema.columns WHERE column_name = 'owner_id'"
-        " AND is_nullable = 'YES' AND table_name = ANY(%s) ORDER BY 1",
+        "SELECT table_name, column_name FROM information_schema.columns WHERE column_name IN"
+        " ('owner_id', 'owner_key') AND is_nullable = 'YES' AND table_name = ANY(%s) ORDER BY 1",
         [TENANT_TABLES],
     )
-    # Runs and alert rules: the platform's and the operators' rows have no owner (above).
-    assert nullable == [("alerting_alertrule",), ("scheduler_run",)]
+    # A run's owner_id (its foreign key to the user) is NULL for the platform's runs, its
+    # owner_key never; an operator's alert rule has no owner (above).
+    assert nullable == [("alerting_alertrule", "owner_id"), ("scheduler_run", "owner_id")]
+    generated = _rows(
+        "SELECT attgenerated, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute AS a"
+        " JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+        " WHERE a.attrelid = 'scheduler_run'::regclass AND a.attname = 'owner_key'"
+    )
+    assert generated == [("s", "COALESCE(owner_id, 0)")]
 
 
 def test_tenant_keys__foreign_keys_to_a_job_carry_the_owner_but_the_alert_rules() -> None:
@@ -132,7 +146,7 @@ def test_tenant_keys__foreign_keys_to_a_job_carry_the_owner_but_the_alert_rules(
         ("scheduler_dependencygate", composite.format("child_id")),
         ("scheduler_jobdependency", composite.format("child_id")),
         ("scheduler_jobdependency", composite.format("parent_id")),
-        ("scheduler_run", composite.format("job_id")),
+        ("scheduler_run", f"FOREIGN KEY (job_id, owner_key) REFERENCES scheduler_job(id, owner_id) {deferred}"),
         ("scheduler_scheduledjob", composite.format("job_id")),
     ]
 
@@ -162,6 +176,14 @@ def test_owner__left_out_by_a_writer__is_the_jobs(two_owners: tuple[Any, Any]) -
     assert DependencyGate.objects.get(pk=gate.pk).owner_id == ann.id
     # job_create's own next row names the owner.
     assert ScheduledJob.objects.get(job=job, kind="next").owner_id == ann.id
+
+
+def test_run_owner_key__is_the_owner_or_0(two_owners: tuple[Any, Any]) -> None:
+    ann, _ = two_owners
+    mine = Run.objects.create(workflow="w", owner=ann)
+    platform = Run.objects.create(workflow="w")
+    keys = dict(Run.objects.filter(pk__in=[mine.pk, platform.pk]).values_list("id", "owner_key"))
+    assert keys == {mine.pk: ann.id, platform.pk: 0}
 
 
 def test_owner__of_another_user__is_refused_by_the_database(two_owners: tuple[Any, Any]) -> None:
