@@ -81,10 +81,10 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    # Not atomic per operation: one transaction for the whole file (the default on PostgreSQL).
+    # One transaction for the whole file (the default on PostgreSQL). No dependency on the alert
+    # rules' app: table_rekey finds and keeps their foreign key to a job whatever its table's name.
     dependencies = [
         ("scheduler", "0037_pauses_hold_job_occurrences"),
-        ("alerting", "0003_alertrule_cooldown_help_text"),
     ]
 
     operations = [
