@@ -146,7 +146,10 @@ def test_tenant_keys__foreign_keys_to_a_job_carry_the_owner_but_the_alert_rules(
         ("scheduler_dependencygate", composite.format("child_id")),
         ("scheduler_jobdependency", composite.format("child_id")),
         ("scheduler_jobdependency", composite.format("parent_id")),
-        ("scheduler_run", f"FOREIGN KEY (job_id, owner_key) REFERENCES scheduler_job(id, owner_id) {deferred}"),
+        (
+            "scheduler_run",
+            f"FOREIGN KEY (job_id, owner_key) REFERENCES scheduler_job(id, owner_id) {deferred}",
+        ),
         ("scheduler_scheduledjob", composite.format("job_id")),
     ]
 
