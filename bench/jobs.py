@@ -217,6 +217,8 @@ def fill_jobs(
         "ts",
         {
             "job_id": "ins.id",
+            # The job's (the tenant keys' composite foreign key, decision record 55).
+            "owner_id": "ins.owner_id",
             "scheduled_for": "s.nxt",
             "next_execution_at": "s.nxt",
             "created_at": "statement_timestamp()",
@@ -231,7 +233,7 @@ def fill_jobs(
             SELECT {select_job}
             FROM s CROSS JOIN LATERAL generate_series(1, s.n) AS g, scheduler_job AS t
             WHERE t.id = %(template)s
-            RETURNING id, cron, timezone
+            RETURNING id, cron, timezone, owner_id
         )
         INSERT INTO scheduler_scheduledjob ({", ".join(sj_cols)})
         SELECT {select_sj}

@@ -17,6 +17,9 @@ from scheduler.models import Run
 
 
 class Export(models.Model):
+    """A user's history export. In the database its primary key is (id, owner_id), with a
+    UNIQUE (id) for the file's foreign key (decision record 55, exports/migrations/0002)."""
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="exports")
     run = models.OneToOneField(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="export")

@@ -299,6 +299,7 @@ class FiringPlan:
         self.queued.append(
             ScheduledJob(
                 job_id=job.id,
+                owner_id=job.owner_id,
                 kind=ScheduledJob.Kind.QUEUED,
                 reason=reason,
                 scheduled_for=scheduled_for,

@@ -326,14 +326,15 @@ SELECT id FROM scheduler_job WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR K
 -- into the same row, and the upsert holds its lock until commit (the fire below decides under
 -- it). Rows in (child, time) order: two settles lock gates in the same order. `arrived` comes
 -- as text ('1,2'): arrays of unequal lengths do not unnest. Guard: a gate already blocked keeps
--- its first reason.
+-- its first reason. The gate's owner (in its unique key: decision record 55) is the child's,
+-- filled by the table's trigger before the conflict check.
 INSERT INTO scheduler_dependencygate AS g (child_id, logical_time, arrived, blocked, fired_at, created_at)
 SELECT t.child_id, t.logical_time, string_to_array(t.arrived, ',')::bigint[], t.blocked, NULL,
        statement_timestamp()
 FROM unnest(%(child_ids)s::bigint[], %(times)s::timestamptz[], %(arrived)s::text[], %(blocked)s::text[])
      AS t(child_id, logical_time, arrived, blocked)
 ORDER BY t.child_id, t.logical_time
-ON CONFLICT (child_id, logical_time) DO UPDATE
+ON CONFLICT (child_id, logical_time, owner_id) DO UPDATE
 SET arrived = ARRAY(SELECT DISTINCT x FROM unnest(g.arrived || excluded.arrived) AS x ORDER BY x),
     blocked = CASE WHEN g.blocked <> '' THEN g.blocked ELSE excluded.blocked END
 RETURNING g.child_id, g.logical_time, g.arrived, g.blocked, g.fired_at
@@ -350,12 +351,13 @@ WITH fired AS (
       AND g.fired_at IS NULL AND g.blocked = ''
     RETURNING g.child_id, g.logical_time
 )
-INSERT INTO scheduler_scheduledjob (job_id, kind, reason, scheduled_for, attempt, next_execution_at, created_at)
+INSERT INTO scheduler_scheduledjob
+    (job_id, kind, reason, scheduled_for, attempt, next_execution_at, created_at, owner_id)
 SELECT f.child_id, 'queued', 'dependency', f.logical_time, 0,
-       CASE WHEN j.enabled THEN statement_timestamp() END, statement_timestamp()
+       CASE WHEN j.enabled THEN statement_timestamp() END, statement_timestamp(), j.owner_id
 FROM fired AS f JOIN scheduler_job AS j ON j.id = f.child_id
 ORDER BY f.child_id, f.logical_time
-ON CONFLICT (job_id, scheduled_for, attempt) DO NOTHING
+ON CONFLICT (job_id, scheduled_for, attempt, owner_id) DO NOTHING
 RETURNING job_id, scheduled_for
 
 -- name: dependency_edges_record

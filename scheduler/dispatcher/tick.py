@@ -125,7 +125,7 @@ def job_runs_settle(*, limit: int, instance: str = "") -> DispatchResult:
         result.settled = len(ended)
         transitions.job_history_close(run_ids=[r.run_id for r in ended])
         # What a settle decides on: retries, enabled (not the whole row).
-        jobs = Job.objects.only("id", "enabled", "max_retry", "retry_backoff").in_bulk(
+        jobs = Job.objects.only("id", "owner_id", "enabled", "max_retry", "retry_backoff").in_bulk(
             {r.job_id for r in ended}
         )
         retries: list[ScheduledJob] = []
@@ -141,6 +141,7 @@ def job_runs_settle(*, limit: int, instance: str = "") -> DispatchResult:
                 retries.append(
                     ScheduledJob(
                         job_id=job.id,
+                        owner_id=job.owner_id,
                         kind=ScheduledJob.Kind.RETRY,
                         reason="retry",
                         scheduled_for=r.scheduled_for,

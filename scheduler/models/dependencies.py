@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
 
-from .jobs import Job
+from .jobs import OWNER_HELP, Job
 
 
 class DependencyCondition(models.TextChoices):
@@ -50,10 +50,15 @@ class JobDependency(models.Model):
     # Whether that outcome matched the condition.
     last_matched = models.BooleanField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
+    # The owner of both jobs, for the tenant keys (decision record 55): the primary key in the
+    # database is (id, owner_id), both foreign keys (parent_id, owner_id) and (child_id,
+    # owner_id) - so the database, too, refuses an edge between two owners' jobs. Filled on
+    # insert from the child when the writer leaves it out.
+    owner_id = models.IntegerField(null=True, blank=True, editable=False, help_text=OWNER_HELP)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["child", "parent"], name="jobdependency_edge_unique"),
+            models.UniqueConstraint(fields=["child", "parent", "owner_id"], name="jobdependency_edge_unique"),
             models.CheckConstraint(condition=~Q(parent=F("child")), name="jobdependency_not_self"),
             models.CheckConstraint(
                 condition=Q(condition__in=DependencyCondition.values), name="jobdependency_condition_valid"
@@ -80,10 +85,14 @@ class DependencyGate(models.Model):
     blocked = models.TextField(blank=True, default="", db_default="")
     fired_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
+    # The child's owner (decision record 55), as JobDependency.owner_id.
+    owner_id = models.IntegerField(null=True, blank=True, editable=False, help_text=OWNER_HELP)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["child", "logical_time"], name="dependencygate_child_time_unique")
+            models.UniqueConstraint(
+                fields=["child", "logical_time", "owner_id"], name="dependencygate_child_time_unique"
+            )
         ]
 
     def __str__(self) -> str:

@@ -12,6 +12,9 @@ from django.db.models.functions import Now
 
 from sasproject.names import control_characters_refuse
 
+# The owner column of the tables below a job (ScheduledJob, JobDependency, DependencyGate).
+OWNER_HELP = "The job's owner (user id; filled on insert)."
+
 
 class OverlapPolicy(models.TextChoices):
     """What an occurrence does when the job's previous run is still going (Temporal's names)."""
@@ -28,9 +31,11 @@ class Job(models.Model):
     workflow, claimed, supervised and compensated like any other. Its next occurrence is a
     `ScheduledJob` row; `scheduler/jobs.md` has the rules (overlap, misfire, retries).
 
-    The seed keys jobs by (UserId, JobId) and shards by UserId; here the primary key is a plain
-    id and `owner` is the first column of the job's indexes, which is what a distribution column
-    (Citus) needs when one machine is not enough.
+    The seed keys jobs by (UserId, JobId) and shards by UserId: in the database the primary key
+    is (id, owner_id) and every table below a job carries the owner in its keys and its foreign
+    key to the job, what a distribution column (Citus) needs when one machine is not enough
+    (decision record 55). Django's state keeps `id` as the primary key; a UNIQUE (id) stays for
+    the alert rules' single-column foreign key (an operator's rule has no owner).
     """
 
     Overlap = OverlapPolicy
@@ -185,19 +190,23 @@ class ScheduledJob(models.Model):
     # When it is due: the occurrence time plus the job's jitter, or a retry's backoff. Null: parked.
     next_execution_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
+    # The job's owner, for the tenant keys (issue 29, decision record 55): the primary key in the
+    # database is (id, owner_id), the foreign key to the job (job_id, owner_id). Filled by the
+    # database on insert from the job when the writer leaves it out. Never null in the table.
+    owner_id = models.IntegerField(null=True, blank=True, editable=False, help_text=OWNER_HELP)
 
     class Meta:
         constraints = [
             models.CheckConstraint(
                 condition=Q(kind__in=ScheduledJobKind.values), name="scheduledjob_kind_valid"
             ),
-            # One next occurrence per job.
+            # One next occurrence per job (the owner last: the index still serves lookups by job).
             models.UniqueConstraint(
-                fields=["job"], condition=Q(kind="next"), name="scheduledjob_one_next_per_job"
+                fields=["job", "owner_id"], condition=Q(kind="next"), name="scheduledjob_one_next_per_job"
             ),
             # An occurrence's attempt is queued once.
             models.UniqueConstraint(
-                fields=["job", "scheduled_for", "attempt"], name="scheduledjob_occurrence_unique"
+                fields=["job", "scheduled_for", "attempt", "owner_id"], name="scheduledjob_occurrence_unique"
             ),
         ]
         indexes = [

@@ -62,6 +62,16 @@ class Run(models.Model):
         related_name="runs",
         db_index=False,
     )
+    # The tenant key (issue 29, decision record 55): the owner, 0 for the platform's own runs
+    # (the owner above is NULL there, and neither a primary key nor a distribution column takes a
+    # NULL) - the value the run's steps and history carry. Computed by the database from the
+    # owner, never written. The primary key in the database is (id, owner_key).
+    owner_key = models.GeneratedField(
+        expression=Coalesce("owner", 0),
+        output_field=models.IntegerField(),
+        db_persist=True,
+        help_text="The owner's user id, 0 for the platform's own runs (the tenant key).",
+    )
     # Higher runs first. Copied onto each step so the claim index can order by it.
     priority = models.SmallIntegerField(default=0)
     # Optional business deadline for the whole run: among equal priorities, earliest first.
@@ -116,7 +126,7 @@ class Run(models.Model):
             ),
             # Exactly once per occurrence: a second firing of (job, time, attempt) is refused.
             models.UniqueConstraint(
-                fields=["job", "scheduled_for", "job_attempt"],
+                fields=["job", "scheduled_for", "job_attempt", "owner_key"],
                 condition=Q(job__isnull=False),
                 name="run_job_occurrence_unique",
             ),
@@ -242,7 +252,9 @@ class Step(models.Model):
     # engine's path; later set by the transitions (backoff, deferral) on the same clock.
     not_before = models.DateTimeField(db_default=Now())
     lease = models.UUIDField(null=True, blank=True)
-    idempotency_key = models.CharField(max_length=200, unique=True)
+    # Unique with the owner (step_idempotency_key_unique, decision record 55); `<run>:<step>`,
+    # so unique on its own anyway.
+    idempotency_key = models.CharField(max_length=200)
     # Which key the step sends (issue 28): 1, the key it was submitted with; an operator's
     # resubmit after a definitive refusal (the remote said no: nothing happened) sends under the
     # next one, `<base key>:g<n>` (scheduler/keys.py, `step_key_renewable`). `idempotency_key`
@@ -349,9 +361,15 @@ class Step(models.Model):
                 ),
                 name="step_row_valid",
             ),
-            models.UniqueConstraint(fields=["run", "seq"], name="step_run_seq_unique"),
+            # The tenant keys hold the owner (decision record 55), last: the indexes still serve
+            # lookups by run, by compensated step and by key. In the database the primary key is
+            # (id, owner_id), with a UNIQUE (id) for the foreign keys to a step.
+            models.UniqueConstraint(fields=["run", "seq", "owner_id"], name="step_run_seq_unique"),
             models.UniqueConstraint(
-                fields=["compensates"],
+                fields=["idempotency_key", "owner_id"], name="step_idempotency_key_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["compensates", "owner_id"],
                 condition=Q(compensates__isnull=False),
                 name="step_compensates_unique",
             ),

@@ -156,7 +156,9 @@ def _write(*, child: Job, specs: Sequence[ParentSpec]) -> bool:
     for parent_id, condition in wanted.items():
         edge = current.get(parent_id)
         if edge is None:
-            JobDependency.objects.create(parent_id=parent_id, child=child, condition=condition)
+            JobDependency.objects.create(
+                parent_id=parent_id, child=child, owner_id=child.owner_id, condition=condition
+            )
             changed = True
         elif edge.condition != condition:
             JobDependency.objects.filter(pk=edge.pk).update(condition=condition)
@@ -168,5 +170,8 @@ def job_parents_create(*, child: Job, parents: Sequence[ParentSpec]) -> None:
     """A new job's edges (checked by `job_parents_check`; a new job closes no cycle: nothing
     depends on it yet). Transaction: `job_create`'s."""
     JobDependency.objects.bulk_create(
-        [JobDependency(parent_id=s.job_id, child=child, condition=s.condition) for s in parents]
+        [
+            JobDependency(parent_id=s.job_id, child=child, owner_id=child.owner_id, condition=s.condition)
+            for s in parents
+        ]
     )

@@ -121,6 +121,7 @@ def _arm(job: Job, *, now: datetime) -> ScheduledJob | None:
         return None
     return ScheduledJob.objects.create(
         job=job,
+        owner_id=job.owner_id,
         kind=ScheduledJob.Kind.NEXT,
         reason="schedule",
         scheduled_for=first,

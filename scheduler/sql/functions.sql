@@ -1032,7 +1032,7 @@ BEGIN
                         p_observed)
                  AS r(id, workflow, input, owner_id, priority, job_id, correlation_id, scheduled_for, job_attempt,
                       deadline, observed)
-            ON CONFLICT (job_id, scheduled_for, job_attempt) WHERE job_id IS NOT NULL DO NOTHING
+            ON CONFLICT (job_id, scheduled_for, job_attempt, owner_key) WHERE job_id IS NOT NULL DO NOTHING
             RETURNING id, workflow, correlation_id, job_id, scheduled_for, job_attempt, created_at, deadline,
                       owner_id, priority
         ), steps AS (

@@ -64,6 +64,10 @@ def job(owner: Any, **fields: Any) -> Job:
 def run(
     *, workflow: str = "wf", state: str = "compensated", ago: timedelta = timedelta(0), **fields: Any
 ) -> Run:
+    if fields.get("job") is not None:
+        # A job's run is its owner's (the dispatcher writes it so; the run's foreign key to its
+        # job holds the owner, decision record 55).
+        fields.setdefault("owner_id", fields["job"].owner_id)
     created = Run.objects.create(workflow=workflow, state=state, **fields)
     Run.objects.filter(pk=created.pk).update(created_at=timezone.now() - ago)
     return created

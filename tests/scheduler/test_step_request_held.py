@@ -92,5 +92,6 @@ def test_lookup__by_primary_key_even_with_many_steps_in_flight(user):
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
-    assert "scheduler_step_pkey" in plan, plan
+    # By id: the primary key (id, owner_id) or UNIQUE (id) (decision record 55), both lead by id.
+    assert "scheduler_step_pkey" in plan or "scheduler_step_id_key" in plan, plan
     assert "step_processing_deadline_idx" not in plan, plan

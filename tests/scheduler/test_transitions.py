@@ -568,9 +568,11 @@ def test_claim_due__several_owners__fair_pick_reads_the_pending_owner_index(user
     assert "step_processing_deadline_idx" in busy, busy
     heads = _plan_of(plans, "row_number() OVER")
     assert _reads_a_pending_owner_index(heads), heads
-    assert "scheduler_step_pkey" not in heads and "Aggregate" not in heads.replace("WindowAgg", ""), heads
+    assert "scheduler_step_pkey" not in heads and "scheduler_step_id_key" not in heads, heads
+    assert "Aggregate" not in heads.replace("WindowAgg", ""), heads
     lock = _plan_of(plans, "FOR UPDATE SKIP LOCKED")
-    assert "Index Scan using scheduler_step_pkey" in lock, lock
+    # By id: the primary key (id, owner_id) or UNIQUE (id) (decision record 55), both lead by id.
+    assert re.search(r"Index Scan using scheduler_step_(pkey|id_key)\b", lock), lock
     assert "Seq Scan" not in owners + busy + heads + lock, lock
 
 
