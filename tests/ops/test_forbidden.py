@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AnonymousUser, Group
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.test import Client, RequestFactory
 from django.urls import reverse
@@ -19,6 +19,7 @@ from ops.forbidden import permission_denied
 from ops.roles import OPERATOR_GROUP, READ_ONLY_GROUP, role_holding
 from scheduler.models import Step
 from tests.admin.factories import order_failed
+from tests.roles import client_of, join_role
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("manual_scheduler")]
 
@@ -37,13 +38,10 @@ def customer(db: None) -> Any:
     return user
 
 
-def _staff(django_user_model: Any, name: str, *groups: str) -> Client:
-    user = django_user_model.objects.create_user(name, is_staff=True)
-    for group in groups:
-        user.groups.add(Group.objects.get(name=group))
-    client = Client()
-    client.force_login(user)
-    return client
+def _staff(django_user_model: Any, name: str, group: str | None = None) -> Client:
+    """A staff account in `group` only (tests.roles.join_role: the roles made again if a
+    transactional test's flush emptied the groups)."""
+    return client_of(join_role(django_user_model.objects.create_user(name), group))
 
 
 def _request_log(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

@@ -178,7 +178,12 @@ def test_chains_fan_ins_and_failures__dispatcher_and_worker_sigkilled__every_dep
         assert why.status == "skipped" and why.detail["parent_job_id"] == x.pk
     # Every run of the graph: the roots once, and each dependent once.
     assert len(counted) == len(roots) + 2 * CHAINS + FAN_INS + FAILING
-    # The victim's uncommitted work left nothing: no history row of its settle.
-    assert not TaskExecutionHistory.objects.filter(
-        job__owner=owner, worker__endswith=f":{victim.pid}", detail__reason="dependency"
-    ).exists()
+    # What the victim had committed before the kill stays (on a loaded machine it settles some
+    # parents first), and its uncommitted settle left nothing twice: each dependency row names a
+    # (job, logical time) once, as each run does.
+    dependency_rows = Counter(
+        TaskExecutionHistory.objects.filter(job__owner=owner, detail__reason="dependency").values_list(
+            "job_id", "scheduled_for"
+        )
+    )
+    assert set(dependency_rows.values()) <= {1}, dependency_rows
