@@ -65,6 +65,7 @@ from scheduler.services import jobs_dispatch  # noqa: E402
 from scheduler.sqlfiles import _binary, named_statements  # noqa: E402
 
 PHASE: str | None = None
+TAG = ""  # the pass running: the plans are tagged with it
 # (phase, statement) -> the times of its calls, in seconds, in call order.
 CALLS: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
 PLANS: list[str] = []
@@ -84,7 +85,9 @@ def _statement_names() -> dict[str, str]:
     names: dict[str, str] = {}
     sources = [job_transitions.job_queries(), engine_transitions.engine_queries()]
     sources.append(named_statements(Path(alerting.__file__).parent / "sql" / "alerts.sql"))
-    sources.append({k.lower(): v for k, v in vars(metrics).items() if k.startswith("SQL_") and isinstance(v, str)})
+    sources.append(
+        {k.lower(): v for k, v in vars(metrics).items() if k.startswith("SQL_") and isinstance(v, str)}
+    )
     for statements in sources:
         for name, text in statements.items():
             names[_key(text)] = name
@@ -183,13 +186,13 @@ def one_pass(*, jobs: int, analysed: bool, explain: set[str]) -> dict[str, float
 
     def step(name: str, call: Callable[[], object], times: int = 1) -> None:
         started = time.perf_counter()
-        with phase(name), explained(name in explain, "analysed" if analysed else "stale"):
+        with phase(name), explained(name in explain, TAG):
             for _ in range(times):
                 with transaction.atomic():
                     call()
         walls[name] = time.perf_counter() - started
 
-    with phase("burst, second half"):
+    with phase("burst, second half"), explained("burst, second half" in explain, TAG):
         started = time.perf_counter()
         fired += _fire(jobs)
         walls["burst, second half"] = time.perf_counter() - started
@@ -201,13 +204,23 @@ def one_pass(*, jobs: int, analysed: bool, explain: set[str]) -> dict[str, float
     held = _processing(6000)
     operation = bj.sql("SELECT operation FROM scheduler_step WHERE id = %s", [held[0][0]])[0][0]
     reads = iter(held[:500])
-    step("agent read", lambda: step_request_held(step_id=(s := next(reads))[0], lease=s[1], operation=operation), 500)
+    step(
+        "agent read",
+        lambda: step_request_held(step_id=(s := next(reads))[0], lease=s[1], operation=operation),
+        500,
+    )
     marks = iter(range(0, 1000, 100))
-    step("start mark", lambda: engine_transitions.step_mark_started(steps=held[(i := next(marks)) : i + 100]), 10)
+    step(
+        "start mark",
+        lambda: engine_transitions.step_mark_started(steps=held[(i := next(marks)) : i + 100]),
+        10,
+    )
     ok = iter(held[1000:2500])
     step(
         "reply success",
-        lambda: step_reply(step_id=(s := next(ok))[0], lease=s[1], outcome="success", result={}, claim_next=False),
+        lambda: step_reply(
+            step_id=(s := next(ok))[0], lease=s[1], outcome="success", result={}, claim_next=False
+        ),
         1500,
     )
     transient = iter(held[2500:2800])
@@ -234,7 +247,8 @@ def one_pass(*, jobs: int, analysed: bool, explain: set[str]) -> dict[str, float
     pending = [
         r[0]
         for r in bj.sql(
-            "SELECT run_id FROM scheduler_step WHERE process_state = 'pending' AND seq = 0 ORDER BY id LIMIT 1000"
+            "SELECT run_id FROM scheduler_step WHERE process_state = 'pending' AND seq = 0"
+            " ORDER BY id LIMIT 1000"
         )
     ]
     chunks = iter(range(0, 1000, 100))
@@ -242,7 +256,9 @@ def one_pass(*, jobs: int, analysed: bool, explain: set[str]) -> dict[str, float
     def key_hold() -> None:
         i = next(chunks)
         ids = pending[i : i + 100]
-        engine_transitions.runs_key_hold(run_ids=ids, keys=[f"bench-{i // 100}"] * len(ids), limits=[5] * len(ids))
+        engine_transitions.runs_key_hold(
+            run_ids=ids, keys=[f"bench-{i // 100}"] * len(ids), limits=[5] * len(ids)
+        )
 
     step("key admit", key_hold, 10)
     step("dispatcher idle tick", lambda: jobs_dispatch(instance="bench-stats", batch=1000), 10)
@@ -258,23 +274,39 @@ def _growth(times: list[float]) -> float:
     return statistics.median(times[-third:]) / statistics.median(times[:third])
 
 
+PASSES = ("stale", "analysed", "dispatcher")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from django.conf import settings
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--passes", nargs="+", default=["stale", "analysed"], choices=["stale", "analysed"])
-    parser.add_argument("--explain", nargs="*", default=[], help="phases whose slow statements' plans to print")
+    parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES)
+    parser.add_argument(
+        "--explain", nargs="*", default=[], help="phases whose slow statements' plans to print"
+    )
     parser.add_argument("--plans", type=int, default=6, help="plans printed per pass")
-    parser.add_argument("--min-ms", type=float, default=0.3, help="rows under this p50 in both passes are left out")
+    parser.add_argument(
+        "--min-ms", type=float, default=0.3, help="rows under this p50 in every pass are left out"
+    )
     args = parser.parse_args()
     logging.getLogger("sas").setLevel(logging.ERROR)  # a permanent reply's warning a step
     _time_statements()
     prefix = ENV["SAS_REDIS_PREFIX"]
     walls: dict[str, dict[str, float]] = {}
+    analyze_after = settings.SAS["JOBS_ANALYZE_AFTER_ROWS"]
     try:
         for name in args.passes:
+            # Only the `dispatcher` pass has the dispatcher's own ANALYZE after a burst.
+            settings.SAS["JOBS_ANALYZE_AFTER_ROWS"] = analyze_after if name == "dispatcher" else 0
             print(f"== pass {name}: {args.jobs:,} jobs ({bj.load()})", flush=True)
             before = dict(CALLS)
             CALLS.clear()
+            global TAG
+            TAG = name
             walls[name] = one_pass(jobs=args.jobs, analysed=name == "analysed", explain=set(args.explain))
             renamed = {(f"{name}|{ph}", k): v for (ph, k), v in CALLS.items()}
             CALLS.clear()
@@ -282,36 +314,39 @@ def main() -> None:
             CALLS.update(renamed)
     finally:
         bj.reset(prefix)
-    phases = list(next(iter(walls.values())))
-    print(f"\n{'phase':<22} {'statement':<42} {'calls':>5} {'p50 stale':>10} {'p50 anal.':>10} {'ratio':>6}"
-          f" {'grows stale':>11} {'grows anal.':>11}")
+    passes = list(walls)
+    phases = list(walls[passes[0]])
+    head = "".join(f" {'p50 ' + p[:5]:>10}" for p in passes)
+    head += "".join(f" {'stale/' + p[:5]:>12}" for p in passes[1:])
+    head += "".join(f" {'grows ' + p[:5]:>11}" for p in passes)
+    print(f"\n{'phase':<22} {'statement':<42} {'calls':>5}{head}")
     for ph in phases:
         names = {k for (p, k) in CALLS if p.endswith("|" + ph)}
         for name in sorted(names):
-            stale = CALLS.get((f"stale|{ph}", name), [])
-            fresh = CALLS.get((f"analysed|{ph}", name), [])
-            p50s = statistics.median(stale) * 1000 if stale else float("nan")
-            p50a = statistics.median(fresh) * 1000 if fresh else float("nan")
-            if not (p50s >= args.min_ms or p50a >= args.min_ms):
+            times = [CALLS.get((f"{p}|{ph}", name), []) for p in passes]
+            p50 = [statistics.median(t) * 1000 if t else float("nan") for t in times]
+            if not any(v >= args.min_ms for v in p50):
                 continue
-            ratio = p50s / p50a if stale and fresh else float("nan")
-            gs, ga = _growth(stale), _growth(fresh)
-            flag = " <- grows" if gs > 1.5 else ""
-            print(
-                f"{ph:<22} {name[:42]:<42} {len(stale or fresh):>5} {p50s:>10.2f} {p50a:>10.2f} {ratio:>6.2f}"
-                f" {gs:>11.2f} {ga:>11.2f}{flag}"
-            )
-    print("\nphase wall seconds: " + "; ".join(
-        f"{ph} " + " / ".join(f"{walls[p][ph]:.2f}" for p in walls) for ph in phases
-    ) + f"  ({' / '.join(walls)})")
+            row = "".join(f" {v:>10.2f}" for v in p50)
+            row += "".join(f" {p50[0] / v:>12.2f}" for v in p50[1:])
+            grows = [_growth(t) for t in times]
+            row += "".join(f" {g:>11.2f}" for g in grows)
+            flag = " <- grows" if grows[0] > 1.5 else ""
+            calls = max(len(t) for t in times)
+            print(f"{ph:<22} {name[:42]:<42} {calls:>5}{row}{flag}")
+    print("\nphase wall seconds (" + " / ".join(passes) + "):")
+    for ph in phases:
+        print(f"  {ph:<22} " + " / ".join(f"{walls[p][ph]:.2f}" for p in passes))
     if PLANS:
+
         def took(plan: str) -> float:
             found = re.findall(r"actual time=[\d.]+\.\.([\d.]+)", plan)
             return max(map(float, found)) if found else 0.0
 
         print(f"\n== {len(PLANS)} plans over 5 ms, the slowest {args.plans} of each pass")
-        for tag in ("[stale", "[analysed"):
-            for plan in sorted((p for p in PLANS if p.startswith(tag)), key=took, reverse=True)[: args.plans]:
+        for tag in passes:
+            mine = [p for p in PLANS if p.startswith(f"[{tag},")]
+            for plan in sorted(mine, key=took, reverse=True)[: args.plans]:
                 print("\n" + "\n".join(line[:220] for line in plan.splitlines()))
 
 

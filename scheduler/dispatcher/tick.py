@@ -57,6 +57,8 @@ class DispatchResult:
     # Shards this tick held (each drained, then released); a batch that found its lease gone.
     shards: list[int] = field(default_factory=list)
     lost: bool = False
+    # ANALYZEs of the hot tables this tick ran (`statistics_refresh`).
+    analyzed: int = 0
 
 
 def _pause_for_tests(setting: str = "JOBS_TEST_PAUSE_AFTER_CLAIM", marker: str = PAUSE_MARKER) -> None:
@@ -227,6 +229,7 @@ def _fire(
         transitions.shards_ensure(shards=shards)
     drained: list[int] = []
     batches = 0
+    written = 0  # runs written since this pass last asked for an ANALYZE
     relayed = relay is None
     while batches < max_batches and time.monotonic() <= ends:
         held = transitions.shard_lease_take(
@@ -254,6 +257,10 @@ def _fire(
                 total.skipped += done.skipped
                 total.buffered += done.buffered
                 total.queued += done.queued
+                written += done.started
+                if written >= int(settings.SAS.get("JOBS_ANALYZE_AFTER_ROWS", 0) or 0) > 0:
+                    written = 0
+                    total.analyzed += statistics_refresh()
                 if done.lost:
                     total.lost = True
                     break
@@ -263,6 +270,31 @@ def _fire(
         finally:
             transitions.shard_lease_release(held=held, holder=instance)
     return batches
+
+
+ANALYZE_KEY = "sas:jobs:analyze"
+
+
+def statistics_refresh() -> int:
+    """Issue 29, item 5: the planner's statistics of the tables a burst changes, refreshed after
+    SAS["JOBS_ANALYZE_AFTER_ROWS"] runs written (the caller counts), at most once per
+    SAS["JOBS_ANALYZE_INTERVAL"] seconds across every dispatcher (a Redis SET NX that lives that
+    long). Between two batches, no transaction of the tick open. Best effort: without it
+    autovacuum's ANALYZE comes later. Returns 1 if it ran an ANALYZE, else 0."""
+    interval = float(settings.SAS.get("JOBS_ANALYZE_INTERVAL", 30.0))
+    key = f"{settings.REDIS_PREFIX}{ANALYZE_KEY}"
+    try:
+        if not get_redis().set(key, "1", nx=True, px=max(1, int(interval * 1000))):
+            return 0  # another dispatcher (or this one) analysed within the interval
+        started = time.monotonic()
+        transitions.hot_tables_analyze()
+    except Exception:
+        logger.warning(
+            "jobs dispatcher: the hot tables' ANALYZE failed; autovacuum's comes later", exc_info=True
+        )
+        return 0
+    logger.info("jobs dispatcher: hot tables analysed in %.3fs", time.monotonic() - started)
+    return 1
 
 
 WAKE_KEY = "sas:jobs:wake:"
