@@ -11,7 +11,7 @@ the second half timed. Then, with nothing else running, the life of the burst's 
 the engine's own code, each call timed statement by statement:
 - `step_claim_many` (the scheduler's claim of 500, 12 calls, committed: Processing piles up);
 - the agent's read (`step_request_held`), the start mark (`step_mark_started`);
-- replies (`step_reply`): success, transient and permanent, one call each, committed;
+- replies (`step_reply`): 1,500 successes, 150 transient, 100 permanent, one call each, committed;
 - the supervisor's sweep (`step_expire_batch`) of steps whose deadline the bench moved to the
   past (as if their agents died); the supervisor's tick (`holds_settle`), the skip of unstarted
   runs past their window (`runs_skip_unstarted`);
@@ -223,17 +223,17 @@ def one_pass(*, jobs: int, analysed: bool, explain: set[str]) -> dict[str, float
         ),
         1500,
     )
-    transient = iter(held[2500:2800])
+    transient = iter(held[2500:2650])
     step(
         "reply transient",
         lambda: step_reply(step_id=(s := next(transient))[0], lease=s[1], outcome="transient", error="bench"),
-        300,
+        150,
     )
-    permanent = iter(held[2800:3000])
+    permanent = iter(held[2800:2900])
     step(
         "reply permanent",
         lambda: step_reply(step_id=(s := next(permanent))[0], lease=s[1], outcome="permanent", error="bench"),
-        200,
+        100,
     )
     # As if the agents of 2,000 claimed steps died: their deadlines passed.
     bj.sql(

@@ -187,6 +187,10 @@ def jobs_dispatch(
         total.dependents += done.dependents
         if done.settled < batch:
             break
+    # After the firing, not between its batches: the burst's own statements read by key
+    # whatever the statistics say (bench/README.md, "Issue 20, fourth session"); what follows it
+    # - the idle ticks, the settle, /metrics - is what stale statistics slow down.
+    total.analyzed += statistics_refresh(written=total.started)
     if total.settled > settled_before:
         # The settle may have made rows due now (a parked occurrence's turn): fired in this tick.
         # Nothing due costs one statement (`shard_lease_take` finds no shard).
@@ -229,7 +233,6 @@ def _fire(
         transitions.shards_ensure(shards=shards)
     drained: list[int] = []
     batches = 0
-    written = 0  # runs written since this pass last asked for an ANALYZE
     relayed = relay is None
     while batches < max_batches and time.monotonic() <= ends:
         held = transitions.shard_lease_take(
@@ -257,10 +260,6 @@ def _fire(
                 total.skipped += done.skipped
                 total.buffered += done.buffered
                 total.queued += done.queued
-                written += done.started
-                if written >= int(settings.SAS.get("JOBS_ANALYZE_AFTER_ROWS", 0) or 0) > 0:
-                    written = 0
-                    total.analyzed += statistics_refresh()
                 if done.lost:
                     total.lost = True
                     break
@@ -275,17 +274,25 @@ def _fire(
 ANALYZE_KEY = "sas:jobs:analyze"
 
 
-def statistics_refresh() -> int:
-    """Issue 29, item 5: the planner's statistics of the tables a burst changes, refreshed after
-    SAS["JOBS_ANALYZE_AFTER_ROWS"] runs written (the caller counts), at most once per
-    SAS["JOBS_ANALYZE_INTERVAL"] seconds across every dispatcher (a Redis SET NX that lives that
-    long). Between two batches, no transaction of the tick open. Best effort: without it
-    autovacuum's ANALYZE comes later. Returns 1 if it ran an ANALYZE, else 0."""
-    interval = float(settings.SAS.get("JOBS_ANALYZE_INTERVAL", 30.0))
+def statistics_refresh(*, written: int) -> int:
+    """Issue 29, item 5: the planner's statistics of the tables a burst changes, refreshed once
+    SAS["JOBS_ANALYZE_AFTER_ROWS"] runs have been written by all dispatchers since the last
+    refresh (a Redis counter each tick adds its runs to), at most once per
+    SAS["JOBS_ANALYZE_INTERVAL"] seconds (a Redis SET NX that lives that long). Called after a
+    tick's firing, no transaction of the tick open. Best effort: without it autovacuum's ANALYZE
+    comes later. Returns 1 if it ran an ANALYZE, else 0."""
+    threshold = int(settings.SAS.get("JOBS_ANALYZE_AFTER_ROWS", 0) or 0)
+    if threshold <= 0 or written <= 0:
+        return 0
+    interval = float(settings.SAS.get("JOBS_ANALYZE_INTERVAL", 60.0))
     key = f"{settings.REDIS_PREFIX}{ANALYZE_KEY}"
     try:
-        if not get_redis().set(key, "1", nx=True, px=max(1, int(interval * 1000))):
-            return 0  # another dispatcher (or this one) analysed within the interval
+        client = get_redis()
+        if int(client.incrby(f"{key}:written", written)) < threshold:
+            return 0
+        if not client.set(key, "1", nx=True, px=max(1, int(interval * 1000))):
+            return 0  # analysed within the interval: the count carries over to the next tick
+        client.delete(f"{key}:written")
         started = time.monotonic()
         transitions.hot_tables_analyze()
     except Exception:
