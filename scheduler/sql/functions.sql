@@ -808,7 +808,8 @@ CREATE OR REPLACE FUNCTION sas_step_fail(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_result jsonb;
-    r record;
+    v_leases uuid[];
+    v_errors text[];
 BEGIN
     -- Plans that hold whatever the statistics say (issue 29, item 5; bench/stats_after_burst.py):
     -- the steps are locked by primary key alone and the guard is read from the locked rows, the
@@ -900,19 +901,18 @@ BEGIN
                         'failure_count', failures, 'max_failures', max_failures, 'error', error)
                         ORDER BY id), '[]'::jsonb)
                     FROM changed WHERE kind = 'compensation' AND failures = max_failures),
-        'event_ids', (SELECT coalesce(jsonb_agg(id), '[]'::jsonb) FROM retry_events),
-        'closed', (SELECT coalesce(jsonb_agg(jsonb_build_object('lease', lease, 'error', error)), '[]'::jsonb)
-                   FROM changed))
-    INTO v_result;
+        'event_ids', (SELECT coalesce(jsonb_agg(id), '[]'::jsonb) FROM retry_events)),
+        (SELECT array_agg(lease ORDER BY id) FROM changed), (SELECT array_agg(error ORDER BY id) FROM changed)
+    INTO v_result, v_leases, v_errors;
     -- Each attempt's history row by its lease, in its claim's partitions: the statement
     -- sas_step_succeed runs for a success (an index probe per lease, planned per value).
-    FOR r IN SELECT * FROM jsonb_to_recordset(v_result -> 'closed') AS x(lease uuid, error text) LOOP
+    FOR i IN 1 .. coalesce(cardinality(v_leases), 0) LOOP
         UPDATE scheduler_taskexecutionhistory
-        SET status = p_cause, ended_at = statement_timestamp(), error = r.error
-        WHERE lease = r.lease AND kind = 'attempt'
-          AND started_at BETWEEN sas_lease_time(r.lease) - interval '1 hour' AND sas_lease_time(r.lease) + interval '1 minute';
+        SET status = p_cause, ended_at = statement_timestamp(), error = v_errors[i]
+        WHERE lease = v_leases[i] AND kind = 'attempt'
+          AND started_at BETWEEN sas_lease_time(v_leases[i]) - interval '1 hour'
+                             AND sas_lease_time(v_leases[i]) + interval '1 minute';
     END LOOP;
-    v_result := v_result - 'closed';
     RETURN v_result || jsonb_build_object('events', sas_observed_events(ARRAY(
         SELECT jsonb_array_elements_text(v_result -> 'event_ids')::bigint)));
 END;
