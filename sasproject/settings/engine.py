@@ -50,6 +50,17 @@ SAS: dict[str, Any] = {
     # bench/README.md "Jobs").
     "JOBS_DISPATCH_SHARDS_PER_CLAIM": int(os.environ.get("SAS_JOBS_DISPATCH_SHARDS_PER_CLAIM", "2")),
     "JOBS_DISPATCH_LEASE_SECONDS": env_float("SAS_JOBS_DISPATCH_LEASE_SECONDS", 10.0),
+    # Issue 29, item 5: once the dispatchers have written this many runs since the last
+    # refresh, the next tick that writes runs and drains what was due (the burst is over)
+    # ANALYZEs the tables a firing changes (due rows, runs, steps): a burst leaves the planner
+    # the statistics from before it until autovacuum's next ANALYZE (up to a minute on a
+    # default server, never with autovacuum off), and the statements that count or range over
+    # due rows (the idle tick's shard lease, /metrics' due jobs) or join the runs then scan
+    # whole tables. At most once per
+    # JOBS_ANALYZE_INTERVAL seconds across every dispatcher (Redis). 0: off. Cost and effect:
+    # bench/README.md, "Statistics after a burst".
+    "JOBS_ANALYZE_AFTER_ROWS": int(os.environ.get("SAS_JOBS_ANALYZE_AFTER_ROWS", "10000")),
+    "JOBS_ANALYZE_INTERVAL": env_float("SAS_JOBS_ANALYZE_INTERVAL", 60.0),
     # The queue of the dispatcher's ticks (beat's row, the wake-ups and relays a tick sends).
     "JOBS_DISPATCH_QUEUE": os.environ.get("SAS_JOBS_DISPATCH_QUEUE", "jobs"),
     # More modules that register workflows at import (comma-separated dotted names), beside

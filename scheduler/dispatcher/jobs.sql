@@ -386,3 +386,11 @@ SELECT EXISTS (
           AND r.state IN ('completed', 'compensated', 'cancelled', 'failed')
     )
 )
+
+-- name: hot_tables_analyze
+-- The statistics of the tables a burst of firings changes (issue 29, item 5): due rows moved
+-- to their next time, new runs and steps. Not the partitioned history: its ANALYZE samples
+-- every partition kept (30 days) and the whole again. Waits at most a second for a lock (a
+-- VACUUM or another ANALYZE of them holds it: then the statistics are being refreshed anyway).
+-- bench/stats_after_burst.py times it.
+ANALYZE scheduler_scheduledjob, scheduler_run, scheduler_step

@@ -58,6 +58,10 @@ class DispatchResult:
     # Shards this tick held (each drained, then released); a batch that found its lease gone.
     shards: list[int] = field(default_factory=list)
     lost: bool = False
+    # The firing ended with no shard left to take (every due row fired, or held by another).
+    drained: bool = False
+    # ANALYZEs of the hot tables this tick ran (`statistics_refresh`).
+    analyzed: int = 0
 
 
 def _pause_for_tests(setting: str = "JOBS_TEST_PAUSE_AFTER_CLAIM", marker: str = PAUSE_MARKER) -> None:
@@ -191,6 +195,11 @@ def jobs_dispatch(
         total.dependents += done.dependents
         if done.settled < batch:
             break
+    # When a burst is over, not while it goes on: the burst's own statements read by key
+    # whatever the statistics say (bench/README.md, "Issue 20, fourth session"), an ANALYZE at
+    # 100,000 rows takes seconds, and what follows the burst - the idle ticks, the settle,
+    # /metrics - is what stale statistics slow down.
+    total.analyzed += statistics_refresh(written=total.started, drained=total.drained)
     if total.settled > settled_before:
         # The settle may have made rows due now (a parked occurrence's turn): fired in this tick.
         # Nothing due costs one statement (`shard_lease_take` finds no shard).
@@ -239,6 +248,7 @@ def _fire(
             holder=instance, shards=shards, lease=lease, skip=drained, take=per_claim
         )
         if not held:
+            total.drained = True
             break  # every shard drained by this pass or held by another dispatcher
         drained.extend(held)
         total.shards.extend(held)
@@ -269,6 +279,49 @@ def _fire(
         finally:
             transitions.shard_lease_release(held=held, holder=instance)
     return batches
+
+
+ANALYZE_KEY = "sas:jobs:analyze"
+# This process's ticks reached the threshold and owe an ANALYZE (a tick that ended with rows
+# still due, or was refused by the interval): the next tick that drains runs it, even an idle
+# one, without asking Redis on every idle tick.
+_analyze_owed = False
+
+
+def statistics_refresh(*, written: int, drained: bool) -> int:
+    """Issue 29, item 5: the planner's statistics of the tables a burst changes, refreshed by the
+    tick that writes runs and drains what was due (`drained`: the burst is over), once
+    SAS["JOBS_ANALYZE_AFTER_ROWS"] runs have been written by all dispatchers since the last
+    refresh (a Redis counter each tick that writes adds its runs to), at most once per
+    SAS["JOBS_ANALYZE_INTERVAL"] seconds (a Redis SET NX that lives that long). Called after a
+    tick's firing, no transaction of the tick open; an idle tick asks nothing unless this process
+    owes one. Best effort: without it autovacuum's ANALYZE comes later. Returns 1 if it ran one,
+    else 0."""
+    global _analyze_owed
+    threshold = int(settings.SAS.get("JOBS_ANALYZE_AFTER_ROWS", 0) or 0)
+    if threshold <= 0 or (written <= 0 and not (drained and _analyze_owed)):
+        return 0
+    interval = float(settings.SAS.get("JOBS_ANALYZE_INTERVAL", 60.0))
+    key = f"{settings.REDIS_PREFIX}{ANALYZE_KEY}"
+    try:
+        client = get_redis()
+        if written > 0 and int(client.incrby(f"{key}:written", written)) >= threshold:
+            _analyze_owed = True
+        if not (drained and _analyze_owed):
+            return 0
+        if not client.set(key, "1", nx=True, px=max(1, int(interval * 1000))):
+            return 0  # analysed within the interval: still owed, asked again by the next tick
+        _analyze_owed = False
+        client.delete(f"{key}:written")
+        started = time.monotonic()
+        transitions.hot_tables_analyze()
+    except Exception:
+        logger.warning(
+            "jobs dispatcher: the hot tables' ANALYZE failed; autovacuum's comes later", exc_info=True
+        )
+        return 0
+    logger.info("jobs dispatcher: hot tables analysed in %.3fs", time.monotonic() - started)
+    return 1
 
 
 WAKE_KEY = "sas:jobs:wake:"

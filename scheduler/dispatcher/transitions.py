@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -178,6 +178,18 @@ def shards_free_due(*, shards: int, skip: Sequence[int] = ()) -> int:
     """Not a transition: free shards with a row due now. A read."""
     ((n,),) = _rows("shards_free_due", {"shards": shards, "skip": list(skip)})
     return int(n)
+
+
+def hot_tables_analyze() -> None:
+    """Not a transition: ANALYZE of the tables a burst of firings changes (jobs.sql), waiting at
+    most a second for their lock (then a DatabaseError: a VACUUM or ANALYZE is refreshing
+    them). In a transaction of its own, or a savepoint of the caller's."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '1s'")
+        try:
+            cursor.execute(job_queries()["hot_tables_analyze"])
+        finally:
+            cursor.execute("SET LOCAL lock_timeout TO DEFAULT")
 
 
 def scheduled_next_due() -> tuple[datetime | None, datetime]:

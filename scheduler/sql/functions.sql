@@ -808,9 +808,25 @@ CREATE OR REPLACE FUNCTION sas_step_fail(
 LANGUAGE plpgsql AS $$
 DECLARE
     v_result jsonb;
+    v_leases uuid[];
+    v_errors text[];
 BEGIN
+    -- Plans that hold whatever the statistics say (issue 29, item 5; bench/stats_after_burst.py):
+    -- the steps are locked by primary key alone and the guard is read from the locked rows, the
+    -- update names them by primary key, and each attempt's history row is closed by its lease
+    -- (below). With the guard in the lock's WHERE, on the statistics from before a burst the
+    -- planner read the whole Processing partial index once per id (a sweep batch of 100 at
+    -- 4,300 Processing: 430,000 comparisons), and closed the history rows by scanning a whole
+    -- partition's lease index once per row: 1 s a sweep batch.
     WITH input AS (
         SELECT * FROM unnest(p_ids, p_leases, p_errors, p_reached) AS t(id, lease, error, reached)
+    ), locked AS MATERIALIZED (
+        SELECT s.id, s.run_id, s.name, s.kind, s.lease, s.max_failures, s.close_by, s.failure_count,
+               s.reached, s.backoff_max, s.backoff_base, s.process_state, s.complete_by
+        FROM scheduler_step AS s
+        WHERE s.id = ANY(p_ids)
+        ORDER BY s.id
+        FOR UPDATE
     ), cur AS (
         SELECT s.id, s.run_id, s.name, s.kind, s.lease, s.max_failures, s.close_by,
                s.failure_count + CASE WHEN p_count OR s.kind = 'compensation' THEN 1 ELSE 0 END AS failures,
@@ -822,10 +838,9 @@ BEGIN
                                       * (0.5 + random() / 2))
                     ELSE p_min_backoff + random() * 0.1
                END AS delay
-        FROM scheduler_step AS s JOIN input AS i ON i.id = s.id
+        FROM locked AS s JOIN input AS i ON i.id = s.id
         WHERE s.process_state = 'processing' AND s.lease = i.lease
           AND (NOT p_require_live OR s.complete_by > statement_timestamp())
-        FOR UPDATE OF s
     ), decided AS (
         SELECT c.*,
                CASE WHEN c.kind = 'forward' AND p_count AND c.failures >= c.max_failures THEN 'failures'
@@ -849,14 +864,10 @@ BEGIN
             last_error = d.error,
             updated_at = statement_timestamp()
         FROM decided AS d
-        WHERE s.id = d.id AND s.process_state = 'processing' AND s.lease = d.lease
+        -- Locked by `locked`, guarded in `cur`: the row is the one decided on.
+        WHERE s.id = d.id AND s.lease = d.lease
         RETURNING s.id, d.run_id, d.name, d.kind, d.lease, d.failures, d.max_failures, d.error,
                   d.delay, d.give_up, d.reached
-    ), closed AS (
-        UPDATE scheduler_taskexecutionhistory AS h
-        SET status = p_cause, ended_at = statement_timestamp(), error = c.error
-        FROM changed AS c
-        WHERE h.lease = c.lease AND h.kind = 'attempt'
     ), logged AS (
         INSERT INTO scheduler_taskexecutionhistory
             (step_id, run_id, kind, status, lease, retry_count, worker, error, detail, started_at, ended_at)
@@ -890,8 +901,18 @@ BEGIN
                         'failure_count', failures, 'max_failures', max_failures, 'error', error)
                         ORDER BY id), '[]'::jsonb)
                     FROM changed WHERE kind = 'compensation' AND failures = max_failures),
-        'event_ids', (SELECT coalesce(jsonb_agg(id), '[]'::jsonb) FROM retry_events))
-    INTO v_result;
+        'event_ids', (SELECT coalesce(jsonb_agg(id), '[]'::jsonb) FROM retry_events)),
+        (SELECT array_agg(lease ORDER BY id) FROM changed), (SELECT array_agg(error ORDER BY id) FROM changed)
+    INTO v_result, v_leases, v_errors;
+    -- Each attempt's history row by its lease, in its claim's partitions: the statement
+    -- sas_step_succeed runs for a success (an index probe per lease, planned per value).
+    FOR i IN 1 .. coalesce(cardinality(v_leases), 0) LOOP
+        UPDATE scheduler_taskexecutionhistory
+        SET status = p_cause, ended_at = statement_timestamp(), error = v_errors[i]
+        WHERE lease = v_leases[i] AND kind = 'attempt'
+          AND started_at BETWEEN sas_lease_time(v_leases[i]) - interval '1 hour'
+                             AND sas_lease_time(v_leases[i]) + interval '1 minute';
+    END LOOP;
     RETURN v_result || jsonb_build_object('events', sas_observed_events(ARRAY(
         SELECT jsonb_array_elements_text(v_result -> 'event_ids')::bigint)));
 END;
