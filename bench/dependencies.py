@@ -85,6 +85,37 @@ def _runs(job_ids: list[int], start: datetime, end: datetime) -> dict[tuple[int,
     return out
 
 
+def _gates(child_ids: list[int], start: datetime, end: datetime) -> dict[tuple[int, datetime], datetime]:
+    """When each child's gate was written: the settle of its parent's run (its transaction's
+    statement clock), the middle of a hop."""
+    from bench.jobs import sql
+
+    rows = sql(
+        "SELECT child_id, logical_time, created_at FROM scheduler_dependencygate "
+        "WHERE child_id = ANY(%s) AND logical_time >= %s AND logical_time < %s",
+        [child_ids, start, end],
+    )
+    return {(c, t): created for c, t, created in rows}
+
+
+def engine_rate(start: datetime, end: datetime) -> dict[str, float]:
+    """What the engine did in the window, every run of the bench: runs written and runs ended a
+    minute, and runs written before the window's end not ended by then (its backlog). Ended <
+    written with a growing backlog: the engine does not keep up, and the ended rate is its
+    ceiling on this machine (the floor any dependency hop sits on)."""
+    from bench.jobs import sql
+
+    minutes = (end - start).total_seconds() / 60
+    ((written, ended, backlog),) = sql(
+        "SELECT count(*) FILTER (WHERE created_at >= %(s)s AND created_at < %(e)s), "
+        "count(*) FILTER (WHERE finished_at >= %(s)s AND finished_at < %(e)s), "
+        "count(*) FILTER (WHERE created_at < %(e)s AND (finished_at IS NULL OR finished_at >= %(e)s)) "
+        "FROM scheduler_run WHERE created_at < %(e)s + interval '10 minutes'",
+        {"s": start, "e": end},
+    )
+    return {"written": written / minutes, "ended": ended / minutes, "backlog": int(backlog)}
+
+
 def measure(made: dict[str, list[int]], start: datetime, end: datetime, *, cap: float) -> dict[str, Any]:
     """Wait for the window's chains to finish (or `cap` seconds), then the figures."""
     from bench.common import wait_until
@@ -92,6 +123,7 @@ def measure(made: dict[str, list[int]], start: datetime, end: datetime, *, cap: 
 
     minutes = int((end - start).total_seconds() // 60)
     expected = len(made["a"]) * minutes
+    engine = engine_rate(start, end)
 
     def c_written() -> bool:
         if not made["c"]:
@@ -110,8 +142,15 @@ def measure(made: dict[str, list[int]], start: datetime, end: datetime, *, cap: 
     ind = _runs(made["independent"], start, end)
     lag = [(v[0][0] - t).total_seconds() for (_, t), v in ind.items()]
     a, b, c = (_runs(made[k], start, end) for k in ("a", "b", "c"))
+    gates = _gates(made["b"] + made["c"], start, end)
+    # The end of each minute's burst: its last root run (A or independent) written. A hop whose
+    # parent ended before it ended while the dispatchers were still firing that minute.
+    burst_end: dict[datetime, datetime] = {}
+    for group in (ind, a):
+        for (_, t), runs in group.items():
+            burst_end[t] = max(burst_end.get(t, runs[0][0]), runs[0][0])
     child_of = dict(zip(made["a"], made["b"], strict=True)) | dict(zip(made["b"], made["c"], strict=True))
-    written = []
+    written, settle, fire, in_burst, after_burst = [], [], [], [], []
     missing = 0
     for parents in (a, b):
         for (job_id, t), runs in parents.items():
@@ -120,13 +159,29 @@ def measure(made: dict[str, list[int]], start: datetime, end: datetime, *, cap: 
             if not theirs or runs[0][1] is None:
                 missing += 1
                 continue
-            written.append((theirs[0][0] - runs[0][1]).total_seconds())
+            ended, child_written = runs[0][1], theirs[0][0]
+            hop = (child_written - ended).total_seconds()
+            written.append(hop)
+            (in_burst if ended < burst_end[t] else after_burst).append(hop)
+            if child in gates:
+                settle.append((gates[child] - ended).total_seconds())
+                fire.append((child_written - gates[child]).total_seconds())
     doubled = sum(1 for group in (ind, a, b, c) for v in group.values() if len(v) > 1)
+
+    def dist(values: list[float]) -> dict[str, float]:
+        return {**summary(values), "max": max(values)} if values else {}
+
     return {
         "independent_lag": summary(lag) if lag else {},
         "independent_runs": len(lag),
-        "dependent_written": {**summary(written), "max": max(written)} if written else {},
+        "dependent_written": dist(written),
         "dependent_runs": len(written),
+        "hop_settle": dist(settle),
+        "hop_fire": dist(fire),
+        "hop_in_burst": dist(in_burst),
+        "hop_after_burst": dist(after_burst),
+        "burst_seconds": max(((e - t).total_seconds() for t, e in burst_end.items()), default=0.0),
+        "engine": engine,
         "chains_expected": expected,
         "a_runs": len(a),
         "missing": missing,
@@ -140,7 +195,7 @@ def one_run(
     """Start the stack, measure one window of whole minutes, stop it."""
     from bench.jobs import db_now, sleep_until, start_ours
 
-    stack = start_ours(env, logs, tag, dispatchers=2)
+    stack = start_ours(env, logs, tag, dispatchers=2, agents=args.agents)
     try:
         now = db_now()
         # The window: whole minutes from the first boundary at least two minutes away (a
@@ -149,8 +204,14 @@ def one_run(
         start = (now + timedelta(seconds=125)).replace(second=0, microsecond=0)
         end = start + timedelta(minutes=args.minutes)
         print(f"  {tag}: window {start:%H:%M:%S} - {end:%H:%M:%S} UTC", flush=True)
+        sleep_until(time.time() + (start - db_now()).total_seconds())
+        load = os.getloadavg()[0]
         sleep_until(time.time() + (end - db_now()).total_seconds() + 5)
-        return measure(made, start, end, cap=args.cap)
+        load = max(load, os.getloadavg()[0])
+        print(
+            f"  {tag}: load average (1 min) {load:.2f} at the window's start / end (the larger)", flush=True
+        )
+        return {**measure(made, start, end, cap=args.cap), "load": load}
     finally:
         stack.stop()
 
@@ -165,6 +226,31 @@ def report(out: dict[str, Any]) -> None:
             (
                 f"parent ended -> dependent run written ({w['dependent_runs']:,} runs) p50 / p99 / max",
                 f"{fmt_ms(dw['p50'])} / {fmt_ms(dw['p99'])} / {fmt_ms(dw['max'])} ({verdict} p99 <= 1 s)",
+            )
+        )
+    for key, what in (
+        ("hop_settle", "  of which: parent ended -> its settle wrote the child's gate"),
+        ("hop_fire", "  of which: gate written -> child's run written"),
+        ("hop_in_burst", "  hops whose parent ended while the minute's burst was being fired"),
+        ("hop_after_burst", "  hops whose parent ended after it"),
+    ):
+        d = w[key]
+        if d:
+            rows.append(
+                (
+                    f"{what} ({d['n']:,}) p50 / p99 / max",
+                    f"{fmt_ms(d['p50'])} / {fmt_ms(d['p99'])} / {fmt_ms(d['max'])}",
+                )
+            )
+    rows.append(
+        ("the minute's burst fired in (last root run written), longest", f"{fmt_ms(w['burst_seconds'])}")
+    )
+    for name in ("without", "with"):
+        e = out[name]["engine"]
+        rows.append(
+            (
+                f"engine {name} chains: runs written / ended a minute, backlog at the end",
+                f"{e['written']:,.0f} / {e['ended']:,.0f} / {e['backlog']:,} (load {out[name]['load']:.2f})",
             )
         )
     for name in ("without", "with"):
@@ -203,12 +289,21 @@ def main() -> None:
     parser.add_argument("--owners", type=int, default=100)
     parser.add_argument("--minutes", type=int, default=2)
     parser.add_argument("--cap", type=float, default=300, help="seconds to wait for the chains to end")
+    parser.add_argument("--agents", type=int, default=1, help="no-op agent worker processes (8 threads each)")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=0,
+        help="SAS_MAX_IN_FLIGHT, the engine's cap per operation (0: as set)",
+    )
     parser.add_argument("--quick", action="store_true", help="100 chains, 100 independent, 1 minute")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     if args.quick:
         args.chains, args.independent, args.minutes = 100, 100, 1
     os.environ["SAS_WORKFLOW_MODULES"] = "bench.jobs_tasks"
+    if args.in_flight:
+        os.environ["SAS_MAX_IN_FLIGHT"] = str(args.in_flight)
     from bench.common import bench_environment
 
     env = bench_environment()

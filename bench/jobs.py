@@ -393,13 +393,19 @@ def bench_worker(
 
 
 def start_ours(
-    env: dict[str, str], logs: Path, tag: str, *, dispatchers: int = 1, profile_dir: Path | None = None
+    env: dict[str, str],
+    logs: Path,
+    tag: str,
+    *,
+    dispatchers: int = 1,
+    profile_dir: Path | None = None,
+    agents: int = 1,
 ) -> Stack:
     """Beat (project scheduler: dispatcher, sweep, tick), `dispatchers` dispatcher workers (queue
     jobs, 1 process each: the Procfile's `dispatcher`, scaled out) and the control worker as the
     Procfile lays them out, the no-op agents. The dispatchers' workers come first (the one
     `--profile` samples with py-spy in the burst). `profile_dir`: the dispatchers cProfile their
-    ticks into it (bench/jobs_tasks.py)."""
+    ticks into it (bench/jobs_tasks.py). `agents`: no-op agent worker processes (8 threads each)."""
     from bench.jobs_tasks import NOOP_QUEUE, PROFILE_ENV
     from sastools.harness import celery_beat
 
@@ -426,9 +432,11 @@ def start_ours(
         bench_worker(f"control-{tag}", CONTROL_QUEUES, logs, control_env, concurrency=1, pool="prefork"),
         " ready.",
     )
-    stack.add(
-        bench_worker(f"agent-{tag}", NOOP_QUEUE, logs, agent_env, concurrency=8, pool="threads"), " ready."
-    )
+    for i in range(agents):
+        stack.add(
+            bench_worker(f"agent{i or ''}-{tag}", NOOP_QUEUE, logs, agent_env, concurrency=8, pool="threads"),
+            " ready.",
+        )
     beat = celery_beat(log_dir=logs, env=env)
     beat.name, beat.log_path = f"beat-{tag}", logs / f"beat-{tag}.log"
     stack.add(beat, "beat: Starting")
