@@ -1,13 +1,14 @@
 """Dependencies between jobs (issue 30): chains A -> B -> C on a one-minute cron, two dispatchers.
 
     python bench/dependencies.py [--chains 1000] [--independent 1000] [--owners 100] [--minutes 2]
-        [--quick]
+        [--agents 1] [--in-flight N] [--floor] [--quick]
 
 Real processes, as bench/jobs.py lays them out (`start_ours`): celery beat with the project's
 scheduler (the dispatcher's tick every SAS["JOBS_DISPATCH_INTERVAL"] s, the sweep, the scheduler's
-tick), two dispatcher workers (-Q jobs -c 1 each), one control worker, one agent worker running the
-bench's one-step no-op workflow (bench/jobs_tasks.py). Two runs, in this order, each over
---minutes whole minutes (the stack restarted between them, the chains added meanwhile):
+tick), two dispatcher workers (-Q jobs -c 1 each), one control worker, --agents agent workers (8
+threads each) running the bench's one-step no-op workflow (bench/jobs_tasks.py). Two runs, in this
+order, each over --minutes whole minutes (the stack restarted between them, the chains added
+meanwhile):
 
   without  --independent jobs every minute ("* * * * *"), spread over --owners users;
   with     the same independent jobs, plus --chains chains over the same users: A every minute, B
@@ -24,6 +25,15 @@ Figures (database clock throughout):
                          each run, and their ratio (what the chains cost the others).
   exactly once           every (job, logical time) has one run; every A occurrence in the window
                          has its B and its C.
+  engine                 runs written and ended a minute in each window, and its backlog at the
+                         end (each window starts with an empty engine). With --floor, a third
+                         window runs as many runs a minute with no dependency (the chains' jobs
+                         off, 3 x --chains more independent ones): when the engine cannot keep up,
+                         its ended rate is the floor the chains are measured against.
+
+The hop is split at its gate (written by the settle of the parent's run): parent ended -> gate
+(waiting for a tick and its settle), gate -> child's run (firing its queued row); and by whether
+the parent ended while its minute's burst was still being fired.
 """
 
 from __future__ import annotations
@@ -216,6 +226,17 @@ def one_run(
         stack.stop()
 
 
+def between_windows(env: dict[str, str]) -> None:
+    """Each window starts with an empty engine: the runs, steps and history of the one before
+    (its backlog, when the engine did not keep up) and its broker messages dropped. Its figures
+    were read already."""
+    from bench.common import truncate_engine
+    from bench.jobs import purge_redis
+
+    truncate_engine()
+    purge_redis(env["SAS_REDIS_PREFIX"])
+
+
 def report(out: dict[str, Any]) -> None:
     rows: list[tuple[str, Any]] = []
     w = out["with"]
@@ -245,7 +266,8 @@ def report(out: dict[str, Any]) -> None:
     rows.append(
         ("the minute's burst fired in (last root run written), longest", f"{fmt_ms(w['burst_seconds'])}")
     )
-    for name in ("without", "with"):
+    windows = ("without", "with", "floor") if "floor" in out else ("without", "with")
+    for name in windows:
         e = out[name]["engine"]
         rows.append(
             (
@@ -268,6 +290,14 @@ def report(out: dict[str, Any]) -> None:
             (
                 "independent lag with : without, p50 / p99",
                 f"{b['p50'] / a['p50']:.2f} / {b['p99'] / a['p99']:.2f}",
+            )
+        )
+    if "floor" in out:
+        f = out["floor"]["engine"]
+        rows.append(
+            (
+                "engine with chains : floor (same runs a minute, no dependency), runs ended a minute",
+                f"{w['engine']['ended'] / f['ended']:.2f}" if f["ended"] else "-",
             )
         )
     doubled = w["doubled"] + out["without"]["doubled"]
@@ -296,6 +326,11 @@ def main() -> None:
         default=0,
         help="SAS_MAX_IN_FLIGHT, the engine's cap per operation (0: as set)",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="a third window: the chains off, 3 x --chains more independent jobs (the same runs a minute)",
+    )
     parser.add_argument("--quick", action="store_true", help="100 chains, 100 independent, 1 minute")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
@@ -318,11 +353,24 @@ def main() -> None:
     made = make_jobs(owner_ids, chains=0, independent=args.independent)
     print(f"  {args.independent:,} independent jobs made in {time.time() - t0:.1f} s", flush=True)
     out["without"] = one_run(env, logs, "without", args, made)
+    between_windows(env)
     t0 = time.time()
     chains = make_jobs(owner_ids, chains=args.chains, independent=0)
     made = {**chains, "independent": made["independent"]}
     print(f"  {args.chains:,} chains ({3 * args.chains:,} jobs) made in {time.time() - t0:.1f} s", flush=True)
     out["with"] = one_run(env, logs, "with", args, made)
+    if args.floor:
+        # The same run rate with no dependency: the chains' jobs off, as many independent
+        # every-minute jobs more as the chains ran runs a minute (A, B and C each once).
+        from bench.jobs import sql
+
+        chain_jobs = made["a"] + made["b"] + made["c"]
+        sql("DELETE FROM scheduler_scheduledjob WHERE job_id = ANY(%s)", [chain_jobs])
+        sql("UPDATE scheduler_job SET enabled = false WHERE id = ANY(%s)", [chain_jobs])
+        between_windows(env)
+        extra = make_jobs(owner_ids, chains=0, independent=3 * args.chains)["independent"]
+        floor = {"a": [], "b": [], "c": [], "independent": made["independent"] + extra}
+        out["floor"] = one_run(env, logs, "floor", args, floor)
     report(out)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, default=str))
