@@ -55,7 +55,9 @@ from bench.common import fmt_ms, log_dir, print_table, summary
 TARGET_P99 = 1.0
 
 
-def make_jobs(owner_ids: list[int], *, chains: int, independent: int) -> dict[str, list[int]]:
+def make_jobs(
+    owner_ids: list[int], *, chains: int, independent: int, prefix: str = "ind"
+) -> dict[str, list[int]]:
     """Through the job service, as customers make them (`job_create`)."""
     from bench.jobs_tasks import NOOP_WORKFLOW
     from scheduler.services.jobs import job_create
@@ -68,7 +70,9 @@ def make_jobs(owner_ids: list[int], *, chains: int, independent: int) -> dict[st
     made: dict[str, list[int]] = {"independent": [], "a": [], "b": [], "c": []}
     for i in range(independent):
         made["independent"].append(
-            create(owner_ids[i % len(owner_ids)], f"ind-{i}", cron="* * * * *", overlap_policy="allow_all")
+            create(
+                owner_ids[i % len(owner_ids)], f"{prefix}-{i}", cron="* * * * *", overlap_policy="allow_all"
+            )
         )
     for i in range(chains):
         owner = owner_ids[i % len(owner_ids)]
@@ -359,6 +363,8 @@ def main() -> None:
     made = {**chains, "independent": made["independent"]}
     print(f"  {args.chains:,} chains ({3 * args.chains:,} jobs) made in {time.time() - t0:.1f} s", flush=True)
     out["with"] = one_run(env, logs, "with", args, made)
+    if args.json:  # what was measured so far, should the floor window fail
+        args.json.write_text(json.dumps(out, indent=2, default=str))
     if args.floor:
         # The same run rate with no dependency: the chains' jobs off, as many independent
         # every-minute jobs more as the chains ran runs a minute (A, B and C each once).
@@ -368,7 +374,7 @@ def main() -> None:
         sql("DELETE FROM scheduler_scheduledjob WHERE job_id = ANY(%s)", [chain_jobs])
         sql("UPDATE scheduler_job SET enabled = false WHERE id = ANY(%s)", [chain_jobs])
         between_windows(env)
-        extra = make_jobs(owner_ids, chains=0, independent=3 * args.chains)["independent"]
+        extra = make_jobs(owner_ids, chains=0, independent=3 * args.chains, prefix="floor")["independent"]
         floor = {"a": [], "b": [], "c": [], "independent": made["independent"] + extra}
         out["floor"] = one_run(env, logs, "floor", args, floor)
     report(out)
