@@ -164,7 +164,11 @@ def measure(made: dict[str, list[int]], start: datetime, end: datetime, *, cap: 
         for (_, t), runs in group.items():
             burst_end[t] = max(burst_end.get(t, runs[0][0]), runs[0][0])
     child_of = dict(zip(made["a"], made["b"], strict=True)) | dict(zip(made["b"], made["c"], strict=True))
-    written, settle, fire, in_burst, after_burst = [], [], [], [], []
+    written: list[float] = []
+    settle: list[float] = []
+    fire: list[float] = []
+    in_burst: list[float] = []
+    after_burst: list[float] = []
     missing = 0
     for parents in (a, b):
         for (job_id, t), runs in parents.items():
